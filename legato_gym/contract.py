@@ -1,0 +1,184 @@
+"""The desktop contract: the seven calls every backend implements.
+
+A *desktop* is one screen that an agent drives: a VM, a sandboxed X display on this host, or a fake. legato
+drives every desktop through the same seven calls, in this order::
+
+    desktop.reset(task)               # bring the desktop to the task's starting state (runs its setup)
+    desktop.wait_after_reset()        # wait until the desktop is ready (ready signal or fixed wait)
+    loop:
+        desktop.observe()             # screenshot + instruction
+        desktop.act(action)           # run one action, then wait for the screen to settle
+    desktop.wait_before_eval()        # post-config, then wait for the screen to settle
+    desktop.evaluate()                # the task's grader: a score in [0, 1]
+    desktop.close()                   # release everything (idempotent)
+
+Actions are strings in OSWorld's ``pyautogui`` action space: Python source calling ``pyautogui`` functions,
+or one of the special strings ``WAIT``, ``DONE`` and ``FAIL``. Every action, special ones included, is passed
+to :meth:`Desktop.act` so the desktop keeps the action history that graders need (OSWorld's ``infeasible``
+tasks score 1 only when the last action is ``FAIL``). Actions are arbitrary code: a backend runs them inside
+the desktop (VM or sandbox), never in the calling process.
+
+A backend signals infrastructure failure with :class:`~legato_gym.errors.DesktopError` subclasses
+(``SetupError``, ``DesktopCrashed``, ``DeadlineExceeded``); anything else it raises is treated the same way
+by the vector env. A task the backend cannot run raises :class:`~legato_gym.errors.UnsupportedTaskError`
+from :meth:`Desktop.reset` (or earlier, from :meth:`Desktop.check_task`).
+
+Writing a backend: implement :class:`Desktop` (a structural protocol; no base class needed), then run
+:func:`legato_gym.conformance.check_desktop` against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "SPECIAL_ACTIONS",
+    "ActResult",
+    "Desktop",
+    "Observation",
+    "Task",
+    "Waited",
+]
+
+#: Actions that run no code: ``WAIT`` pauses, ``DONE`` and ``FAIL`` end the episode.
+SPECIAL_ACTIONS = frozenset({"WAIT", "DONE", "FAIL"})
+
+Screenshot = npt.NDArray[np.uint8]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task: an OSWorld-format task config plus where it came from.
+
+    Attributes:
+        task_id: the task's id (OSWorld's ``id``, a UUID for real tasks).
+        instruction: what the agent is asked to do.
+        config: the whole OSWorld task config (``config`` setup steps, ``evaluator``, ...), as read.
+        domain: OSWorld domain (``os``, ``chrome``, ...) or ``None`` for an inline config without one.
+        source: the file the config was read from, or ``None`` for inline configs.
+    """
+
+    task_id: str
+    instruction: str
+    config: Mapping[str, Any] = field(repr=False)
+    domain: str | None = None
+    source: Path | None = None
+
+    @property
+    def evaluator(self) -> Mapping[str, Any]:
+        """The task's ``evaluator`` block (empty when it has none)."""
+        value = self.config.get("evaluator") or {}
+        return value if isinstance(value, Mapping) else {}
+
+    @property
+    def setup(self) -> list[Mapping[str, Any]]:
+        """The task's setup steps (OSWorld's ``config`` list)."""
+        return list(self.config.get("config") or [])
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-safe dict (it crosses process boundaries as JSON)."""
+        return {
+            "task_id": self.task_id,
+            "instruction": self.instruction,
+            "config": dict(self.config),
+            "domain": self.domain,
+            "source": str(self.source) if self.source is not None else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Task:
+        """The inverse of :meth:`to_json`."""
+        source = data.get("source")
+        return cls(
+            task_id=str(data["task_id"]),
+            instruction=str(data["instruction"]),
+            config=dict(data["config"]),
+            domain=data.get("domain"),
+            source=Path(source) if source else None,
+        )
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the agent sees after each step.
+
+    Attributes:
+        screenshot: the screen as an ``(H, W, 3)`` ``uint8`` array (RGB).
+        instruction: the task's instruction.
+    """
+
+    screenshot: Screenshot = field(repr=False)
+    instruction: str
+
+
+@dataclass(frozen=True)
+class Waited:
+    """How one wait ended.
+
+    Attributes:
+        seconds: time spent waiting.
+        ready: True when a ready signal was seen; False when the deadline passed or the wait was a fixed
+            sleep (``--no-ready-signal``).
+    """
+
+    seconds: float
+    ready: bool
+
+
+@dataclass(frozen=True)
+class ActResult:
+    """Timings of one action.
+
+    Attributes:
+        act_s: time spent running the action inside the desktop.
+        ready_s: time spent waiting for the ready signal (screen settled) after it.
+        wait_s: time spent in a fixed wait after it (``--no-ready-signal --fixed-wait S``; 0 otherwise).
+    """
+
+    act_s: float
+    ready_s: float = 0.0
+    wait_s: float = 0.0
+
+
+@runtime_checkable
+class Desktop(Protocol):
+    """A desktop backend. See the module docstring for the call order and the error rules."""
+
+    @property
+    def screen_size(self) -> tuple[int, int]:
+        """``(width, height)`` of the screen in pixels; fixed for the desktop's lifetime."""
+        ...
+
+    def reset(self, task: Task) -> None:
+        """Bring the desktop to the task's starting state and run its setup."""
+        ...
+
+    def wait_after_reset(self) -> Waited:
+        """Block until the desktop is ready for the first observation."""
+        ...
+
+    def observe(self) -> Observation:
+        """Take a screenshot."""
+        ...
+
+    def act(self, action: str) -> ActResult:
+        """Run one action inside the desktop and wait for the screen to settle."""
+        ...
+
+    def wait_before_eval(self) -> Waited:
+        """Run the task's post-config, then wait until the desktop is ready to be graded."""
+        ...
+
+    def evaluate(self) -> float:
+        """Grade the task from the desktop's state: a score in ``[0, 1]``."""
+        ...
+
+    def close(self) -> None:
+        """Release every process and resource of the desktop. Idempotent."""
+        ...

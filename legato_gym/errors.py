@@ -1,0 +1,114 @@
+"""Every error legato raises, in one tree.
+
+::
+
+    LegatoError
+    ├── ConfigError                 bad input from the user: names the value and the fix
+    │   ├── TaskFileError           a tasks file or task config that cannot be read
+    │   ├── UnknownTaskError        a task id or domain that does not exist (with "did you mean")
+    │   ├── UnsupportedTaskError    a task whose setup or evaluator this backend cannot honour
+    │   └── BackendUnavailableError a backend that is not built, or whose extra is not installed
+    ├── MissingDependencyError      an optional dependency is missing; names the extra to install
+    ├── StateError                  a call made in the wrong lifecycle state; says which call was expected
+    └── DesktopError                the desktop itself failed (infrastructure, never the agent)
+        ├── SetupError              the task's setup failed
+        ├── DesktopCrashed          the desktop (or its worker process) died
+        └── DeadlineExceeded        a phase overran its deadline (a hang)
+
+``legato_rl`` adds its own branch (policy errors) under :class:`LegatoError`.
+
+Every :class:`DesktopError` may carry the ``env_id`` of the desktop it came from and, when it crossed a
+process boundary, the remote traceback as text.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendUnavailableError",
+    "ConfigError",
+    "DeadlineExceeded",
+    "DesktopCrashed",
+    "DesktopError",
+    "LegatoError",
+    "MissingDependencyError",
+    "SetupError",
+    "StateError",
+    "TaskFileError",
+    "UnknownTaskError",
+    "UnsupportedTaskError",
+]
+
+
+class LegatoError(Exception):
+    """Base class of every error legato raises."""
+
+
+class ConfigError(LegatoError, ValueError):
+    """Bad input from the user. The message names the offending value and how to fix it."""
+
+
+class TaskFileError(ConfigError):
+    """A tasks file, or one of its entries, cannot be read as tasks."""
+
+
+class UnknownTaskError(ConfigError, LookupError):
+    """A task id or domain that does not exist; the message suggests the closest match."""
+
+
+class UnsupportedTaskError(ConfigError):
+    """A task whose setup or evaluator this backend cannot honour."""
+
+
+class BackendUnavailableError(ConfigError):
+    """A backend that is not built yet, or whose optional dependency is not installed."""
+
+
+class MissingDependencyError(LegatoError, ImportError):
+    """An optional dependency is missing; the message names the extra that installs it."""
+
+
+class StateError(LegatoError, RuntimeError):
+    """A call made in the wrong lifecycle state (e.g. ``step`` before ``reset``)."""
+
+
+class DesktopError(LegatoError):
+    """The desktop failed: an infrastructure failure, never counted against the agent.
+
+    Args:
+        message: what happened.
+        env_id: index of the desktop in its vector env, when known.
+        remote_traceback: the traceback text from the worker process, when there is one.
+    """
+
+    def __init__(self, message: str, *, env_id: int | None = None, remote_traceback: str | None = None):
+        super().__init__(message)
+        self.env_id = env_id
+        self.remote_traceback = remote_traceback
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        if self.env_id is not None:
+            text = f"[env {self.env_id}] {text}"
+        return text
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_desktop_error, (type(self), self.args, self.env_id, self.remote_traceback))
+
+
+def _rebuild_desktop_error(
+    cls: type[DesktopError], args: tuple[object, ...], env_id: int | None, tb: str | None
+) -> DesktopError:
+    err = cls(*args, env_id=env_id, remote_traceback=tb)  # type: ignore[arg-type]
+    return err
+
+
+class SetupError(DesktopError):
+    """The task's setup failed on the desktop."""
+
+
+class DesktopCrashed(DesktopError):
+    """The desktop, or the worker process driving it, died."""
+
+
+class DeadlineExceeded(DesktopError, TimeoutError):
+    """A phase (reset, act, wait, grading) overran its deadline."""

@@ -1,0 +1,10 @@
+"""legato_rl: graded desktop rollouts for computer-use RL.
+
+Collects attempts per task on legato_gym desktops, asks an OpenAI-compatible policy server what to do, and
+writes trajectories (token ids, logprobs, rewards, group advantages, policy version) in
+``legato.rollout/v0``.
+"""
+
+from legato_gym import DesktopConfig
+
+__all__ = ["DesktopConfig"]

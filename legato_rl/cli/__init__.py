@@ -1,0 +1,1 @@
+"""The ``legato`` command line: one module per command."""

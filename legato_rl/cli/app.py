@@ -1,0 +1,44 @@
+"""The ``legato`` console script: ``legato rl probe|collect|export|profile``.
+
+Each command lives in its own module and is added here only when it works.
+"""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="legato",
+    help="Graded desktop rollouts for computer-use RL.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+rl_app = typer.Typer(
+    name="rl",
+    help="Collect, export and profile rollouts against your policy server.",
+    no_args_is_help=True,
+)
+app.add_typer(rl_app, name="rl")
+
+#: Command modules under legato_rl/cli/, in the order `legato rl --help` lists them.
+COMMANDS: list[str] = []
+
+
+@app.callback()
+def _root() -> None:
+    """Graded desktop rollouts for computer-use RL."""
+
+
+def _register_commands() -> None:
+    # Each command module registers itself on rl_app when imported; only working commands are listed.
+    import importlib
+
+    for name in COMMANDS:
+        importlib.import_module(f"legato_rl.cli.{name}")
+
+
+def main() -> None:
+    """Entry point of the ``legato`` console script."""
+    _register_commands()
+    app()
