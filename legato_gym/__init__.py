@@ -12,10 +12,14 @@ built) with Gymnasium::
 
 from legato_gym.backends import backend_names, get_backend, make_desktop
 from legato_gym.config import DesktopConfig, Timeouts
+from legato_gym.conformance import check_desktop
 from legato_gym.contract import SPECIAL_ACTIONS, ActResult, Desktop, Observation, Task, Waited
+from legato_gym.episode import Episode
 from legato_gym.errors import (
+    ActionError,
     BackendUnavailableError,
     ConfigError,
+    ConformanceError,
     DeadlineExceeded,
     DesktopCrashed,
     DesktopError,
@@ -27,19 +31,41 @@ from legato_gym.errors import (
     UnknownTaskError,
     UnsupportedTaskError,
 )
+from legato_gym.tasks import load_tasks
 
 __version__ = "0.1.0"
+
+try:
+    from legato_gym.registration import register_envs as _register_envs
+except ImportError:  # gymnasium is absent (a desktop worker under another interpreter): no ids to register
+    pass
+else:
+    _register_envs()
+
+
+def __getattr__(name: str) -> object:
+    # DesktopEnv needs gymnasium; importing it lazily keeps this package importable without it.
+    if name == "DesktopEnv":
+        from legato_gym.env import DesktopEnv
+
+        return DesktopEnv
+    raise AttributeError(f"module 'legato_gym' has no attribute {name!r}")
+
 
 __all__ = [
     "SPECIAL_ACTIONS",
     "ActResult",
+    "ActionError",
     "BackendUnavailableError",
     "ConfigError",
+    "ConformanceError",
     "DeadlineExceeded",
     "Desktop",
     "DesktopConfig",
     "DesktopCrashed",
+    "DesktopEnv",
     "DesktopError",
+    "Episode",
     "LegatoError",
     "MissingDependencyError",
     "Observation",
@@ -53,6 +79,8 @@ __all__ = [
     "Waited",
     "__version__",
     "backend_names",
+    "check_desktop",
     "get_backend",
+    "load_tasks",
     "make_desktop",
 ]

@@ -8,8 +8,10 @@
     │   ├── UnknownTaskError        a task id or domain that does not exist (with "did you mean")
     │   ├── UnsupportedTaskError    a task whose setup or evaluator this backend cannot honour
     │   └── BackendUnavailableError a backend that is not built, or whose extra is not installed
+    ├── ActionError                 an action string outside the action space (parsed, never executed)
     ├── MissingDependencyError      an optional dependency is missing; names the extra to install
     ├── StateError                  a call made in the wrong lifecycle state; says which call was expected
+    ├── ConformanceError            a backend breaks the desktop contract (check_desktop lists every failure)
     └── DesktopError                the desktop itself failed (infrastructure, never the agent)
         ├── SetupError              the task's setup failed
         ├── DesktopCrashed          the desktop (or its worker process) died
@@ -24,8 +26,10 @@ process boundary, the remote traceback as text.
 from __future__ import annotations
 
 __all__ = [
+    "ActionError",
     "BackendUnavailableError",
     "ConfigError",
+    "ConformanceError",
     "DeadlineExceeded",
     "DesktopCrashed",
     "DesktopError",
@@ -63,12 +67,33 @@ class BackendUnavailableError(ConfigError):
     """A backend that is not built yet, or whose optional dependency is not installed."""
 
 
+class ActionError(LegatoError, ValueError):
+    """An action string that is not in the action space (unknown call, bad argument, not a literal).
+
+    Raised by :func:`legato_gym.actions.parse_action`. It is the agent's mistake, not the desktop's: a desktop
+    that receives such an action records it and leaves its state unchanged, as a real desktop does when the
+    action's code fails inside it.
+    """
+
+
 class MissingDependencyError(LegatoError, ImportError):
     """An optional dependency is missing; the message names the extra that installs it."""
 
 
 class StateError(LegatoError, RuntimeError):
     """A call made in the wrong lifecycle state (e.g. ``step`` before ``reset``)."""
+
+
+class ConformanceError(LegatoError, AssertionError):
+    """A desktop backend breaks the desktop contract; raised by :func:`legato_gym.conformance.check_desktop`.
+
+    Attributes:
+        failures: one line per failed check.
+    """
+
+    def __init__(self, message: str, failures: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.failures = list(failures or [])
 
 
 class DesktopError(LegatoError):

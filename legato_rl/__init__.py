@@ -6,5 +6,7 @@ writes trajectories (token ids, logprobs, rewards, group advantages, policy vers
 """
 
 from legato_gym import DesktopConfig
+from legato_rl.policy import ChatResult, PolicyClient, PolicyConfig
+from legato_rl.store import load_request
 
-__all__ = ["DesktopConfig"]
+__all__ = ["ChatResult", "DesktopConfig", "PolicyClient", "PolicyConfig", "load_request"]

@@ -1,0 +1,384 @@
+"""``LocalDesktop``: a real, sandboxed X desktop on this host, driven through OSWorld's protocol."""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from legato_gym.backends.local import grading
+from legato_gym.backends.local.client import DesktopClient
+from legato_gym.backends.local.display import Display, require_tools
+from legato_gym.backends.local.sandbox import HIDDEN_PATHS, Sandbox, SandboxSpec, default_host_uid
+from legato_gym.backends.local.task_setup import SetupRunner, check_setup
+from legato_gym.backends.local.tasks import TASK_DATA
+from legato_gym.config import DesktopConfig
+from legato_gym.contract import SPECIAL_ACTIONS, ActResult, Observation, Task, Waited
+from legato_gym.errors import ConfigError, DesktopCrashed, DesktopError, MissingDependencyError, StateError
+
+__all__ = ["LocalDesktop", "LocalOptions"]
+
+logger = logging.getLogger(__name__)
+
+#: OSWorld's ``PythonController`` prefix for ``pyautogui`` actions (``python -c`` inside the desktop).
+#: The folders of a fresh Ubuntu home, as OSWorld's VM user has them (tasks write to ~/Desktop).
+HOME_DIRS = ("Desktop", "Documents", "Downloads", "Music", "Pictures", "Public", "Templates", "Videos")
+ACTION_PREFIX = "import pyautogui; import time; pyautogui.FAILSAFE = False; {command}"
+
+
+@dataclass(frozen=True)
+class LocalOptions:
+    """Options of the local backend, read from ``DesktopConfig.options``.
+
+    Attributes:
+        python: interpreter run inside the sandbox for the server and for actions (``python``); it needs
+            ``pyautogui`` (``pip install 'legatolabs[local]'``). Default: ``DesktopConfig.python`` or the
+            current interpreter.
+        sandbox_user: host user that sandboxed processes run as when legato is root.
+        hidden_paths: host paths hidden (an empty tmpfs) inside the sandbox.
+        settle_s: the screen counts as settled after this long without a change.
+        poll_s: interval between screen checks.
+        window_timeout: how long to wait for launched windows to map before giving up on that signal.
+        kill_timeout: how long reset waits for the sandbox's processes and windows to be gone before it
+            restarts the whole desktop instead.
+        pyautogui_pause: ``pyautogui.PAUSE`` for actions; ``None`` keeps pyautogui's default (0.1 s after
+            every call, as in OSWorld, whose actions run in a fresh ``python -c`` too).
+        state_dir: where desktops keep their private files (default: the system temp dir).
+    """
+
+    python: str | None = None
+    sandbox_user: str = "nobody"
+    hidden_paths: tuple[str, ...] = HIDDEN_PATHS
+    settle_s: float = 0.1
+    poll_s: float = 0.02
+    window_timeout: float = 10.0
+    kill_timeout: float = 5.0
+    pyautogui_pause: float | None = None
+    state_dir: str | None = None
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any]) -> LocalOptions:
+        names = [f.name for f in fields(cls)]
+        for key in options:
+            if key not in names:
+                close = difflib.get_close_matches(key, names, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else f"; known options: {', '.join(names)}"
+                raise ConfigError(f"unknown local backend option {key!r}{hint}")
+        values = dict(options)
+        if "hidden_paths" in values:
+            values["hidden_paths"] = tuple(values["hidden_paths"])
+        result = cls(**values)
+        for name in ("settle_s", "poll_s", "window_timeout", "kill_timeout"):
+            if not getattr(result, name) > 0:
+                raise ConfigError(f"local backend option {name}={getattr(result, name)!r} must be > 0 seconds")
+        return result
+
+
+class LocalDesktop:
+    """A real desktop on this host: Xvfb + openbox, apps and an OSWorld-protocol server in a bwrap sandbox.
+
+    ``reset`` kills every process of the previous episode (the sandbox's pid namespace), checks that none
+    survived and that their windows are gone (else restarts the whole desktop), starts a fresh sandbox whose
+    ``/home/user`` is a new tmpfs filled from the home baseline captured at first boot, and runs the task's
+    setup. ``config.fast_reset=False`` restarts the whole desktop (X server included) on every reset.
+
+    Example::
+
+        from legato_gym import DesktopConfig
+        from legato_gym.backends.local import LocalDesktop, default_tasks
+
+        config = DesktopConfig(screen=(1280, 720))
+        with LocalDesktop(config) as desktop:
+            task = default_tasks(config)[0]
+            desktop.reset(task)
+            desktop.wait_after_reset()
+            desktop.act("pyautogui.typewrite('echo Hello, legato! > ~/hello.txt\\\\n')")
+
+    Args:
+        config: screen size, ready signals / fixed waits, fast reset, deadlines, and ``options``
+            (see :class:`LocalOptions`).
+        seed: unused (a real desktop has no randomness to seed); accepted for the backend signature.
+    """
+
+    def __init__(self, config: DesktopConfig | None = None, *, seed: int | None = None) -> None:
+        self.config = config or DesktopConfig()
+        self.options = LocalOptions.from_mapping(self.config.options)
+        require_tools(["Xvfb", "openbox", "bwrap", "wmctrl", "xdotool", "setpriv"])
+        python = self.options.python or self.config.python or sys.executable
+        self._spec = SandboxSpec(
+            python=python,
+            host_uid=default_host_uid(self.options.sandbox_user),
+            hidden=self.options.hidden_paths,
+            open_file_timeout=min(self.config.timeouts.reset, 1800.0),
+        )
+        root = Path(self.options.state_dir or tempfile.gettempdir()) / "legato-local"
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _sweep_stale(root)
+        self.state_dir = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root))
+        (self.state_dir / "owner.pid").write_text(str(os.getpid()))
+        self._display: Display | None = None
+        self._sandbox: Sandbox | None = None
+        self._client: DesktopClient | None = None
+        self._task: Task | None = None
+        self._expected_windows = 0
+        self._actions: list[str] = []
+        self._closed = False
+        self._checked_python = False
+        #: How the last reset went: ``"fast"``, ``"restart"`` (asked for) or ``"fallback"`` (survivors).
+        self.last_reset_kind = ""
+        try:
+            deadline = time.monotonic() + self.config.timeouts.reset
+            self._boot(deadline)
+            self._capture_baseline(deadline)
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ lifecycle helpers
+    def __enter__(self) -> LocalDesktop:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def screen_size(self) -> tuple[int, int]:
+        """``(width, height)`` of the screen."""
+        return self.config.screen
+
+    @property
+    def display(self) -> Display:
+        if self._display is None:
+            raise StateError("the desktop is closed; create a new LocalDesktop")
+        return self._display
+
+    @property
+    def client(self) -> DesktopClient:
+        if self._client is None:
+            raise StateError("the desktop is closed; create a new LocalDesktop")
+        return self._client
+
+    @property
+    def pids(self) -> list[int]:
+        """Host pids of this desktop's top processes (X server, window manager, sandbox init)."""
+        pids = list(self._display.pids) if self._display else []
+        if self._sandbox is not None and self._sandbox.init_pid is not None:
+            pids.append(self._sandbox.init_pid)
+        return pids
+
+    def _boot(self, deadline: float) -> None:
+        self._display = Display(self.state_dir / "display", self.config.screen)
+        self._display.start(deadline)
+        self._start_sandbox(deadline)
+
+    def _start_sandbox(self, deadline: float) -> None:
+        display = self.display
+        assert display.number is not None
+        self._sandbox = Sandbox(self._spec, self.state_dir, display.number, display.fb_path)
+        self._sandbox.start(deadline)
+        self._client = DesktopClient(self._sandbox.socket_path, timeout=self.config.timeouts.act)
+        self._client.wait_up(deadline)
+        if self._checked_python:
+            return
+        self._checked_python = True
+        check = self._client.execute(["python", "-c", "import pyautogui"], timeout=max(1.0, deadline - time.monotonic()))
+        if check.get("returncode") != 0:
+            raise MissingDependencyError(
+                f"the desktop interpreter {self._spec.python} cannot import pyautogui: "
+                f"{(check.get('error') or check.get('message') or '').strip()[-300:]}; "
+                "install it with `pip install 'legatolabs[local]'`"
+            )
+
+    def _capture_baseline(self, deadline: float) -> None:
+        """Snapshot the freshly booted home as the baseline every later reset restores."""
+        script = f"mkdir -p {' '.join(HOME_DIRS)} && tar -cf /run/legato/baseline.tar -C /home/user ."
+        result = self.client.execute(script, shell=True, timeout=max(1.0, deadline - time.monotonic()))
+        if result.get("returncode") != 0:
+            raise DesktopCrashed(f"could not capture the home baseline: {result}")
+        assert self._sandbox is not None
+        shutil.move(self._sandbox.run_dir / "baseline.tar", self._sandbox.baseline)
+
+    def _kill_sandbox(self, deadline: float) -> bool:
+        ok = True
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self._sandbox is not None:
+            ok = self._sandbox.kill(deadline)
+            if ok and self._display is not None and self._display.alive():
+                ok = self._display.wait_no_windows(deadline)
+            self._sandbox = None
+        return ok
+
+    def _restart(self, deadline: float) -> None:
+        self._kill_sandbox(deadline)
+        if self._display is not None:
+            self._display.stop()
+        self._boot(deadline)
+
+    def close(self) -> None:
+        """Kill the sandbox (its whole pid namespace), the window manager and the X server. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._kill_sandbox(time.monotonic() + self.options.kill_timeout)
+        finally:
+            if self._display is not None:
+                self._display.stop()
+                self._display = None
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    # ------------------------------------------------------------------ the contract
+    def check_task(self, task: Task) -> None:
+        """Raise :class:`~legato_gym.errors.UnsupportedTaskError` if this backend cannot run ``task``."""
+        check_setup(task)
+        grading.check_evaluator(task)
+
+    def reset(self, task: Task) -> None:
+        """Kill the last episode's apps, restore the home baseline, then run the task's setup."""
+        if self._closed:
+            raise StateError("reset() called after close(); create a new LocalDesktop")
+        self.check_task(task)
+        deadline = time.monotonic() + self.config.timeouts.reset
+        self._task, self._actions, self._expected_windows = None, [], 0
+        try:
+            if not self.config.fast_reset or self._display is None or not self._display.alive():
+                self._restart(deadline)
+                self.last_reset_kind = "restart"
+            else:
+                kill_deadline = min(deadline, time.monotonic() + self.options.kill_timeout)
+                if self._kill_sandbox(kill_deadline):
+                    self._start_sandbox(deadline)
+                    self.last_reset_kind = "fast"
+                else:
+                    logger.warning("processes or windows survived the sandbox kill; restarting the whole desktop")
+                    self._restart(deadline)
+                    self.last_reset_kind = "fallback"
+            cache = self._cache_dir(task)
+            runner = SetupRunner(
+                self.client,
+                cache,
+                self.config.screen,
+                deadline,
+                self._settle_windows if self.config.ready_signal else None,
+            )
+            runner.run(task.setup)
+        except DesktopError:
+            raise
+        except (OSError, ValueError) as exc:
+            raise DesktopCrashed(f"reset for task {task.task_id} failed: {exc}") from exc
+        self._expected_windows = runner.expected_windows
+        self._task = task
+
+    def _cache_dir(self, task: Task) -> Path:
+        cache = self.state_dir / "cache" / task.task_id
+        if cache.exists():
+            shutil.rmtree(cache)
+        gold = TASK_DATA / task.task_id
+        if gold.is_dir():
+            shutil.copytree(gold, cache)
+        else:
+            cache.mkdir(parents=True)
+        return cache
+
+    def _settle_windows(self, windows: int, deadline: float) -> bool:
+        display = self.display
+        window_deadline = min(deadline, time.monotonic() + self.options.window_timeout)
+        mapped = display.wait_windows(windows, window_deadline)
+        settled = display.wait_settled(deadline, self.options.settle_s, self.options.poll_s)
+        return mapped and settled
+
+    def _fixed_wait(self, seconds: float) -> Waited:
+        start = time.monotonic()
+        if seconds > 0:
+            time.sleep(seconds)
+        return Waited(seconds=time.monotonic() - start, ready=False)
+
+    def wait_after_reset(self) -> Waited:
+        """Ready signal: the setup's windows mapped and the screen settled (else OSWorld's scaled sleep)."""
+        self._require_task("wait_after_reset")
+        if not self.config.ready_signal:
+            return self._fixed_wait(30 * self.config.fixed_wait)
+        start = time.monotonic()
+        ready = self._settle_windows(self._expected_windows, start + self.config.timeouts.ready)
+        return Waited(seconds=time.monotonic() - start, ready=ready)
+
+    def observe(self) -> Observation:
+        """The screen (read from the X server's framebuffer) and the instruction."""
+        task = self._require_task("observe")
+        return Observation(screenshot=self.display.screenshot(), instruction=task.instruction)
+
+    def act(self, action: str) -> ActResult:
+        """Run one ``pyautogui`` action inside the sandbox (``python -c``), then wait for the screen."""
+        self._require_task("act")
+        self._actions.append(action)
+        start = time.monotonic()
+        if action not in SPECIAL_ACTIONS:
+            prefix = ACTION_PREFIX
+            if self.options.pyautogui_pause is not None:
+                pause = f"pyautogui.PAUSE = {float(self.options.pyautogui_pause)!r}; "
+                prefix = prefix.replace("{command}", pause + "{command}")
+            command = prefix.format(command=action)
+            result = self.client.execute(["python", "-c", command], timeout=self.config.timeouts.act)
+            if result.get("status") != "success":
+                raise DesktopCrashed(f"the desktop could not run the action: {result.get('message')}")
+            if result.get("returncode"):
+                logger.info("action exited with %s: %s", result.get("returncode"), (result.get("error") or "")[-300:])
+        act_s = time.monotonic() - start
+        if not self.config.ready_signal:
+            pause = self.config.fixed_wait * (2 if action == "WAIT" else 1)
+            return ActResult(act_s=act_s, wait_s=self._fixed_wait(pause).seconds)
+        if action in ("DONE", "FAIL"):
+            return ActResult(act_s=act_s)
+        settle_start = time.monotonic()
+        self.display.wait_settled(settle_start + self.config.timeouts.ready, self.options.settle_s, self.options.poll_s)
+        return ActResult(act_s=act_s, ready_s=time.monotonic() - settle_start)
+
+    def wait_before_eval(self) -> Waited:
+        """Run the task's post-config, then wait until the screen settles (or OSWorld's scaled sleep)."""
+        task = self._require_task("wait_before_eval")
+        start = time.monotonic()
+        deadline = start + self.config.timeouts.ready
+        postconfig = list(task.evaluator.get("postconfig") or [])
+        if postconfig:
+            settle = self._settle_windows if self.config.ready_signal else None
+            runner = SetupRunner(self.client, self.state_dir / "cache" / task.task_id, self.config.screen, deadline, settle)
+            runner.launched = self._expected_windows
+            runner.run(postconfig)
+        if not self.config.ready_signal:
+            self._fixed_wait(10 * self.config.fixed_wait)
+            return Waited(seconds=time.monotonic() - start, ready=False)
+        ready = self.display.wait_settled(deadline, self.options.settle_s, self.options.poll_s)
+        return Waited(seconds=time.monotonic() - start, ready=ready)
+
+    def evaluate(self) -> float:
+        """Grade the task with OSWorld's getter and metric semantics (see :mod:`.grading`)."""
+        task = self._require_task("evaluate")
+        return grading.evaluate(task, self.client, self.state_dir / "cache" / task.task_id, self._actions)
+
+    def _require_task(self, call: str) -> Task:
+        if self._closed:
+            raise StateError(f"{call}() called after close(); create a new LocalDesktop")
+        if self._task is None:
+            raise StateError(f"{call}() called before reset(task); call reset(task) first")
+        return self._task
+
+
+def _sweep_stale(root: Path) -> None:
+    """Remove state dirs left by legato processes that were killed (their owner pid is gone)."""
+    for entry in root.iterdir():
+        try:
+            owner = int((entry / "owner.pid").read_text())
+        except (OSError, ValueError):
+            continue
+        if not Path(f"/proc/{owner}").exists():
+            shutil.rmtree(entry, ignore_errors=True)

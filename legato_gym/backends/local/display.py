@@ -1,0 +1,280 @@
+"""One X display on this host: Xvfb with a framebuffer file, and openbox as the window manager.
+
+The display is the trusted part of a desktop and lives outside the sandbox: the apps inside reach it only
+through its filesystem socket, bind-mounted into their sandbox. legato reads the screen from the
+framebuffer file that ``Xvfb -fbdir`` memory-maps (no X client library, no copy through the X protocol).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from legato_gym.errors import DeadlineExceeded, DesktopCrashed, MissingDependencyError
+
+__all__ = ["Display", "WindowInfo", "require_tools"]
+
+logger = logging.getLogger(__name__)
+
+_XWD_HEADER = struct.Struct(">25I")
+_POLL_S = 0.005
+
+
+def require_tools(names: Sequence[str]) -> None:
+    """Raise :class:`MissingDependencyError` naming the Debian packages when a tool is missing."""
+    packages = {
+        "Xvfb": "xvfb",
+        "openbox": "openbox",
+        "bwrap": "bubblewrap",
+        "wmctrl": "wmctrl",
+        "xdotool": "xdotool",
+        "setpriv": "util-linux",
+        "xterm": "xterm",
+    }
+    missing = [name for name in names if shutil.which(name) is None]
+    if missing:
+        debs = " ".join(sorted({packages.get(name, name) for name in missing}))
+        raise MissingDependencyError(
+            f"the local backend needs {', '.join(missing)} on PATH; install them with "
+            f"`apt-get install -y --no-install-recommends {debs}`"
+        )
+
+
+def _pdeathsig(command: list[str]) -> list[str]:
+    """Wrap a command so the kernel SIGKILLs it when legato's process dies (no cleanup code needed)."""
+    return ["setpriv", "--pdeathsig", "KILL", "--", *command]
+
+
+class WindowInfo(tuple[str, str, str]):
+    """``(window id, WM_CLASS, title)`` of one managed window."""
+
+    @property
+    def wid(self) -> str:
+        return self[0]
+
+    @property
+    def wm_class(self) -> str:
+        return self[1]
+
+    @property
+    def title(self) -> str:
+        return self[2]
+
+
+class Display:
+    """An Xvfb display with openbox, started by :meth:`start` and ended by :meth:`stop`.
+
+    Args:
+        state_dir: a private directory for this display (framebuffer file, openbox's home).
+        screen: ``(width, height)``.
+    """
+
+    def __init__(self, state_dir: Path, screen: tuple[int, int]) -> None:
+        self.state_dir = state_dir
+        self.screen = screen
+        self.number: int | None = None
+        self._xvfb: subprocess.Popen[bytes] | None = None
+        self._wm: subprocess.Popen[bytes] | None = None
+        self._fb_path = state_dir / "fb" / "Xvfb_screen0"
+        self._fb_view: npt.NDArray[np.uint8] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def name(self) -> str:
+        """``:N``, the value of ``DISPLAY``."""
+        if self.number is None:
+            raise DesktopCrashed("the display is not running")
+        return f":{self.number}"
+
+    @property
+    def socket_path(self) -> Path:
+        """The display's X socket (the only way into it: TCP is off and sandboxes have no abstract sockets)."""
+        return Path("/tmp/.X11-unix") / f"X{self.number}"
+
+    @property
+    def fb_path(self) -> Path:
+        return self._fb_path
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in (self._xvfb, self._wm) if p is not None]
+
+    def env(self) -> dict[str, str]:
+        return {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "DISPLAY": self.name,
+            "HOME": str(self.state_dir / "wm"),
+            "LANG": "C.UTF-8",
+        }
+
+    def start(self, deadline: float) -> None:
+        """Start Xvfb (free display number from ``-displayfd``) and openbox; return once both are ready."""
+        width, height = self.screen
+        (self.state_dir / "fb").mkdir(parents=True, exist_ok=True)
+        (self.state_dir / "wm").mkdir(parents=True, exist_ok=True)
+        read_fd, write_fd = os.pipe()
+        try:
+            self._xvfb = subprocess.Popen(
+                _pdeathsig(
+                    [
+                        "Xvfb",
+                        "-displayfd",
+                        str(write_fd),
+                        "-screen",
+                        "0",
+                        f"{width}x{height}x24",
+                        "-nolisten",
+                        "tcp",
+                        "-noreset",  # else the server resets when its last client leaves (races the WM)
+                        "-fbdir",
+                        str(self.state_dir / "fb"),
+                    ]
+                ),
+                pass_fds=(write_fd,),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            os.close(write_fd)
+            write_fd = -1
+            self.number = int(self._read_line(read_fd, deadline, "Xvfb -displayfd"))
+        finally:
+            os.close(read_fd)
+            if write_fd >= 0:
+                os.close(write_fd)
+        # openbox runs --startup only once it manages windows; polling `wmctrl -m` instead leaves a window
+        # launched right away unmanaged for ~5 s in about a third of starts (measured here).
+        marker = self.state_dir / "wm" / "ready"
+        marker.unlink(missing_ok=True)
+        self._wm = subprocess.Popen(
+            _pdeathsig(["openbox", "--sm-disable", "--startup", f"touch {marker}"]),
+            env=self.env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        while not marker.exists():
+            if self._wm.poll() is not None:
+                self.stop()
+                raise DesktopCrashed(f"openbox exited during start-up on display :{self.number}")
+            if time.monotonic() >= deadline:
+                self.stop()
+                raise DeadlineExceeded("openbox did not start before the reset deadline")
+            time.sleep(_POLL_S)
+        logger.debug("display %s up (Xvfb pid %s, openbox pid %s)", self.name, self._xvfb.pid, self._wm.pid)
+
+    def _read_line(self, fd: int, deadline: float, what: str) -> str:
+        data = b""
+        while not data.endswith(b"\n"):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.stop()
+                raise DeadlineExceeded(f"{what} did not report ready before the reset deadline")
+            ready, _, _ = select.select([fd], [], [], min(remaining, 0.5))
+            if ready:
+                chunk = os.read(fd, 64)
+                if not chunk:
+                    self.stop()
+                    raise DesktopCrashed(f"{what} exited during start-up (is the display already in use?)")
+                data += chunk
+        return data.decode().strip()
+
+    def alive(self) -> bool:
+        return all(p is not None and p.poll() is None for p in (self._xvfb, self._wm))
+
+    def stop(self) -> None:
+        """Kill openbox and Xvfb (their process groups) and reap them. Idempotent."""
+        self._fb_view = None
+        for proc in (self._wm, self._xvfb):
+            if proc is None:
+                continue
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        self._wm = self._xvfb = None
+        if self.number is not None:
+            for stale in (self.socket_path, Path(f"/tmp/.X{self.number}-lock")):
+                stale.unlink(missing_ok=True)  # Xvfb removes these itself, but not when SIGKILLed
+        self.number = None
+
+    # ------------------------------------------------------------------ screen
+    def _framebuffer(self) -> npt.NDArray[np.uint8]:
+        if self._fb_view is None:
+            with open(self._fb_path, "rb") as f:
+                header = _XWD_HEADER.unpack(f.read(_XWD_HEADER.size))
+            width, height, bpp, stride = header[4], header[5], header[11], header[12]
+            if bpp != 32:
+                raise DesktopCrashed(f"framebuffer {self._fb_path} has {bpp} bits per pixel; expected 32")
+            offset = header[0] + 12 * header[19]
+            mm = np.memmap(self._fb_path, dtype=np.uint8, mode="r", offset=offset, shape=(height, stride))
+            self._fb_view = mm[:, : 4 * width].reshape(height, width, 4)
+        return self._fb_view
+
+    def screenshot(self) -> npt.NDArray[np.uint8]:
+        """The screen as an ``(H, W, 3)`` RGB array (a copy)."""
+        if not self.alive():
+            raise DesktopCrashed(f"the X server of display {self.number} died")
+        return np.ascontiguousarray(self._framebuffer()[:, :, 2::-1])
+
+    def fingerprint(self) -> bytes:
+        """A cheap digest of the screen (every 4th pixel of every 4th row) to tell whether it changed."""
+        return self._framebuffer()[::4, ::4, :3].tobytes()
+
+    def wait_settled(self, deadline: float, settle_s: float, poll_s: float) -> bool:
+        """Wait until the screen stays unchanged for ``settle_s``; False when the deadline passed first."""
+        last = self.fingerprint()
+        stable_since = time.monotonic()
+        while True:
+            now = time.monotonic()
+            if now - stable_since >= settle_s:
+                return True
+            if now >= deadline:
+                return False
+            time.sleep(min(poll_s, max(0.0, deadline - now)))
+            current = self.fingerprint()
+            if current != last:
+                last, stable_since = current, time.monotonic()
+
+    # ------------------------------------------------------------------ windows
+    def windows(self) -> list[WindowInfo]:
+        """Managed top-level windows (``_NET_CLIENT_LIST``, through ``wmctrl -lx``)."""
+        out = subprocess.run(["wmctrl", "-lx"], env=self.env(), capture_output=True, text=True, timeout=10)
+        if out.returncode != 0:
+            return []
+        result = []
+        for line in out.stdout.splitlines():
+            parts = line.split(None, 4)
+            if len(parts) >= 3:
+                result.append(WindowInfo((parts[0], parts[2], parts[4] if len(parts) > 4 else "")))
+        return result
+
+    def wait_windows(self, count: int, deadline: float) -> bool:
+        """Wait until at least ``count`` windows are managed; False when the deadline passed first."""
+        while len(self.windows()) < count:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_POLL_S * 4)
+        return True
+
+    def wait_no_windows(self, deadline: float) -> bool:
+        """Wait until no client window is left (the X server drops a dead client's windows)."""
+        while self.windows():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_POLL_S)
+        return True

@@ -1,0 +1,595 @@
+"""The in-desktop HTTP server of the ``local`` backend: OSWorld's VM server protocol, standard library only.
+
+It runs *inside* each desktop's sandbox (so every command it runs is sandboxed too) and answers the same
+paths, fields and status codes as OSWorld's ``desktop_env/server/main.py`` (a Flask app on port 5000 in
+the VM), so OSWorld's controllers and getters can talk to it. Differences, all deliberate:
+
+* it listens on a unix socket (``--listen unix:PATH``; the sandbox has no network, so the socket file is
+  how the host reaches it) or, outside a sandbox, on TCP (``--listen tcp:HOST:PORT``);
+* ``/screenshot`` reads the X server's framebuffer file (``Xvfb -fbdir``) instead of ``pyautogui``, so it
+  needs no third-party package; Xvfb draws the cursor into that buffer, as OSWorld pastes it;
+* ``/run_bash_script`` does not have OSWorld's undefined ``_append_event`` bug (it answers 200, not 500);
+* ``/accessibility`` answers 500 "Currently not implemented for platform ..." (no AT-SPI here) and
+  ``/terminal`` answers ``{"output": null, "status": "success"}`` (no focused gnome-terminal), which is
+  what OSWorld's server answers on a desktop without one;
+* routes OSWorld serves that need GNOME or network (wallpaper, download_file, recording) answer as
+  OSWorld's do when their tool is missing.
+
+Run: ``python server.py --listen unix:/run/legato/server.sock --fb /run/legato-fb``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import email.parser
+import email.policy
+import json
+import logging
+import os
+import platform
+import shlex
+import shutil
+import signal
+import socket
+import socketserver
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import zlib
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+logger = logging.getLogger("legato.desktop_server")
+
+#: OSWorld's ``/setup/open_file`` waits this long for the window (its ``TIMEOUT``).
+OPEN_FILE_TIMEOUT = 1800.0
+_XWD_HEADER = struct.Struct(">25I")
+
+Response = tuple[int, str, bytes, dict[str, str]]
+
+
+# --------------------------------------------------------------------------------------------- screen
+
+
+class Framebuffer:
+    """The X screen as Xvfb's ``-fbdir`` XWD file (memory-mapped by Xvfb, so reads are live)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        with open(path, "rb") as f:
+            header = _XWD_HEADER.unpack(f.read(_XWD_HEADER.size))
+        header_size, ncolors = header[0], header[19]
+        self.width, self.height = header[4], header[5]
+        self.bits_per_pixel, self.bytes_per_line = header[11], header[12]
+        self.offset = header_size + 12 * ncolors
+        if self.bits_per_pixel != 32:
+            raise ValueError(f"framebuffer {path}: {self.bits_per_pixel} bits per pixel; start Xvfb with depth 24")
+
+    def bgrx(self) -> bytes:
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            return f.read(self.bytes_per_line * self.height)
+
+    def png(self, level: int = 1) -> bytes:
+        raw = self.bgrx()
+        w, h = self.width, self.height
+        if self.bytes_per_line != 4 * w:
+            raw = b"".join(raw[y * self.bytes_per_line : y * self.bytes_per_line + 4 * w] for y in range(h))
+        rgb = bytearray(3 * w * h)
+        rgb[0::3] = raw[2::4]
+        rgb[1::3] = raw[1::4]
+        rgb[2::3] = raw[0::4]
+        stride = 3 * w
+        rows = bytearray((stride + 1) * h)
+        for y in range(h):
+            start = y * (stride + 1) + 1
+            rows[start : start + stride] = rgb[y * stride : (y + 1) * stride]
+
+        def chunk(kind: bytes, data: bytes) -> bytes:
+            return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+        return b"".join(
+            (
+                b"\x89PNG\r\n\x1a\n",
+                chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)),
+                chunk(b"IDAT", zlib.compress(bytes(rows), level)),
+                chunk(b"IEND", b""),
+            )
+        )
+
+
+# ------------------------------------------------------------------------------------------- handlers
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    return status, "application/json", json.dumps(data).encode(), {}
+
+
+def _text(text: str, status: int = 200) -> Response:
+    return status, "text/html; charset=utf-8", text.encode(), {}
+
+
+def _expand_command(data: dict[str, Any]) -> tuple[list[str] | str, bool]:
+    shell = bool(data.get("shell", False))
+    command = data.get("command", "" if shell else [])
+    if isinstance(command, str) and not shell:
+        command = shlex.split(command)
+    if isinstance(command, list):
+        command = [os.path.expanduser(arg) if arg.startswith("~/") else arg for arg in command]
+    return command, shell
+
+
+def _wmctrl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["wmctrl", *args], capture_output=True, text=True, timeout=10)
+
+
+class Handlers:
+    """One method per OSWorld route; each returns ``(status, content type, body, extra headers)``."""
+
+    def __init__(self, fb: Framebuffer | None, open_file_timeout: float) -> None:
+        self.fb = fb
+        self.open_file_timeout = open_file_timeout
+        self._children: list[subprocess.Popen[bytes]] = []
+        self._lock = threading.Lock()
+
+    def _spawn(self, command: list[str] | str, shell: bool) -> None:
+        proc = subprocess.Popen(command, shell=shell)
+        with self._lock:
+            self._children = [p for p in self._children if p.poll() is None]
+            self._children.append(proc)
+
+    # --- commands
+    def execute(self, data: dict[str, Any]) -> Response:
+        command, shell = _expand_command(data)
+        try:
+            result = subprocess.run(command, capture_output=True, shell=shell, text=True, timeout=120)
+        except Exception as exc:
+            return _json({"status": "error", "message": str(exc)}, 500)
+        return _json(
+            {"status": "success", "output": result.stdout, "error": result.stderr, "returncode": result.returncode}
+        )
+
+    def execute_with_verification(self, data: dict[str, Any]) -> Response:
+        command, shell = _expand_command(data)
+        verification = data.get("verification") or {}
+        max_wait = float(data.get("max_wait_time", 10))
+        interval = float(data.get("check_interval", 1))
+        try:
+            result = subprocess.run(command, capture_output=True, shell=shell, text=True, timeout=120)
+        except Exception as exc:
+            return _json({"status": "error", "message": str(exc)}, 500)
+        base = {"output": result.stdout, "error": result.stderr, "returncode": result.returncode}
+        if not verification:
+            return _json({"status": "success", **base})
+        start = time.monotonic()
+        while time.monotonic() - start < max_wait:
+            passed = True
+            if "window_exists" in verification:
+                try:
+                    listing = _wmctrl("-l").stdout
+                    passed = str(verification["window_exists"]).lower() in listing.lower()
+                except Exception:
+                    passed = False
+            if passed and "command_success" in verification:
+                try:
+                    check = subprocess.run(verification["command_success"], shell=True, capture_output=True, timeout=5)
+                    passed = check.returncode == 0
+                except Exception:
+                    passed = False
+            if passed:
+                wait = time.monotonic() - start
+                return _json({"status": "success", **base, "verification": "passed", "wait_time": wait})
+            time.sleep(interval)
+        return _json(
+            {"status": "verification_failed", **base, "verification": "failed", "wait_time": max_wait}, 500
+        )
+
+    def launch(self, data: dict[str, Any]) -> Response:
+        command, shell = _expand_command(data)
+        try:
+            self._spawn(command, shell)
+        except Exception as exc:
+            return _json({"status": "error", "message": str(exc)}, 500)
+        shown = command if shell or isinstance(command, str) else " ".join(command)
+        return _text(f"{shown} launched successfully")
+
+    def run_python(self, data: dict[str, Any]) -> Response:
+        code = data.get("code")
+        if not code:
+            return _json({"status": "error", "message": "Code not supplied!"}, 400)
+        path = os.path.join(tempfile.gettempdir(), f"python_exec_{uuid.uuid4().hex}.py")
+        try:
+            Path(path).write_text(code)
+            result = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=30)
+        except subprocess.TimeoutExpired:
+            return _json(
+                {
+                    "status": "error",
+                    "message": "Execution timeout: Code took too long to execute",
+                    "error": "TimeoutExpired",
+                    "need_more": False,
+                    "output": None,
+                },
+                500,
+            )
+        except Exception as exc:
+            return _json(
+                {"status": "error", "message": f"Execution error: {exc}", "error": repr(exc), "need_more": False}, 500
+            )
+        finally:
+            Path(path).unlink(missing_ok=True)
+        output, error = result.stdout, result.stderr
+        message = output + (("\n" + error) if output else error) if error else output
+        status = "success"
+        if result.returncode != 0:
+            status = "error"
+            if not error:
+                error = f"Process exited with code {result.returncode}"
+                message = message + "\n" + error if message else error
+        return _json(
+            {
+                "status": status,
+                "message": message,
+                "need_more": False,
+                "output": output,
+                "error": error,
+                "return_code": result.returncode,
+            }
+        )
+
+    def run_bash_script(self, data: dict[str, Any]) -> Response:
+        script = data.get("script")
+        timeout = float(data.get("timeout", 100))
+        working_dir = data.get("working_dir")
+        if not script:
+            return _json({"status": "error", "output": "Script not supplied!", "error": "", "returncode": -1}, 400)
+        if working_dir:
+            working_dir = os.path.expanduser(working_dir)
+            if not os.path.exists(working_dir):
+                return _json(
+                    {
+                        "status": "error",
+                        "output": f"Working directory does not exist: {working_dir}",
+                        "error": "",
+                        "returncode": -1,
+                    },
+                    400,
+                )
+        if "#!/bin/bash" not in script:
+            script = "#!/bin/bash\n\n" + script
+        fd, path = tempfile.mkstemp(suffix=".sh")
+        with os.fdopen(fd, "w") as f:
+            f.write(script)
+        try:
+            result = subprocess.run(
+                ["/bin/bash", path],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                timeout=timeout,
+                cwd=working_dir,
+            )
+        except subprocess.TimeoutExpired:
+            return _json(
+                {
+                    "status": "error",
+                    "output": f"Script execution timed out after {timeout:g} seconds",
+                    "error": "",
+                    "returncode": -1,
+                },
+                500,
+            )
+        finally:
+            Path(path).unlink(missing_ok=True)
+        return _json(
+            {
+                "status": "success" if result.returncode == 0 else "error",
+                "output": result.stdout,
+                "error": "",
+                "returncode": result.returncode,
+            }
+        )
+
+    # --- screen
+    def screenshot(self, data: dict[str, Any]) -> Response:
+        if self.fb is None:
+            return _text("no framebuffer (start the server with --fb)", 500)
+        return 200, "image/png", self.fb.png(), {}
+
+    def screen_size(self, data: dict[str, Any]) -> Response:
+        if self.fb is None:
+            return _text("no framebuffer (start the server with --fb)", 500)
+        return _json({"width": self.fb.width, "height": self.fb.height})
+
+    def cursor_position(self, data: dict[str, Any]) -> Response:
+        out = subprocess.run(["xdotool", "getmouselocation", "--shell"], capture_output=True, text=True, timeout=10)
+        fields = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+        return _json([int(fields.get("X", 0)), int(fields.get("Y", 0))])
+
+    def window_size(self, data: dict[str, Any]) -> Response:
+        name = data.get("app_class_name")
+        if not name:
+            return _json({"error": "app_class_name is required"}, 400)
+        for line in _wmctrl("-lGx").stdout.splitlines():
+            parts = line.split(None, 7)
+            if len(parts) >= 7 and name.lower() in [c.lower() for c in parts[6].split(".")]:
+                return _json({"width": int(parts[4]), "height": int(parts[5])})
+        return _text("Internal Server Error", 500)
+
+    def platform(self, data: dict[str, Any]) -> Response:
+        return _text(platform.system())
+
+    def accessibility(self, data: dict[str, Any]) -> Response:
+        return _text(f"Currently not implemented for platform {platform.platform()}.", 500)
+
+    def terminal(self, data: dict[str, Any]) -> Response:
+        return _json({"output": None, "status": "success"})
+
+    def desktop_path(self, data: dict[str, Any]) -> Response:
+        path = os.path.join(str(Path.home()), "Desktop")
+        if os.path.exists(path):
+            return _json({"desktop_path": path})
+        return _json({"error": "Unsupported operating system or desktop path not found"}, 404)
+
+    def wallpaper(self, data: dict[str, Any]) -> Response:
+        return _text("Wallpaper file not found", 404)
+
+    def start_recording(self, data: dict[str, Any]) -> Response:
+        message = "ffmpeg is required for recording but was not found in PATH."
+        return _json({"status": "error", "message": message}, 500)
+
+    def end_recording(self, data: dict[str, Any]) -> Response:
+        return _json({"status": "error", "message": "No recording in progress to stop."}, 400)
+
+    # --- files
+    def list_directory(self, data: dict[str, Any]) -> Response:
+        if "path" not in data:
+            return _json({"error": "Missing 'path' parameter"}, 400)
+        start = data["path"]
+        if not os.path.isdir(start):
+            return _json({"error": "The provided path is not a directory"}, 400)
+
+        def tree(directory: str) -> dict[str, Any]:
+            node: dict[str, Any] = {"type": "directory", "name": os.path.basename(directory), "children": []}
+            try:
+                for entry in os.listdir(directory):
+                    full = os.path.join(directory, entry)
+                    if os.path.isdir(full):
+                        node["children"].append(tree(full))
+                    else:
+                        node["children"].append({"type": "file", "name": entry})
+            except OSError as exc:
+                return {"error": str(exc)}
+            return node
+
+        return _json({"directory_tree": tree(start)})
+
+    def file(self, data: dict[str, Any]) -> Response:
+        if "file_path" not in data:
+            return _json({"error": "file_path is required"}, 400)
+        path = os.path.expandvars(os.path.expanduser(data["file_path"]))
+        if not os.path.exists(path):
+            return _json({"error": "File not found"}, 404)
+        try:
+            body = Path(path).read_bytes()
+        except FileNotFoundError:
+            return _json({"error": "File not found"}, 404)
+        except Exception as exc:
+            return _json({"error": f"Failed to serve file: {exc}"}, 500)
+        disposition = f'attachment; filename="{os.path.basename(path)}"'
+        return 200, "application/octet-stream", body, {"Content-Disposition": disposition}
+
+    def upload(self, data: dict[str, Any]) -> Response:
+        file_data = data.get("file_data")
+        if "file_path" not in data or not isinstance(file_data, bytes):
+            return _json({"error": "file_path and file_data are required"}, 400)
+        path = os.path.expandvars(os.path.expanduser(data["file_path"]))
+        try:
+            if os.path.dirname(path):
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+            Path(path).write_bytes(file_data)
+        except Exception as exc:
+            Path(path).unlink(missing_ok=True)
+            return _json({"error": f"Failed to upload file: {exc}"}, 500)
+        return _text(f"File Uploaded: {os.path.getsize(path)} bytes")
+
+    def open_file(self, data: dict[str, Any]) -> Response:
+        path = data.get("path")
+        if not path:
+            return _text("Path not supplied!", 400)
+        target = Path(os.path.expandvars(os.path.expanduser(path)))
+        is_file = target.exists()
+        if not is_file and not shutil.which(path):
+            return _text(f"Application/file not found: {path}", 404)
+        try:
+            if is_file:
+                self._spawn(_opener(target), False)
+                name, stem = target.name, os.path.splitext(target.name)[0]
+            else:
+                self._spawn([path], False)
+                name = stem = path
+            deadline = time.monotonic() + self.open_file_timeout
+            while time.monotonic() < deadline:
+                for line in _wmctrl("-l").stdout.splitlines():
+                    if name in line or stem in line:
+                        _wmctrl("-i", "-a", line.split()[0])
+                        return _text("File opened and window activated successfully")
+                time.sleep(0.05)
+            return _text(f"Failed to find window for {name} within {self.open_file_timeout:g} seconds.", 500)
+        except Exception as exc:
+            return _text(f"Failed to open {path}. Error: {exc}", 500)
+
+    def activate_window(self, data: dict[str, Any]) -> Response:
+        name = data.get("window_name")
+        if not name:
+            return _text("window_name required", 400)
+        flags = "-{}{}a".format("x" if data.get("by_class") else "", "F" if data.get("strict") else "")
+        _wmctrl(flags, name)
+        return _text("Window activated successfully")
+
+    def close_window(self, data: dict[str, Any]) -> Response:
+        if "window_name" not in data:
+            return _text("window_name required", 400)
+        flags = "-{}{}c".format("x" if data.get("by_class") else "", "F" if data.get("strict") else "")
+        _wmctrl(flags, data["window_name"])
+        return _text("Window closed successfully.")
+
+
+def _opener(path: Path) -> list[str]:
+    """``xdg-open`` when installed, else the app this desktop has for the file type."""
+    if shutil.which("xdg-open"):
+        return ["xdg-open", str(path)]
+    office = {".xlsx": "--calc", ".xls": "--calc", ".ods": "--calc", ".csv": "--calc", ".docx": "--writer"}
+    office |= {".doc": "--writer", ".odt": "--writer", ".pptx": "--impress", ".odp": "--impress"}
+    flag = office.get(path.suffix.lower())
+    if flag and shutil.which("soffice"):
+        return ["soffice", flag, "--norestore", "--nologo", "--nofirststartwizard", str(path)]
+    for editor in ("mousepad", "gedit", "xed"):
+        if shutil.which(editor):
+            return [editor, str(path)]
+    return ["xterm", "-e", "less", str(path)]
+
+
+ROUTES: dict[tuple[str, str], str] = {
+    ("POST", "/execute"): "execute",
+    ("POST", "/setup/execute"): "execute",
+    ("POST", "/execute_with_verification"): "execute_with_verification",
+    ("POST", "/setup/execute_with_verification"): "execute_with_verification",
+    ("POST", "/setup/launch"): "launch",
+    ("POST", "/run_python"): "run_python",
+    ("POST", "/run_bash_script"): "run_bash_script",
+    ("GET", "/screenshot"): "screenshot",
+    ("POST", "/screen_size"): "screen_size",
+    ("POST", "/window_size"): "window_size",
+    ("GET", "/cursor_position"): "cursor_position",
+    ("GET", "/platform"): "platform",
+    ("GET", "/accessibility"): "accessibility",
+    ("GET", "/terminal"): "terminal",
+    ("POST", "/desktop_path"): "desktop_path",
+    ("POST", "/wallpaper"): "wallpaper",
+    ("POST", "/start_recording"): "start_recording",
+    ("POST", "/end_recording"): "end_recording",
+    ("POST", "/list_directory"): "list_directory",
+    ("POST", "/file"): "file",
+    ("POST", "/setup/upload"): "upload",
+    ("POST", "/setup/open_file"): "open_file",
+    ("POST", "/setup/activate_window"): "activate_window",
+    ("POST", "/setup/close_window"): "close_window",
+}
+
+
+def _parse_body(content_type: str, body: bytes) -> dict[str, Any]:
+    """JSON, urlencoded form or multipart form (file fields as bytes) into one dict, like Flask's views see."""
+    kind = content_type.split(";")[0].strip().lower()
+    if not body:
+        return {}
+    if kind == "application/x-www-form-urlencoded":
+        return {k: v[0] for k, v in parse_qs(body.decode(), keep_blank_values=True).items()}
+    if kind == "multipart/form-data":
+        message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+            b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + body
+        )
+        fields: dict[str, Any] = {}
+        for part in message.iter_parts():
+            name = part.get_param("name", header="content-disposition")
+            payload = part.get_payload(decode=True)
+            if not isinstance(name, str) or not isinstance(payload, bytes):
+                continue
+            fields[name] = payload if part.get_filename() is not None else payload.decode()
+        return fields
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+class RequestHandler(BaseHTTPRequestHandler):
+    server_version = "legato-desktop/0"
+    protocol_version = "HTTP/1.1"
+    handlers: Handlers
+
+    def address_string(self) -> str:  # a unix socket peer has no address
+        return "local"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("%s %s", self.address_string(), format % args)
+
+    def _dispatch(self, method: str) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        name = ROUTES.get((method, self.path.split("?")[0]))
+        if name is None:
+            known = any(path == self.path.split("?")[0] for _, path in ROUTES)
+            response: Response = _text("Method Not Allowed", 405) if known else _text("Not Found", 404)
+        else:
+            try:
+                data = _parse_body(self.headers.get("Content-Type", ""), body)
+                response = getattr(self.handlers, name)(data)
+            except Exception as exc:
+                logger.exception("handler %s failed", name)
+                response = _json({"status": "error", "message": str(exc)}, 500)
+        status, content_type, payload, headers = response
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(payload)))
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+
+class UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+
+class TCPHTTPServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def serve(listen: str, fb_path: str | None, open_file_timeout: float = OPEN_FILE_TIMEOUT) -> None:
+    """Serve forever on ``unix:PATH`` or ``tcp:HOST:PORT``."""
+    fb = Framebuffer(fb_path) if fb_path else None
+    handler = type("BoundHandler", (RequestHandler,), {"handlers": Handlers(fb, open_file_timeout)})
+    server: socketserver.BaseServer
+    kind, _, address = listen.partition(":")
+    if kind == "unix":
+        tmp = f"{address}.{os.getpid()}.tmp"
+        server = UnixHTTPServer(tmp, handler)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, address)  # the socket appears only once it accepts connections
+    elif kind == "tcp":
+        host, _, port = address.rpartition(":")
+        server = TCPHTTPServer((host or "127.0.0.1", int(port)), handler)
+    else:
+        raise SystemExit(f"--listen {listen!r}: give unix:PATH or tcp:HOST:PORT")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    server.serve_forever(poll_interval=0.5)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--listen", required=True, help="unix:PATH or tcp:HOST:PORT")
+    parser.add_argument("--fb", help="Xvfb -fbdir framebuffer file (XWD) of this display")
+    parser.add_argument("--open-file-timeout", type=float, default=OPEN_FILE_TIMEOUT)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    socket.setdefaulttimeout(None)
+    serve(args.listen, args.fb, args.open_file_timeout)
+
+
+if __name__ == "__main__":
+    main()

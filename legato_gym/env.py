@@ -1,0 +1,231 @@
+"""``DesktopEnv``: one desktop as a Gymnasium environment.
+
+Example::
+
+    import gymnasium as gym
+    import legato_gym  # noqa: F401  (registers legato/FakeDesktop-v0)
+
+    env = gym.make("legato/FakeDesktop-v0")
+    obs, info = env.reset(seed=0)                       # a task from the backend's own suite
+    obs, info = env.reset(options={"task": "fake-click-save"})
+    obs, reward, terminated, truncated, info = env.step("pyautogui.click(100, 200)")
+    obs, reward, terminated, truncated, info = env.step("DONE")   # graded: reward in [0, 1]
+    env.close()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import numpy.typing as npt
+from gymnasium import spaces
+
+from legato_gym.backends import get_backend
+from legato_gym.config import DesktopConfig
+from legato_gym.contract import Desktop, Observation, Task
+from legato_gym.episode import Episode
+from legato_gym.errors import ConfigError, StateError, UnknownTaskError
+from legato_gym.tasks import suggest, task_from_config
+
+__all__ = ["ACTION_MAX_LENGTH", "INSTRUCTION_MAX_LENGTH", "TEXT_CHARSET", "DesktopEnv"]
+
+_CHARSET_RANGES = (
+    (0x20, 0x7F),  # ASCII
+    (0xA0, 0x250),  # Latin-1, Latin Extended-A/B
+    (0x370, 0x500),  # Greek, Cyrillic
+    (0x2000, 0x2070),  # general punctuation (dashes, curly quotes)
+    (0x20A0, 0x20D0),  # currency
+    (0x2100, 0x2150),  # letterlike symbols
+    (0x2190, 0x2300),  # arrows, mathematical operators
+    (0x2500, 0x2600),  # box drawing, shapes
+)
+
+#: Characters of the instruction and action ``Text`` spaces: tab, newline and the printable characters of the
+#: Latin, Greek and Cyrillic blocks plus common punctuation and symbols (Gymnasium's default is alphanumeric).
+TEXT_CHARSET: str = "\t\n" + "".join(
+    ch for lo, hi in _CHARSET_RANGES for ch in map(chr, range(lo, hi)) if ch.isprintable()
+)
+INSTRUCTION_MAX_LENGTH = 4096
+ACTION_MAX_LENGTH = 8192
+
+
+class DesktopEnv(gym.Env[dict[str, Any], str]):
+    """A desktop as a ``gymnasium.Env``: screenshot and instruction in, pyautogui actions out.
+
+    The observation is ``{"screenshot": (H, W, 3) uint8 array, "instruction": str}``; the action is a string of
+    pyautogui code or ``WAIT`` / ``DONE`` / ``FAIL``. ``DONE`` and ``FAIL`` terminate the episode and
+    ``max_steps`` truncates it; either way the step that ends it is graded and its reward is the task's score.
+
+    Args:
+        backend: a backend name (``"fake"``, ...) or ``"package.module:Class"``.
+        config: desktop settings (screen size, waits, deadlines, backend options).
+        max_steps: steps after which an episode is truncated (and graded).
+        tasks: the tasks ``reset()`` picks from when it is given none; default: the backend's own suite.
+        desktop: an already-built desktop to drive instead of building one from ``backend`` (the env closes it).
+        render_mode: ``None`` or ``"rgb_array"`` (``render()`` returns the last screenshot).
+        seed: seed for the desktop's own randomness (the fake backend's latencies and faults).
+
+    Raises:
+        ConfigError: bad arguments; UnsupportedTaskError when a task in ``tasks`` cannot run on the backend.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": ["rgb_array"], "render_fps": 1}  # noqa: RUF012
+
+    def __init__(
+        self,
+        backend: str = "fake",
+        config: DesktopConfig | None = None,
+        *,
+        max_steps: int = 15,
+        tasks: Sequence[Task] | None = None,
+        desktop: Desktop | None = None,
+        render_mode: str | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ConfigError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
+        self.render_mode = render_mode
+        self.config = config or DesktopConfig()
+        self.backend = backend
+        self._closed = False
+        self._desktop: Desktop | None = None
+        cls, default_tasks = get_backend(backend)
+        self._default_tasks = default_tasks
+        self._desktop = desktop if desktop is not None else cls(self.config, seed=seed)
+        self._episode = Episode(self._desktop, max_steps=max_steps)
+        self._tasks: list[Task] | None = None
+        if tasks is not None:
+            self._tasks = [self._check(t, f"tasks[{i}]") for i, t in enumerate(tasks)]
+            if not self._tasks:
+                raise ConfigError("tasks=[] gives reset() nothing to pick from; pass at least one task or None")
+        self._last_screenshot: npt.NDArray[np.uint8] | None = None
+        width, height = self._desktop.screen_size
+        self.observation_space = spaces.Dict(
+            {
+                "screenshot": spaces.Box(0, 255, (height, width, 3), np.uint8),
+                "instruction": spaces.Text(INSTRUCTION_MAX_LENGTH, min_length=0, charset=TEXT_CHARSET),
+            }
+        )
+        self.action_space = spaces.Text(ACTION_MAX_LENGTH, min_length=1, charset=TEXT_CHARSET)
+
+    # -- properties --------------------------------------------------------------------------------------
+
+    @property
+    def desktop(self) -> Desktop:
+        """The desktop this env drives."""
+        if self._desktop is None:
+            raise StateError("the env is closed; build a new DesktopEnv")
+        return self._desktop
+
+    @property
+    def episode(self) -> Episode:
+        """The current episode (steps taken, task, done)."""
+        return self._episode
+
+    @property
+    def tasks(self) -> list[Task]:
+        """The tasks ``reset()`` picks from when given none."""
+        if self._tasks is None:
+            self._tasks = [self._check(t, "default task") for t in self._default_tasks(self.config)]
+            if not self._tasks:
+                raise ConfigError(
+                    f'backend {self.backend!r} has no default tasks; pass tasks=[...] or reset(options={{"task": ...}})'
+                )
+        return self._tasks
+
+    # -- gymnasium API -----------------------------------------------------------------------------------
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Start an episode.
+
+        Args:
+            seed: seeds the env's ``np_random``, which picks the task when none is given.
+            options: ``{"task": Task | task id | OSWorld task config dict | Task.to_json() dict}``.
+
+        Returns:
+            ``(obs, info)``; ``info`` has ``task_id``, ``timings`` (``reset_s``, ``wait_after_reset_s``,
+            ``obs_s``) and ``ready``.
+        """
+        super().reset(seed=seed)
+        self._check_open("reset")
+        options = dict(options or {})
+        unknown = sorted(set(options) - {"task"})
+        if unknown:
+            raise ConfigError(f"reset(options=...): unknown option {unknown[0]!r}; the only option is 'task'")
+        if options.get("task") is not None:
+            task = self._resolve(options["task"])
+        else:
+            tasks = self.tasks
+            task = tasks[int(self.np_random.integers(len(tasks)))]
+        obs, info = self._episode.reset(task)
+        return self._to_gym(obs), info
+
+    def step(self, action: str) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        """Run one action. Returns ``(obs, reward, terminated, truncated, info)``; see :class:`Episode`."""
+        self._check_open("step")
+        obs, reward, terminated, truncated, info = self._episode.step(action)
+        return self._to_gym(obs), reward, terminated, truncated, info
+
+    def render(self) -> npt.NDArray[np.uint8] | None:  # type: ignore[override]
+        """The last screenshot (``render_mode="rgb_array"``), or ``None`` before the first reset."""
+        if self.render_mode != "rgb_array" or self._last_screenshot is None:
+            return None
+        frame: npt.NDArray[np.uint8] = self._last_screenshot.copy()
+        return frame
+
+    def close(self) -> None:
+        """Close the desktop. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        desktop, self._desktop = self._desktop, None
+        self._last_screenshot = None
+        if desktop is not None:
+            desktop.close()
+
+    # -- helpers -----------------------------------------------------------------------------------------
+
+    def _check_open(self, call: str) -> None:
+        if self._closed:
+            raise StateError(f"{call}() called on a closed DesktopEnv; build a new one")
+
+    def _check(self, task: Any, where: str) -> Task:
+        if not isinstance(task, Task):
+            raise ConfigError(f"{where} must be a legato_gym.Task (see legato_gym.load_tasks), not {task!r:.80}")
+        check = getattr(self._desktop, "check_task", None)
+        if callable(check):
+            check(task)
+        return task
+
+    def _resolve(self, value: Any) -> Task:
+        if isinstance(value, Task):
+            return self._check(value, 'options["task"]')
+        if isinstance(value, str):
+            known = {t.task_id: t for t in self.tasks}
+            if value in known:
+                return known[value]
+            raise UnknownTaskError(
+                f'options["task"]: unknown task id {value!r}{suggest(value, sorted(known))}; give one of this '
+                "env's tasks, a Task, or an OSWorld task config dict"
+            )
+        if isinstance(value, Mapping):
+            if "task_id" in value and "instruction" in value and "config" in value:
+                task = Task.from_json(value)
+            elif "task_id" in value and isinstance(value.get("config"), Mapping):
+                task = task_from_config(
+                    value["config"], task_id=value["task_id"], domain=value.get("domain"), where='options["task"]'
+                )
+            else:
+                task = task_from_config(value, where='options["task"]')
+            return self._check(task, 'options["task"]')
+        raise ConfigError(f'options["task"]={value!r:.80} must be a Task, a task id, or an OSWorld task config dict')
+
+    def _to_gym(self, obs: Observation) -> dict[str, Any]:
+        if self.render_mode == "rgb_array":
+            self._last_screenshot = obs.screenshot
+        return {"screenshot": obs.screenshot, "instruction": obs.instruction}

@@ -1,0 +1,33 @@
+"""Gymnasium ids for legato's desktops.
+
+:func:`register_envs` runs when :mod:`legato_gym` is imported (when gymnasium is installed), so
+``gymnasium.make("legato/FakeDesktop-v0")`` and ``gymnasium.make_vec("legato/FakeDesktop-v0", num_envs=8)``
+work after ``import legato_gym``. Ids of other backends are added here as they are built.
+"""
+
+from __future__ import annotations
+
+import gymnasium
+
+__all__ = ["ENV_IDS", "register_envs"]
+
+#: Every id registered by :func:`register_envs`, with its backend.
+ENV_IDS: dict[str, str] = {"legato/FakeDesktop-v0": "fake"}
+
+
+def register_envs() -> None:
+    """Register legato's ids with Gymnasium. Idempotent; a no-op under gymnasium < 1 (a worker's interpreter)."""
+    if int(gymnasium.__version__.split(".")[0]) < 1:
+        return
+    for env_id, backend in ENV_IDS.items():
+        if env_id in gymnasium.registry:
+            continue
+        gymnasium.register(
+            id=env_id,
+            entry_point="legato_gym.env:DesktopEnv",
+            vector_entry_point="legato_gym.vector:make_vector_env",
+            kwargs={"backend": backend},
+            # Observations and rewards of the fake desktop are deterministic for a seed, but every info dict
+            # carries wall-clock timings, so no two steps' infos are equal (check_env compares them).
+            nondeterministic=True,
+        )

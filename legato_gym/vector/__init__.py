@@ -1,0 +1,54 @@
+"""Vector envs: many desktops, each in its own worker process.
+
+``gymnasium.make_vec("legato/FakeDesktop-v0", num_envs=8)`` returns a :class:`DesktopVectorEnv` through
+:func:`make_vector_env`. The worker side (:mod:`~legato_gym.vector.worker`, :mod:`~legato_gym.vector.protocol`,
+:mod:`~legato_gym.vector.screens`) imports only the standard library and numpy; this package's ``__init__``
+imports gymnasium lazily, so a worker under another interpreter never needs it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from legato_gym.errors import ConfigError
+
+if TYPE_CHECKING:
+    from legato_gym.vector.env import Deadlines, DesktopVectorEnv
+
+__all__ = ["Deadlines", "DesktopVectorEnv", "make_vector_env"]
+
+
+def make_vector_env(num_envs: int = 1, **kwargs: Any) -> DesktopVectorEnv:
+    """The ``vector_entry_point`` of legato's Gymnasium ids: a :class:`DesktopVectorEnv`.
+
+    Takes :class:`DesktopVectorEnv`'s arguments (``backend``, ``config``, ``max_steps``, ``tasks``, ``seed``,
+    ``deadlines``, ``worker_env``, ``screenshots``). ``gymnasium.make_vec`` also passes
+    ``max_episode_steps`` (used as ``max_steps``) and ``render_mode`` (only ``None``).
+
+    Example::
+
+        import gymnasium as gym
+        import legato_gym  # noqa: F401  (registers legato/ ids)
+
+        envs = gym.make_vec("legato/FakeDesktop-v0", num_envs=8)
+    """
+    from legato_gym.vector.env import DesktopVectorEnv
+
+    max_episode_steps = kwargs.pop("max_episode_steps", None)
+    if max_episode_steps is not None:
+        kwargs.setdefault("max_steps", max_episode_steps)
+    render_mode = kwargs.pop("render_mode", None)
+    if render_mode is not None:
+        raise ConfigError(f"render_mode={render_mode!r}: desktops are not rendered; read obs['screenshot']")
+    if kwargs.get("desktop") is not None:
+        raise ConfigError("desktop=: a vector env builds its desktops in worker processes; pass backend= instead")
+    kwargs.pop("desktop", None)
+    return DesktopVectorEnv(num_envs, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("DesktopVectorEnv", "Deadlines"):
+        from legato_gym.vector import env
+
+        return getattr(env, name)
+    raise AttributeError(f"module 'legato_gym.vector' has no attribute {name!r}")

@@ -1,0 +1,209 @@
+"""``legato rl collect``: collect one batch of graded rollouts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from legato_gym import DesktopConfig, LegatoError, Task, get_backend
+from legato_gym.tasks import load_tasks
+from legato_rl.cli.app import rl_app
+from legato_rl.collect import CollectOptions, Collector, Progress
+from legato_rl.groups import Status
+from legato_rl.policy import PolicyConfig
+
+log = logging.getLogger(__name__)
+
+#: ``--policy-url embedded`` starts legato's reference policy server on loopback (scripted solver).
+EMBEDDED = "embedded"
+
+
+@rl_app.command("collect")
+def collect_command(
+    out: Annotated[Path, typer.Option("--out", help="Run directory; run again with the same arguments to resume.")],
+    policy_url: Annotated[
+        list[str],
+        typer.Option(
+            "--policy-url",
+            help="OpenAI-compatible base URL (…/v1); repeat for replicas. 'embedded' starts legato's "
+            "reference policy server on loopback.",
+        ),
+    ],
+    tasks: Annotated[
+        Path | None,
+        typer.Option(
+            "--tasks",
+            help="Tasks file: [{task_id, domain}] or [{task_id, config}]. Default: the backend's own task suite.",
+        ),
+    ] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Served model name.")] = None,
+    version: Annotated[str | None, typer.Option("--version", help="Policy version stamped on every record.")] = None,
+    backend: Annotated[
+        str, typer.Option("--backend", help="osworld, local, fake, or package.module:Class.")
+    ] = "osworld",
+    osworld: Annotated[
+        Path | None, typer.Option("--osworld", help="OSWorld checkout (holds evaluation_examples/).")
+    ] = None,
+    desktops: Annotated[int, typer.Option("--desktops", help="Desktops run at once.")] = 4,
+    group: Annotated[int, typer.Option("--group", help="Attempts per task: one GRPO group.")] = 4,
+    oversample: Annotated[
+        float, typer.Option("--oversample", help="Extra attempts per group, as a fraction of --group.")
+    ] = 0.0,
+    max_steps: Annotated[int, typer.Option("--max-steps", help="Policy calls per attempt.")] = 15,
+    max_inflight: Annotated[
+        int | None, typer.Option("--max-inflight", help="Cap on concurrent model requests across desktops.")
+    ] = None,
+    step_timeout: Annotated[float, typer.Option("--step-timeout", help="Seconds per model call.")] = 60.0,
+    retries: Annotated[int, typer.Option("--retries", help="Retries of a failed model call.")] = 1,
+    rollout_timeout: Annotated[
+        float | None, typer.Option("--rollout-timeout", help="Wall-clock cap per attempt (graded, 'truncated').")
+    ] = None,
+    env_retries: Annotated[
+        int, typer.Option("--env-retries", help="Re-queues of an attempt after a desktop failure.")
+    ] = 1,
+    ready_signal: Annotated[
+        bool, typer.Option("--ready-signal/--no-ready-signal", help="Wait on ready signals, not fixed sleeps.")
+    ] = True,
+    fixed_wait: Annotated[
+        float, typer.Option("--fixed-wait", help="With --no-ready-signal: seconds slept after each action.")
+    ] = 0.0,
+    fast_reset: Annotated[
+        bool, typer.Option("--fast-reset/--no-fast-reset", help="Reset in place; off: full revert every rollout.")
+    ] = True,
+    image_max: Annotated[int, typer.Option("--image-max", help="Screenshots kept in the prompt.")] = 20,
+    temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature.")] = 1.0,
+    top_p: Annotated[float, typer.Option("--top-p", help="Nucleus sampling.")] = 1.0,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Generated tokens per call.")] = 2048,
+    seed: Annotated[int, typer.Option("--seed", help="Seeds the desktops.")] = 0,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No live display; log lines only.")] = False,
+) -> None:
+    """Collect one batch: every task × (group + oversample) attempts, graded, in legato.rollout/v0."""
+    console = Console(stderr=True)
+    _configure_logging(console)
+    try:
+        config = DesktopConfig(ready_signal=ready_signal, fixed_wait=fixed_wait, fast_reset=fast_reset)
+        if osworld is not None:
+            config = replace(config, osworld_path=osworld.expanduser())
+        _, default_tasks = get_backend(backend)
+        task_list: list[Task]
+        if tasks is not None:
+            task_list = load_tasks(tasks, osworld_path=config.osworld_path)
+        else:
+            task_list = list(default_tasks(config))
+            if not task_list:
+                raise typer.BadParameter(f"backend {backend!r} has no task suite of its own; give --tasks FILE")
+        options = CollectOptions(
+            desktops=desktops,
+            group=group,
+            oversample=oversample,
+            max_steps=max_steps,
+            rollout_timeout=rollout_timeout,
+            env_retries=env_retries,
+            image_max=image_max,
+            backend=backend,
+            seed=seed,
+        )
+        with _policy_urls(policy_url, model) as (urls, served_model):
+            policy = PolicyConfig(
+                url=urls,
+                model=served_model,
+                version=version,
+                temperature=temperature,
+                top_p=top_p,
+                max_tokens=max_tokens,
+                max_inflight=max_inflight,
+                step_timeout=step_timeout,
+                retries=retries,
+            )
+            collector = Collector(task_list, policy, out, options, config)
+            live = sys.stderr.isatty() and not quiet
+            summary = asyncio.run(_run_with_progress(collector, console, live=live))
+    except LegatoError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        console.print(f"[yellow]interrupted.[/yellow] Run the same command again to resume into {out}.")
+        raise typer.Exit(130) from None
+    data = summary.to_json()
+    counts = ", ".join(f"{k} {v}" for k, v in data["status_counts"].items() if v)
+    console.print(
+        f"[green]done[/green]: {out} — {counts}; success rate {_fmt(data['success_rate'])}, "
+        f"{_fmt(data['rollouts_per_hour'], 0)} rollouts/h, groups short {data['groups_short']}"
+    )
+    typer.echo(str(out / "summary.json"))
+
+
+@contextlib.contextmanager
+def _policy_urls(urls: list[str], model: str | None) -> Iterator[tuple[tuple[str, ...], str]]:
+    if EMBEDDED not in urls:
+        if model is None:
+            raise typer.BadParameter("give the served model name with --model (vLLM --served-model-name)")
+        yield tuple(urls), model
+        return
+    if len(urls) > 1:
+        raise typer.BadParameter("--policy-url embedded cannot be combined with other --policy-url values")
+    from legato_rl.testing import ReferencePolicyServer, ScriptedSolver
+
+    with ReferencePolicyServer(brain=ScriptedSolver(), model=model or "legato/reference-policy") as server:
+        log.info("embedded reference policy server at %s (model %s)", server.url, server.model)
+        yield (server.url,), server.model
+
+
+async def _run_with_progress(collector: Collector, console: Console, *, live: bool) -> Any:
+    task = asyncio.create_task(collector.run())
+    if live:
+        with Live(_table(collector.progress), console=console, refresh_per_second=4, transient=False) as view:
+            while not task.done():
+                await asyncio.wait({task}, timeout=0.25)
+                view.update(_table(collector.progress))
+    else:
+        while not task.done():
+            await asyncio.wait({task}, timeout=10.0)
+            if not task.done():
+                log.info("progress: %s", _line(collector.progress))
+    return task.result()
+
+
+def _table(p: Progress) -> Table:
+    table = Table(title="legato rl collect", show_header=False, box=None)
+    table.add_row("groups closed", f"{p.groups_closed}/{p.groups}")
+    table.add_row("desktops busy", f"{p.busy}/{p.desktops}")
+    table.add_row("statuses", ", ".join(f"{s.value} {p.status_counts[s.value]}" for s in Status) or "-")
+    table.add_row("rollouts/hour", _fmt(p.rollouts_per_hour, 0))
+    table.add_row("model call p50", f"{_fmt(p.latency_p50(), 2)} s")
+    return table
+
+
+def _line(p: Progress) -> str:
+    statuses = " ".join(f"{k}={v}" for k, v in sorted(p.status_counts.items()))
+    return (
+        f"groups {p.groups_closed}/{p.groups} busy {p.busy}/{p.desktops} {statuses} "
+        f"rollouts/h {_fmt(p.rollouts_per_hour, 0)} model p50 {_fmt(p.latency_p50(), 2)}s"
+    )
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _configure_logging(console: Console) -> None:
+    from rich.logging import RichHandler
+
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.INFO,
+            format="%(message)s",
+            handlers=[RichHandler(console=console, show_path=False)],
+        )
+        logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -1,0 +1,468 @@
+"""The rollout scheduler behind ``legato rl collect``.
+
+One asyncio task per desktop pulls attempts from the :class:`~legato_rl.groups.GroupBook` and plays them:
+reset the desktop to the task, then alternate a policy call (bounded by ``max_inflight`` across all
+desktops) and the reply's actions until the episode ends, then record the attempt. Every phase has a
+deadline: desktop phases are bounded by the vector env (a hung worker is killed and replaced), model calls
+by ``step_timeout`` × ``retries``, and the whole attempt by ``rollout_timeout``.
+
+Failures stay with the attempt they hit:
+
+* a desktop failure (worker death, setup failure, hang) records the try as ``retried`` and queues the
+  attempt again, up to ``env_retries`` times, then ``error`` (kind ``env``);
+* a policy failure (after the client's own retries) is ``error`` (kind ``policy``);
+* neither is ever recorded as the agent's failure, and neither stops the batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from legato_gym import ConfigError, DesktopConfig, DesktopError, LegatoError, Task, get_backend
+from legato_gym.tasks import load_tasks
+from legato_gym.vector import DesktopVectorEnv
+from legato_rl.errors import PolicyError
+from legato_rl.groups import Attempt, GroupBook, Status
+from legato_rl.harness import Harness, QwenHarness
+from legato_rl.policy import ChatResult, PolicyClient, PolicyConfig
+from legato_rl.store import (
+    ActionRecord,
+    ErrorInfo,
+    ModelStats,
+    PolicyStamp,
+    RequestRef,
+    Response,
+    RolloutRecord,
+    RolloutStore,
+    RunManifest,
+    StepRecord,
+    Timing,
+    open_run,
+    read_records,
+    tasks_sha256,
+)
+from legato_rl.summary import Summary, summarize_run, write_summary
+
+__all__ = ["CollectOptions", "Collector", "Progress", "collect"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CollectOptions:
+    """The knobs of one batch (see ``legato rl collect --help``)."""
+
+    desktops: int = 4
+    group: int = 4
+    oversample: float = 0.0
+    max_steps: int = 15
+    rollout_timeout: float | None = None
+    env_retries: int = 1
+    image_max: int = 20
+    backend: str = "osworld"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.desktops < 1:
+            raise ConfigError(f"desktops={self.desktops!r}: give at least 1 desktop (e.g. --desktops 4)")
+        if self.max_steps < 1:
+            raise ConfigError(f"max_steps={self.max_steps!r} must be >= 1 (e.g. --max-steps 15)")
+        if self.env_retries < 0:
+            raise ConfigError(f"env_retries={self.env_retries!r} must be >= 0")
+        if self.rollout_timeout is not None and not self.rollout_timeout > 0:
+            raise ConfigError(f"rollout_timeout={self.rollout_timeout!r} must be a positive number of seconds")
+        if self.image_max < 1:
+            raise ConfigError(f"image_max={self.image_max!r} must be >= 1 (screenshots kept in the prompt)")
+
+
+@dataclass
+class Progress:
+    """Live figures of a running batch, for the progress display."""
+
+    groups: int = 0
+    groups_closed: int = 0
+    attempts: int = 0
+    desktops: int = 0
+    busy: int = 0
+    status_counts: Counter[str] = field(default_factory=Counter)
+    model_latency_s: list[float] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def completed(self) -> int:
+        return self.status_counts[Status.OK.value] + self.status_counts[Status.TRUNCATED.value]
+
+    @property
+    def rollouts_per_hour(self) -> float:
+        hours = (time.monotonic() - self.started) / 3600
+        return self.completed / hours if hours > 0 else 0.0
+
+    def latency_p50(self) -> float | None:
+        values = sorted(self.model_latency_s[-2000:])
+        return values[len(values) // 2] if values else None
+
+
+@dataclass
+class _Play:
+    """One try of one attempt, as it happens."""
+
+    attempt: Attempt
+    desktop: int
+    policy: PolicyStamp
+    started_at: float = field(default_factory=time.time)
+    timing: Timing = field(default_factory=Timing)
+    steps: list[StepRecord] = field(default_factory=list)
+    reward: float | None = None
+
+    def add_timings(self, timings: Mapping[str, float]) -> None:
+        t = self.timing
+        self.timing = replace(
+            t,
+            reset_s=t.reset_s + timings.get("reset_s", 0.0),
+            wait_after_reset_s=t.wait_after_reset_s + timings.get("wait_after_reset_s", 0.0),
+            act_s=t.act_s + timings.get("act_s", 0.0),
+            wait_s=t.wait_s + timings.get("ready_s", 0.0) + timings.get("wait_s", 0.0),
+            obs_s=t.obs_s + timings.get("obs_s", 0.0),
+            wait_before_eval_s=t.wait_before_eval_s + timings.get("wait_before_eval_s", 0.0),
+            eval_s=t.eval_s + timings.get("eval_s", 0.0),
+        )
+
+    def record(self, status: Status, error: ErrorInfo | None = None) -> RolloutRecord:
+        ended = time.time()
+        timing = replace(self.timing, total_s=ended - self.started_at)
+        task = self.attempt.task
+        return RolloutRecord(
+            rollout_id=self.attempt.rollout_id,
+            task_id=task.task_id,
+            domain=task.domain,
+            group_id=self.attempt.group_id,
+            attempt=self.attempt.index,
+            policy=self.policy,
+            status=status.value,
+            try_index=self.attempt.try_index,
+            desktop=self.desktop,
+            reward=self.reward if status in (Status.OK, Status.TRUNCATED, Status.SURPLUS) else None,
+            error=error,
+            timing=timing,
+            steps=tuple(self.steps),
+            started_at=self.started_at,
+            ended_at=ended,
+        )
+
+
+class Collector:
+    """Plays every attempt of a batch on a pool of desktops. :func:`collect` is the usual way in.
+
+    Args:
+        tasks: one GRPO group per task.
+        policy: the policy server and sampling settings.
+        out: the run directory (``legato.rollout/v0``); an existing run with the same arguments resumes.
+        options: the batch's knobs.
+        desktop: how to build desktops.
+        harness: the prompt format; OSWorld's Qwen3-VL computer-use format by default.
+    """
+
+    def __init__(
+        self,
+        tasks: Sequence[Task],
+        policy: PolicyConfig,
+        out: str | Path,
+        options: CollectOptions,
+        desktop: DesktopConfig,
+        harness: Harness | None = None,
+    ) -> None:
+        if not tasks:
+            raise ConfigError("no tasks to collect: give a tasks file with at least one entry")
+        self.tasks = list(tasks)
+        self.policy_config = policy
+        self.out = Path(out)
+        self.options = options
+        self.desktop_config = desktop
+        self.harness: Harness = harness or QwenHarness(image_max=options.image_max)
+        self.book = GroupBook(self.tasks, group=options.group, oversample=options.oversample)
+        self.progress = Progress(groups=len(self.book.groups), desktops=options.desktops)
+        self._wake: asyncio.Event | None = None
+        self._store_lock: asyncio.Lock | None = None
+        self._store: RolloutStore | None = None
+
+    def manifest(self) -> RunManifest:
+        """The arguments that define this batch (checked on resume)."""
+        return RunManifest(
+            tasks_sha256=tasks_sha256(self.tasks),
+            n_tasks=len(self.tasks),
+            group=self.options.group,
+            oversample=self.options.oversample,
+            policy_model=self.policy_config.model,
+            policy_version=self.policy_config.version,
+            max_steps=self.options.max_steps,
+            backend=self.options.backend,
+            harness=self.harness.name,
+            image_max=self.options.image_max,
+        )
+
+    async def run(self) -> Summary:
+        """Collect the batch; returns its summary (also written to ``OUT/summary.json``)."""
+        resumed = open_run(self.out, self.manifest())
+        self._wake = asyncio.Event()
+        self._store_lock = asyncio.Lock()
+        with RolloutStore(self.out) as store:
+            self._store = store
+            if resumed:
+                self._restore()
+            for attempt in self.book.close_remaining():
+                await self._write(self._skipped(attempt))
+            self.progress.groups_closed = sum(g.closed for g in self.book.groups.values())
+            self.progress.attempts = sum(g.n_attempts for g in self.book.groups.values())
+            if not self.book.all_ended:
+                await self._run_desktops()
+        summary = summarize_run(self.out)
+        write_summary(self.out, summary)
+        return summary
+
+    def _restore(self) -> None:
+        ended: list[tuple[str, int, Status]] = []
+        tries: list[tuple[str, int]] = []
+        for record in read_records(self.out):
+            status = Status(record.status)
+            if status is Status.RETRIED:
+                tries.append((record.group_id, record.attempt))
+            else:
+                ended.append((record.group_id, record.attempt, status))
+            self.progress.status_counts[status.value] += 1
+        self.book.restore(ended, tries)
+        log.info("resuming %s: %d attempts already ended", self.out, len(ended))
+
+    async def _run_desktops(self) -> None:
+        opts = self.options
+        env = DesktopVectorEnv(
+            opts.desktops,
+            backend=opts.backend,
+            config=self.desktop_config,
+            # collect counts policy calls itself; the env's own step limit only guards runaway replies
+            max_steps=opts.max_steps * 16,
+            tasks=self.tasks,
+            seed=opts.seed,
+        )
+        try:
+            async with PolicyClient(self.policy_config) as client:
+                loops = [self._desktop_loop(env, client, i) for i in range(opts.desktops)]
+                await asyncio.gather(*loops)
+        finally:
+            env.close()
+
+    async def _desktop_loop(self, env: DesktopVectorEnv, client: PolicyClient, env_id: int) -> None:
+        assert self._wake is not None
+        while True:
+            attempt = self.book.next_attempt()
+            if attempt is None:
+                if self.book.all_ended:
+                    self._wake.set()
+                    return
+                # others may still queue a retry; wait until something changes
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            self.progress.busy += 1
+            try:
+                await self._run_attempt(env, client, env_id, attempt)
+            finally:
+                self.progress.busy -= 1
+                self._wake.set()
+
+    async def _run_attempt(self, env: DesktopVectorEnv, client: PolicyClient, env_id: int, attempt: Attempt) -> None:
+        stamp = PolicyStamp(self.policy_config.model, self.policy_config.version)  # stamped at dispatch
+        play = _Play(attempt, env_id, stamp)
+        try:
+            status = await self._play(env, client, play)
+        except DesktopError as exc:
+            log.warning("%s: desktop %d failed: %s", attempt.rollout_id, env_id, exc)
+            error = ErrorInfo.from_exception("env", exc)
+            if attempt.try_index < self.options.env_retries:
+                await self._write(play.record(Status.RETRIED, error))
+                if self.book.requeue(attempt) is None:  # its group closed meanwhile
+                    await self._end(play, Status.SKIPPED)
+                return
+            await self._end(play, Status.ERROR, error)
+            return
+        except PolicyError as exc:
+            log.warning("%s: policy call failed: %s", attempt.rollout_id, exc)
+            await self._end(play, Status.ERROR, ErrorInfo.from_exception("policy", exc))
+            return
+        except LegatoError as exc:  # e.g. a task this backend cannot run: the desktop side, not the agent
+            log.warning("%s: %s", attempt.rollout_id, exc)
+            await self._end(play, Status.ERROR, ErrorInfo.from_exception("env", exc))
+            return
+        finally:
+            client.forget(attempt.rollout_id)
+        await self._end(play, status)
+
+    async def _play(self, env: DesktopVectorEnv, client: PolicyClient, play: _Play) -> Status:
+        """Play one try on one desktop and return its status. Desktop failures raise DesktopError."""
+        attempt, opts = play.attempt, self.options
+        obs, info = await env.areset(play.desktop, attempt.task)
+        play.add_timings(info.get("timings", {}))
+        deadline = None if opts.rollout_timeout is None else time.monotonic() + opts.rollout_timeout
+        conversation = self.harness.start(attempt.task.instruction, self.desktop_config.screen)
+        for index in range(opts.max_steps):
+            if self.book.is_closed(attempt.group_id):
+                return Status.CANCELLED
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return await self._grade_now(env, play, Status.TRUNCATED)
+            step_started = time.time()
+            messages = await asyncio.to_thread(conversation.messages, obs["screenshot"])
+            try:
+                result: ChatResult = await asyncio.wait_for(
+                    client.chat(messages, rollout_id=attempt.rollout_id), remaining
+                )
+            except asyncio.TimeoutError:
+                return await self._grade_now(env, play, Status.TRUNCATED)
+            self.progress.model_latency_s.append(result.seconds)
+            play.timing = replace(play.timing, model_s=play.timing.model_s + result.seconds)
+            reply = conversation.record_reply(result.content)
+            request = await self._put_request(result.request)
+            actions: list[ActionRecord] = []
+            ended = False
+            if not self.book.is_closed(attempt.group_id):
+                for action in reply.actions:
+                    obs, reward, terminated, truncated, info = await env.astep(play.desktop, action)
+                    timings = info.get("timings", {})
+                    play.add_timings(timings)
+                    actions.append(ActionRecord.from_timings(action, timings))
+                    if terminated or truncated:
+                        play.reward = float(reward)
+                        ended = True
+                        break
+            play.steps.append(
+                StepRecord(
+                    index=index,
+                    request=request,
+                    response=Response.from_chat(result),
+                    model=ModelStats.from_chat(result),
+                    actions=tuple(actions),
+                    description=reply.description or None,
+                    parse_error=reply.error,
+                    started_at=step_started,
+                )
+            )
+            if ended:
+                return Status.OK
+            if reply.give_up:  # too many unparsable replies in a row: grade where the agent stopped
+                return await self._grade_now(env, play, Status.OK)
+        if self.book.is_closed(attempt.group_id):
+            return Status.CANCELLED
+        return await self._grade_now(env, play, Status.OK)  # the step limit
+
+    async def _grade_now(self, env: DesktopVectorEnv, play: _Play, status: Status) -> Status:
+        reward, info = await env.atruncate(play.desktop)
+        play.add_timings(info.get("timings", {}))
+        play.reward = float(reward)
+        return status
+
+    # -- records -------------------------------------------------------------------------------------
+    async def _end(self, play: _Play, status: Status, error: ErrorInfo | None = None) -> None:
+        final, dropped = self.book.finish(play.attempt, status)
+        await self._write(play.record(final, error))
+        for attempt in dropped:
+            await self._write(self._skipped(attempt))
+        if self.book.is_closed(play.attempt.group_id) and (dropped or final is not Status.SURPLUS):
+            self.progress.groups_closed = sum(g.closed for g in self.book.groups.values())
+
+    def _skipped(self, attempt: Attempt) -> RolloutRecord:
+        stamp = PolicyStamp(self.policy_config.model, self.policy_config.version)
+        play = _Play(attempt, -1, stamp)
+        record = play.record(Status.SKIPPED)
+        return replace(record, desktop=None, timing=Timing())
+
+    async def _put_request(self, body: Mapping[str, Any]) -> RequestRef:
+        assert self._store is not None and self._store_lock is not None
+        async with self._store_lock:
+            return await asyncio.to_thread(self._store.put_request, body)
+
+    async def _write(self, record: RolloutRecord) -> None:
+        assert self._store is not None and self._store_lock is not None
+        async with self._store_lock:
+            await asyncio.to_thread(self._store.append, record)
+        self.progress.status_counts[record.status] += 1
+
+
+def collect(
+    tasks: Sequence[Task] | str | Path,
+    policy: PolicyConfig,
+    *,
+    out: str | Path,
+    desktops: int = 4,
+    group: int = 4,
+    oversample: float = 0.0,
+    max_steps: int = 15,
+    max_inflight: int | None = None,
+    step_timeout: float | None = None,
+    retries: int | None = None,
+    rollout_timeout: float | None = None,
+    env_retries: int = 1,
+    ready_signal: bool = True,
+    fixed_wait: float = 0.0,
+    fast_reset: bool = True,
+    image_max: int = 20,
+    desktop: DesktopConfig | None = None,
+    backend: str = "osworld",
+    harness: Harness | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Collect one batch of graded rollouts and return its summary (the contents of ``OUT/summary.json``).
+
+    Args:
+        tasks: the tasks (one GRPO group each), or the path of a tasks file.
+        policy: the policy server; ``max_inflight``, ``step_timeout`` and ``retries`` given here override it.
+        out: the run directory. Running again with the same arguments resumes an interrupted run.
+        desktops: desktops run at once.
+        group: completed attempts per task (one GRPO group).
+        oversample: extra attempts per group as a fraction of ``group``; stragglers are cancelled.
+        max_steps: policy calls per attempt; the attempt is graded when it reaches them.
+        rollout_timeout: wall-clock cap per attempt; graded and marked ``truncated`` when it hits.
+        env_retries: times an attempt is queued again after a desktop failure.
+        ready_signal, fixed_wait, fast_reset: desktop waiting and reset behaviour (see ``DesktopConfig``).
+        image_max: screenshots kept in the prompt.
+        desktop: how to build desktops (screen size, OSWorld checkout, interpreter, ...).
+        backend: ``osworld``, ``local``, ``fake`` or ``package.module:Class``.
+        harness: the prompt format (OSWorld's Qwen3-VL computer-use format by default).
+        seed: seeds the desktops.
+
+    Example:
+        >>> from legato.rl import collect, PolicyConfig  # doctest: +SKIP
+        >>> collect("tasks.json", PolicyConfig("http://localhost:8000/v1", "Qwen/Qwen3-VL-8B-Instruct"),
+        ...         out="runs/step-1", backend="fake")  # doctest: +SKIP
+    """
+    base = desktop or DesktopConfig()
+    config = replace(base, ready_signal=ready_signal, fixed_wait=fixed_wait, fast_reset=fast_reset)
+    overrides: dict[str, Any] = {}
+    if max_inflight is not None:
+        overrides["max_inflight"] = max_inflight
+    if step_timeout is not None:
+        overrides["step_timeout"] = step_timeout
+    if retries is not None:
+        overrides["retries"] = retries
+    if overrides:
+        policy = replace(policy, **overrides)
+    task_list = load_tasks(tasks, osworld_path=config.osworld_path) if isinstance(tasks, (str, Path)) else list(tasks)
+    options = CollectOptions(
+        desktops=desktops,
+        group=group,
+        oversample=oversample,
+        max_steps=max_steps,
+        rollout_timeout=rollout_timeout,
+        env_retries=env_retries,
+        image_max=image_max,
+        backend=backend,
+        seed=seed,
+    )
+    get_backend(backend)  # an unknown or unbuilt backend fails here, before anything is written
+    collector = Collector(task_list, policy, out, options, config, harness)
+    return asyncio.run(collector.run()).to_json()

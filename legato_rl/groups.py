@@ -1,0 +1,221 @@
+"""GRPO groups: how many attempts each task gets, when a group closes, and what each attempt becomes.
+
+Every task is one group. It gets ``group + ceil(group * oversample)`` attempts. The group *closes* as soon as
+``group`` of its attempts have completed (status ``ok`` or ``truncated``). When it closes, its attempts that
+have not started become ``skipped``, those still running are cancelled at their next step (``cancelled``),
+and one that completes anyway is ``surplus``. When every attempt has ended and fewer than ``group``
+completed, the group closes *short*.
+
+This module is pure bookkeeping (no I/O, no asyncio) so the rules can be tested on their own.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from legato_gym import ConfigError, Task
+
+__all__ = ["FINAL_STATUSES", "Attempt", "Group", "GroupBook", "Status", "attempts_per_group"]
+
+
+class Status(str, enum.Enum):
+    """What became of one try of one attempt (the ``status`` field of a record)."""
+
+    OK = "ok"  # ended by the agent (DONE/FAIL) or by the step limit; graded
+    TRUNCATED = "truncated"  # hit --rollout-timeout; graded
+    CANCELLED = "cancelled"  # its group closed while it ran
+    SKIPPED = "skipped"  # its group closed before it started
+    SURPLUS = "surplus"  # completed after its group had closed
+    RETRIED = "retried"  # a desktop failure; the attempt was queued again
+    ERROR = "error"  # a policy failure, or a desktop failure with no retries left
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: Statuses that end an attempt (``retried`` does not: the attempt runs again).
+FINAL_STATUSES = frozenset(s for s in Status if s is not Status.RETRIED)
+#: Statuses of completed attempts: the ones that count towards a group and carry a usable reward.
+COMPLETED_STATUSES = frozenset({Status.OK, Status.TRUNCATED})
+
+
+def attempts_per_group(group: int, oversample: float) -> int:
+    """``group + ceil(group * oversample)``, checked."""
+    if group < 1:
+        raise ConfigError(f"group={group!r}: a GRPO group needs at least 1 attempt (e.g. --group 4)")
+    if oversample < 0:
+        raise ConfigError(f"oversample={oversample!r} must be >= 0 (e.g. --oversample 0.25)")
+    return group + math.ceil(group * oversample - 1e-9)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt at a task. ``try_index`` counts desktop-failure retries (0 for the first try)."""
+
+    group_id: str
+    task: Task
+    index: int
+    try_index: int = 0
+
+    @property
+    def rollout_id(self) -> str:
+        return f"{self.group_id}/a{self.index}/t{self.try_index}"
+
+    def retry(self) -> Attempt:
+        return Attempt(self.group_id, self.task, self.index, self.try_index + 1)
+
+
+@dataclass
+class Group:
+    """Bookkeeping of one group."""
+
+    group_id: str
+    task: Task
+    size: int
+    n_attempts: int
+    completed: int = 0
+    ended: int = 0
+    running: set[int] = field(default_factory=set)
+    closed: bool = False
+
+    @property
+    def short(self) -> bool:
+        """Closed with fewer than ``size`` completed attempts."""
+        return self.closed and self.completed < self.size
+
+    @property
+    def finished(self) -> bool:
+        """Every attempt has ended."""
+        return self.ended >= self.n_attempts
+
+
+class GroupBook:
+    """Attempts waiting for a desktop, and the state of every group.
+
+    Args:
+        tasks: one group per task, in order. Group ids are ``g<index>-<task_id>``.
+        group: completed attempts that close a group.
+        oversample: extra attempts per group, as a fraction of ``group``.
+    """
+
+    def __init__(self, tasks: Sequence[Task], *, group: int, oversample: float) -> None:
+        n = attempts_per_group(group, oversample)
+        self.group_size = group
+        self.attempts_per_group = n
+        self.groups: dict[str, Group] = {}
+        self._queue: deque[Attempt] = deque()
+        for i, task in enumerate(tasks):
+            gid = f"g{i:04d}-{task.task_id}"
+            if gid in self.groups:
+                raise ConfigError(f"task {task.task_id!r} is listed twice at index {i}; list each task once")
+            self.groups[gid] = Group(gid, task, group, n)
+            self._queue.extend(Attempt(gid, task, a) for a in range(n))
+
+    # -- queue ---------------------------------------------------------------------------------------
+    @property
+    def pending(self) -> int:
+        """Attempts waiting for a desktop."""
+        return len(self._queue)
+
+    @property
+    def all_ended(self) -> bool:
+        return all(g.finished for g in self.groups.values())
+
+    def next_attempt(self) -> Attempt | None:
+        """The next attempt to start, or ``None`` when the queue is empty. Marks it running."""
+        while self._queue:
+            attempt = self._queue.popleft()
+            group = self.groups[attempt.group_id]
+            if group.closed:  # closed groups drop their queue when they close; defensive
+                continue
+            group.running.add(attempt.index)
+            return attempt
+        return None
+
+    def requeue(self, attempt: Attempt) -> Attempt | None:
+        """Queue the next try of an attempt after a desktop failure (at the front: it waited already).
+
+        Returns the new try, or ``None`` when its group has closed meanwhile (the attempt then ends as
+        ``skipped``; the caller records it).
+        """
+        group = self.groups[attempt.group_id]
+        group.running.discard(attempt.index)
+        if group.closed:
+            return None
+        nxt = attempt.retry()
+        self._queue.appendleft(nxt)
+        return nxt
+
+    # -- outcomes ------------------------------------------------------------------------------------
+    def is_closed(self, group_id: str) -> bool:
+        return self.groups[group_id].closed
+
+    def finish(self, attempt: Attempt, status: Status) -> tuple[Status, list[Attempt]]:
+        """Record that an attempt ended with ``status``.
+
+        Returns the status to record (a completed attempt of a closed group becomes ``surplus``) and the
+        queued attempts that were dropped because this closed their group (to be recorded ``skipped``).
+        """
+        if status is Status.RETRIED:
+            raise ValueError("a retried try does not end its attempt; use requeue()")
+        group = self.groups[attempt.group_id]
+        group.running.discard(attempt.index)
+        group.ended += 1
+        if status in COMPLETED_STATUSES:
+            if group.closed:
+                status = Status.SURPLUS
+            else:
+                group.completed += 1
+        dropped: list[Attempt] = []
+        if not group.closed and (group.completed >= group.size or group.finished):
+            dropped = self._close(group)
+        return status, dropped
+
+    def _close(self, group: Group) -> list[Attempt]:
+        group.closed = True
+        dropped = [a for a in self._queue if a.group_id == group.group_id]
+        self._queue = deque(a for a in self._queue if a.group_id != group.group_id)
+        group.ended += len(dropped)
+        return dropped
+
+    def restore(self, ended: Iterable[tuple[str, int, Status]], tries: Iterable[tuple[str, int]]) -> None:
+        """Rebuild the state from the records of an earlier, interrupted run (resume).
+
+        Args:
+            ended: ``(group_id, attempt_index, status)`` of every attempt that has a final record.
+            tries: ``(group_id, attempt_index)`` of every ``retried`` record.
+        """
+        retried: dict[tuple[str, int], int] = {}
+        for key in tries:
+            retried[key] = retried.get(key, 0) + 1
+        done: set[tuple[str, int]] = set()
+        for gid, index, status in ended:
+            group = self.groups.get(gid)
+            if group is None or (gid, index) in done:
+                continue
+            done.add((gid, index))
+            group.ended += 1
+            if status in COMPLETED_STATUSES:
+                group.completed += 1
+        queue: deque[Attempt] = deque()
+        for attempt in self._queue:
+            if (attempt.group_id, attempt.index) in done:
+                continue
+            n = retried.get((attempt.group_id, attempt.index), 0)
+            queue.append(Attempt(attempt.group_id, attempt.task, attempt.index, n))
+        self._queue = queue
+        for group in self.groups.values():
+            if group.completed >= group.size or (group.finished and not group.closed):
+                group.closed = True
+
+    def close_remaining(self) -> list[Attempt]:
+        """Drop queued attempts of groups already closed at resume time; they are recorded ``skipped``."""
+        dropped = [a for a in self._queue if self.groups[a.group_id].closed]
+        for attempt in dropped:
+            self.groups[attempt.group_id].ended += 1
+        self._queue = deque(a for a in self._queue if not self.groups[a.group_id].closed)
+        return dropped

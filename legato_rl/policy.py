@@ -1,0 +1,636 @@
+"""The policy client: asks an OpenAI-compatible server (vLLM, SGLang, OpenAI) for the next reply.
+
+One :class:`PolicyClient` serves every desktop of a run. It keeps one pooled ``httpx.AsyncClient``, caps the
+model calls in flight across all callers (``max_inflight``), bounds each HTTP attempt by ``step_timeout``
+and retries timeouts, connection errors, 5xx and 429 with bounded exponential backoff and jitter (never
+other 4xx). Every call asks for what a trainer needs (``logprobs``, and vLLM's ``return_token_ids``) and
+reads what the server actually returned::
+
+    import asyncio
+    from legato_rl.policy import PolicyClient, PolicyConfig
+
+    async def main() -> None:
+        config = PolicyConfig("http://127.0.0.1:8000/v1", "Qwen/Qwen3-VL-8B-Instruct")
+        async with PolicyClient(config) as client:
+            result = await client.chat([{"role": "user", "content": "hi"}], rollout_id="r0")
+            print(result.content, result.token_ids, result.logprobs)
+
+    asyncio.run(main())
+
+Token ids: vLLM >= 0.10.2 returns ``choices[i].token_ids`` and a top-level ``prompt_token_ids``; SGLang
+returns ``choices[i].response_token_ids`` and ``choices[i].prompt_token_ids``; older vLLM ignores the request
+field. A server that refuses the field with HTTP 400 naming it (OpenAI does) is asked again at once without
+the vLLM extras, and the client remembers that for the replica (logprobs are still requested).
+
+Replicas: ``PolicyConfig.url`` may name several servers of one model. A rollout's calls stick to one
+replica (its prefix cache is reused), a new rollout goes to the replica with the fewest calls in flight,
+and a replica that fails is avoided for ``replica_cooldown`` seconds, then tried again; the first answer
+clears it.
+
+The API key comes from ``api_key=`` or ``$LEGATO_POLICY_KEY`` and is sent only as
+``Authorization: Bearer <key>``; it never appears in a repr, a log line, an error or a :class:`ChatResult`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import logging
+import os
+import random
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import httpx
+
+from legato_gym.errors import ConfigError, StateError
+from legato_rl.errors import (
+    PolicyError,
+    PolicyHTTPError,
+    PolicyResponseError,
+    PolicyTimeout,
+    PolicyUnreachable,
+    redact,
+)
+
+__all__ = [
+    "KEY_ENV_VAR",
+    "VLLM_EXTRAS",
+    "ChatResult",
+    "PolicyClient",
+    "PolicyConfig",
+    "backoff_delay",
+    "parse_chat_completion",
+    "retry_policy_call",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Environment variable holding the policy server's API key.
+KEY_ENV_VAR = "LEGATO_POLICY_KEY"
+
+#: Request fields only vLLM/SGLang understand; dropped for a server that answers 400 naming one of them.
+VLLM_EXTRAS: tuple[str, ...] = ("return_token_ids",)
+
+_BODY_EXCERPT = 400
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Where the policy is served and how to sample from it.
+
+    Attributes:
+        url: the server's OpenAI-compatible base URL (``https://host/v1``), or several replicas of one model.
+        model: the served model name (``--served-model-name`` on vLLM).
+        version: the policy version stamped on every record (legato never syncs weights).
+        api_key: the server's key; ``None`` reads ``$LEGATO_POLICY_KEY`` when the client is built. Never
+            shown in a repr.
+        temperature: sampling temperature.
+        top_p: nucleus sampling.
+        max_tokens: cap on generated tokens per call.
+        max_inflight: cap on concurrent HTTP requests across every caller of one client (``None``: no cap).
+        step_timeout: seconds one HTTP attempt may take, from sending the request to the end of the body.
+            Time spent queued behind ``max_inflight`` does not count.
+        retries: extra attempts after a retryable failure (timeout, connection error, 5xx, 429).
+        backoff: first backoff delay in seconds; doubles each retry, with jitter.
+        backoff_max: cap on one backoff delay (and on a server's ``Retry-After``).
+        replica_cooldown: seconds a failing replica is avoided before it is tried again.
+        vllm_extras: request vLLM's ``return_token_ids`` (turned off per replica when the server refuses it).
+        extra_body: further request fields sent as they are (e.g. ``{"chat_template_kwargs": {...}}``).
+    """
+
+    url: str | tuple[str, ...]
+    model: str
+    version: str | None = None
+    api_key: str | None = field(default=None, repr=False, compare=False)
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 2048
+    max_inflight: int | None = None
+    step_timeout: float = 60.0
+    retries: int = 1
+    backoff: float = 0.5
+    backoff_max: float = 8.0
+    replica_cooldown: float = 10.0
+    vllm_extras: bool = True
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        urls = (self.url,) if isinstance(self.url, str) else tuple(self.url)
+        if not urls or not all(isinstance(u, str) and u.strip() for u in urls):
+            raise ConfigError(f"PolicyConfig.url={self.url!r}: give the server's base URL, e.g. http://host:8000/v1")
+        cleaned = tuple(u.strip().rstrip("/") for u in urls)
+        for u in cleaned:
+            if not u.startswith(("http://", "https://")):
+                raise ConfigError(f"policy URL {u!r} must start with http:// or https:// (e.g. http://{u}/v1)")
+        if len(set(cleaned)) != len(cleaned):
+            raise ConfigError(f"policy URLs {list(cleaned)!r} name the same replica twice")
+        object.__setattr__(self, "url", cleaned[0] if len(cleaned) == 1 else cleaned)
+        if not self.model:
+            raise ConfigError("PolicyConfig.model is empty: give the served model name (vLLM --served-model-name)")
+        if self.max_inflight is not None and self.max_inflight < 1:
+            raise ConfigError(f"max_inflight={self.max_inflight!r} must be >= 1, or None for no cap")
+        if not self.step_timeout > 0:
+            raise ConfigError(f"step_timeout={self.step_timeout!r} must be a positive number of seconds")
+        if self.retries < 0:
+            raise ConfigError(f"retries={self.retries!r} must be >= 0")
+        if self.max_tokens < 1:
+            raise ConfigError(f"max_tokens={self.max_tokens!r} must be >= 1")
+        if self.backoff < 0 or self.backoff_max < 0 or self.replica_cooldown < 0:
+            raise ConfigError("backoff, backoff_max and replica_cooldown must be >= 0 seconds")
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """Every replica's base URL, without a trailing slash."""
+        return (self.url,) if isinstance(self.url, str) else self.url
+
+    def resolved_api_key(self) -> str | None:
+        """``api_key``, else ``$LEGATO_POLICY_KEY``, else ``None``."""
+        return self.api_key or os.environ.get(KEY_ENV_VAR) or None
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    """One policy reply, as the server returned it.
+
+    Attributes:
+        content: the reply text (reasoning excluded when the server separates it).
+        reasoning: vLLM ``message.reasoning`` or ``message.reasoning_content`` (SGLang, older vLLM).
+        token_ids: the generated token ids (vLLM ``token_ids``, SGLang ``response_token_ids``), or ``None``.
+        prompt_token_ids: the prompt's token ids, when returned.
+        logprobs: one float per generated token (``choices[0].logprobs.content[*].logprob``), or ``None``.
+        tokens: the token strings of ``logprobs.content``, only when there are no token ids.
+        finish_reason: ``stop``, ``length``, ...
+        prompt_tokens: ``usage.prompt_tokens``.
+        completion_tokens: ``usage.completion_tokens``.
+        cached_tokens: ``usage.prompt_tokens_details.cached_tokens`` (``None`` when not reported).
+        seconds: wall time of the call: queueing, every attempt and the backoffs.
+        attempts: HTTP requests sent for this call.
+        request: the exact JSON body finally sent (no key: the key travels only in a header).
+        url: the replica that answered.
+        queued_s: seconds spent waiting for a ``max_inflight`` slot.
+    """
+
+    content: str
+    reasoning: str | None
+    token_ids: list[int] | None
+    prompt_token_ids: list[int] | None
+    logprobs: list[float] | None
+    tokens: list[str] | None
+    finish_reason: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    cached_tokens: int | None
+    seconds: float
+    attempts: int
+    request: dict[str, Any] = field(repr=False)
+    url: str | None = None
+    queued_s: float = 0.0
+
+
+def parse_chat_completion(data: Any, *, url: str | None = None) -> dict[str, Any]:
+    """Read the fields legato keeps from a chat-completion body (vLLM, SGLang or OpenAI naming).
+
+    Returns:
+        The keyword arguments of :class:`ChatResult` that come from the body.
+
+    Raises:
+        PolicyResponseError: the body is not a chat completion with at least one choice.
+    """
+    if not isinstance(data, dict):
+        raise PolicyResponseError(f"{url}: the answer is a JSON {type(data).__name__}, not a chat completion", url=url)
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise PolicyResponseError(
+            f"{url}: the answer has no choices (keys: {sorted(data)[:10]}); is this an OpenAI-compatible "
+            "/v1/chat/completions endpoint?",
+            url=url,
+        )
+    choice: dict[str, Any] = choices[0]
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise PolicyResponseError(f"{url}: choices[0] has no message object", url=url)
+
+    content = _text(message.get("content"))
+    reasoning = message.get("reasoning") or message.get("reasoning_content") or None
+    token_ids = _int_list(choice.get("token_ids"))
+    if token_ids is None:
+        token_ids = _int_list(choice.get("response_token_ids"))
+    prompt_token_ids = _int_list(data.get("prompt_token_ids"))
+    if prompt_token_ids is None:
+        prompt_token_ids = _int_list(choice.get("prompt_token_ids"))
+
+    logprobs: list[float] | None = None
+    tokens: list[str] | None = None
+    lp = choice.get("logprobs")
+    entries = lp.get("content") if isinstance(lp, dict) else None
+    if isinstance(entries, list):
+        try:
+            logprobs = [float(e["logprob"]) for e in entries]
+            tokens = [str(e.get("token", "")) for e in entries]
+        except (TypeError, KeyError, ValueError) as exc:
+            raise PolicyResponseError(f"{url}: malformed logprobs.content entry ({exc!r})", url=url) from exc
+
+    raw_usage = data.get("usage")
+    usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return {
+        "content": content,
+        "reasoning": str(reasoning) if reasoning is not None else None,
+        "token_ids": token_ids,
+        "prompt_token_ids": prompt_token_ids,
+        "logprobs": logprobs,
+        "tokens": tokens if token_ids is None else None,
+        "finish_reason": choice.get("finish_reason"),
+        "prompt_tokens": _opt_int(usage.get("prompt_tokens")),
+        "completion_tokens": _opt_int(usage.get("completion_tokens")),
+        "cached_tokens": _opt_int(cached),
+    }
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):  # content parts
+        return "".join(str(p.get("text", "")) for p in value if isinstance(p, dict))
+    return str(value)
+
+
+def _int_list(value: Any) -> list[int] | None:
+    if not isinstance(value, list):
+        return None
+    return [int(v) for v in value]
+
+
+def _opt_int(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random, retry_after: float | None = None) -> float:
+    """Seconds to wait before retry number ``attempt`` (1-based): exponential, capped, jittered.
+
+    The delay is ``min(cap, base * 2**(attempt-1))`` scaled by a random factor in ``[0.5, 1]``; a server's
+    ``Retry-After`` raises it, but never above ``cap``.
+    """
+    delay: float = min(cap, base * 2 ** (attempt - 1)) * rng.uniform(0.5, 1.0)
+    if retry_after is not None:
+        delay = max(delay, min(cap, retry_after))
+    return delay
+
+
+async def retry_policy_call(
+    attempt: Callable[[], Awaitable[T]],
+    *,
+    retries: int,
+    backoff: float,
+    backoff_max: float,
+    rng: random.Random,
+    what: str = "policy call",
+) -> T:
+    """Run ``attempt`` until it succeeds, retrying only retryable :class:`PolicyError` s.
+
+    The one retry helper of the policy client. Retryable: :class:`PolicyTimeout`,
+    :class:`PolicyUnreachable`, :class:`PolicyHTTPError` with 5xx or 429, and a body that is not JSON.
+    Anything else, and the last failure once ``retries`` are spent, propagates.
+    """
+    failures = 0
+    while True:
+        try:
+            return await attempt()
+        except PolicyError as exc:
+            if not exc.retryable or failures >= retries:
+                raise
+            failures += 1
+            retry_after = exc.retry_after if isinstance(exc, PolicyHTTPError) else None
+            delay = backoff_delay(failures, backoff, backoff_max, rng, retry_after)
+            logger.warning("%s failed (%s); retry %d/%d in %.2fs", what, exc, failures, retries, delay)
+            await asyncio.sleep(delay)
+
+
+class _Replicas:
+    """Which replica serves which rollout: sticky per rollout, least in flight for new ones, failures avoided."""
+
+    def __init__(self, urls: Sequence[str], cooldown: float, max_sticky: int = 65536) -> None:
+        self.urls = tuple(urls)
+        self.cooldown = cooldown
+        self.inflight = dict.fromkeys(self.urls, 0)
+        self.assigned = dict.fromkeys(self.urls, 0)
+        self.down_until: dict[str, float] = {}
+        self._sticky: OrderedDict[str, str] = OrderedDict()
+        self._max_sticky = max_sticky
+
+    def healthy(self, url: str, now: float) -> bool:
+        return self.down_until.get(url, 0.0) <= now
+
+    def acquire(self, rollout_id: str) -> str:
+        """Pick the replica for one request of ``rollout_id`` and count it in flight."""
+        now = time.monotonic()
+        url = self._sticky.get(rollout_id)
+        if url is None or not self.healthy(url, now):
+            candidates = [u for u in self.urls if self.healthy(u, now)]
+            if candidates:
+                new = min(candidates, key=lambda u: (self.inflight[u], self.assigned[u], self.urls.index(u)))
+            else:  # every replica is failing: try the one whose cooldown ends first
+                new = min(self.urls, key=lambda u: self.down_until.get(u, 0.0))
+            if url is not None:
+                self.assigned[url] -= 1
+                if new != url:
+                    logger.info("rollout %s moves from failing replica %s to %s", rollout_id, url, new)
+            self._sticky[rollout_id] = new
+            self.assigned[new] += 1
+            url = new
+            while len(self._sticky) > self._max_sticky:
+                _, old = self._sticky.popitem(last=False)
+                self.assigned[old] -= 1
+        self._sticky.move_to_end(rollout_id)
+        self.inflight[url] += 1
+        return url
+
+    def release(self, url: str) -> None:
+        self.inflight[url] -= 1
+
+    def forget(self, rollout_id: str) -> None:
+        url = self._sticky.pop(rollout_id, None)
+        if url is not None:
+            self.assigned[url] -= 1
+
+    def failed(self, url: str) -> None:
+        if len(self.urls) > 1 and self.healthy(url, time.monotonic()):
+            logger.warning("policy replica %s is failing; avoiding it for %.0fs", url, self.cooldown)
+        self.down_until[url] = time.monotonic() + self.cooldown
+
+    def answered(self, url: str) -> None:
+        if self.down_until.pop(url, None) is not None and len(self.urls) > 1:
+            logger.info("policy replica %s answers again", url)
+
+
+class ClientState(enum.Enum):
+    """Lifecycle of a :class:`PolicyClient`."""
+
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class PolicyClient:
+    """Async client of an OpenAI-compatible chat-completions server; one per run, shared by all desktops.
+
+    Use it as an async context manager (or call :meth:`aclose`)::
+
+        async with PolicyClient(config) as client:
+            result = await client.chat(messages, rollout_id="task-1/0")
+
+    Args:
+        config: where the policy is served and how to sample.
+        transport: an httpx transport to use instead of the network (tests, proxies).
+        seed: seeds the backoff jitter.
+    """
+
+    def __init__(
+        self, config: PolicyConfig, *, transport: httpx.AsyncBaseTransport | None = None, seed: int | None = None
+    ) -> None:
+        self.config = config
+        self._key = config.resolved_api_key()
+        headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
+        limits = httpx.Limits(
+            max_connections=None if config.max_inflight is None else config.max_inflight + 4,
+            max_keepalive_connections=None if config.max_inflight is None else config.max_inflight + 4,
+        )
+        self._http = httpx.AsyncClient(
+            headers=headers,
+            timeout=httpx.Timeout(config.step_timeout),
+            limits=limits,
+            transport=transport,
+        )
+        self._slots = asyncio.Semaphore(config.max_inflight) if config.max_inflight else None
+        self._replicas = _Replicas(config.urls, config.replica_cooldown)
+        self._no_extras: set[str] = set()
+        self._rng = random.Random(seed)
+        self._state = ClientState.OPEN
+
+    def __repr__(self) -> str:
+        return f"PolicyClient(urls={list(self.config.urls)!r}, model={self.config.model!r}, state={self._state.value})"
+
+    async def __aenter__(self) -> PolicyClient:
+        self._check_open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool. Idempotent."""
+        if self._state is ClientState.CLOSED:
+            return
+        self._state = ClientState.CLOSED
+        await self._http.aclose()
+
+    @property
+    def extras_refused(self) -> frozenset[str]:
+        """Replicas that refused the vLLM extras (HTTP 400 naming them); asked without them since."""
+        return frozenset(self._no_extras)
+
+    @property
+    def inflight(self) -> dict[str, int]:
+        """Calls in flight (queued or sent) per replica."""
+        return dict(self._replicas.inflight)
+
+    def replica_of(self, rollout_id: str) -> str | None:
+        """The replica a rollout is pinned to, if it has made a call."""
+        return self._replicas._sticky.get(rollout_id)
+
+    def forget(self, rollout_id: str) -> None:
+        """Release a finished rollout's replica pin (optional; old pins are also evicted)."""
+        self._replicas.forget(rollout_id)
+
+    def _check_open(self) -> None:
+        if self._state is ClientState.CLOSED:
+            raise StateError("PolicyClient is closed; build a new one (use `async with PolicyClient(config)`)")
+
+    def build_request(self, messages: Sequence[Mapping[str, Any]], *, extras: bool = True) -> dict[str, Any]:
+        """The JSON body for ``messages``: model, sampling, logprobs and (when ``extras``) vLLM's extras."""
+        cfg = self.config
+        body: dict[str, Any] = {
+            "model": cfg.model,
+            "messages": list(messages),
+            "temperature": cfg.temperature,
+            "top_p": cfg.top_p,
+            "max_tokens": cfg.max_tokens,
+            "logprobs": True,
+            "top_logprobs": 0,
+        }
+        if extras and cfg.vllm_extras:
+            body["return_token_ids"] = True
+        body.update(cfg.extra_body)
+        return body
+
+    async def models(self, url: str | None = None) -> list[str]:
+        """The model ids served at ``url`` (default: the first replica), from ``GET /models``.
+
+        Raises:
+            PolicyError: the server could not be reached or answered badly (no retries).
+        """
+        self._check_open()
+        base = url or self.config.urls[0]
+        response = await self._send(base, "GET", "/models", None)
+        data = self._json(base, response)
+        items = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(items, list):
+            raise PolicyResponseError(
+                f"{base}/models: the answer has no 'data' list; is this an OpenAI-compatible URL?"
+            )
+        return [str(m.get("id")) for m in items if isinstance(m, dict)]
+
+    async def chat(self, messages: Sequence[Mapping[str, Any]], *, rollout_id: str) -> ChatResult:
+        """Ask the policy for the next reply to ``messages``.
+
+        Args:
+            messages: OpenAI chat messages (images as ``image_url`` data URLs).
+            rollout_id: the rollout this call belongs to; its calls stick to one replica.
+
+        Raises:
+            PolicyTimeout: every attempt overran ``step_timeout``.
+            PolicyUnreachable: no connection to any replica.
+            PolicyHTTPError: an HTTP error status (4xx at once; 5xx/429 after the retries).
+            PolicyResponseError: the answer is not a chat completion.
+            StateError: the client is closed.
+        """
+        self._check_open()
+        started = time.monotonic()
+        attempts = 0
+        queued = 0.0
+        last_body: dict[str, Any] = {}
+
+        async def attempt() -> tuple[dict[str, Any], str]:
+            nonlocal attempts, queued, last_body
+            url = self._replicas.acquire(rollout_id)
+            try:
+                wait_start = time.monotonic()
+                if self._slots is not None:
+                    await self._slots.acquire()
+                queued += time.monotonic() - wait_start
+                try:
+                    body = self.build_request(messages, extras=url not in self._no_extras)
+                    last_body = body
+                    attempts += 1
+                    try:
+                        response = await self._send(url, "POST", "/chat/completions", body)
+                    except PolicyHTTPError as exc:
+                        if not self._refuses_extras(exc, body):
+                            raise
+                        logger.warning(
+                            "%s refused the vLLM extras %s (HTTP 400); asking again without them, logprobs kept. "
+                            "Token ids will be missing: serve with vLLM >= 0.10.2 or SGLang to get them",
+                            url,
+                            [f for f in VLLM_EXTRAS if f in body],
+                        )
+                        self._no_extras.add(url)
+                        body = self.build_request(messages, extras=False)
+                        last_body = body
+                        attempts += 1
+                        response = await self._send(url, "POST", "/chat/completions", body)
+                    data = self._json(url, response)
+                    fields = parse_chat_completion(data, url=url)
+                finally:
+                    if self._slots is not None:
+                        self._slots.release()
+            except PolicyError as exc:
+                exc.attempts = attempts
+                if exc.retryable and not (isinstance(exc, PolicyHTTPError) and exc.status_code == 429):
+                    self._replicas.failed(url)
+                raise
+            finally:
+                self._replicas.release(url)
+            self._replicas.answered(url)
+            return fields, url
+
+        fields, url = await retry_policy_call(
+            attempt,
+            retries=self.config.retries,
+            backoff=self.config.backoff,
+            backoff_max=self.config.backoff_max,
+            rng=self._rng,
+            what=f"policy call of rollout {rollout_id}",
+        )
+        seconds = time.monotonic() - started
+        logger.debug("policy call of rollout %s: %s in %.3fs, %d attempt(s)", rollout_id, url, seconds, attempts)
+        return ChatResult(**fields, seconds=seconds, attempts=attempts, request=last_body, url=url, queued_s=queued)
+
+    @staticmethod
+    def _refuses_extras(exc: PolicyHTTPError, body: Mapping[str, Any]) -> bool:
+        sent = [f for f in VLLM_EXTRAS if f in body]
+        return exc.status_code == 400 and bool(sent) and any(f in exc.body for f in sent)
+
+    async def _send(self, url: str, method: str, path: str, body: dict[str, Any] | None) -> httpx.Response:
+        """One HTTP request, bounded by ``step_timeout``; failures become :class:`PolicyError`."""
+        target = url + path
+        timeout = self.config.step_timeout
+        try:
+            if body is None:
+                request = self._http.request(method, target)
+            else:
+                request = self._http.request(method, target, json=body)
+            response = await asyncio.wait_for(request, timeout)
+        except (asyncio.TimeoutError, httpx.TimeoutException) as exc:
+            raise PolicyTimeout(
+                f"{target}: no complete answer within step_timeout={timeout:g}s; raise --step-timeout, or lower "
+                "--max-inflight if the server is overloaded",
+                url=url,
+            ) from exc
+        except httpx.TransportError as exc:
+            detail = redact(str(exc) or type(exc).__name__, self._key)
+            raise PolicyUnreachable(
+                f"{target}: cannot reach the policy server ({type(exc).__name__}: {detail}); check that it is up "
+                "and that the URL ends with /v1",
+                url=url,
+            ) from exc
+        if response.status_code >= 400:
+            raise self._status_error(url, target, response)
+        return response
+
+    def _status_error(self, url: str, target: str, response: httpx.Response) -> PolicyHTTPError:
+        code = response.status_code
+        text = redact(response.text[:_BODY_EXCERPT], self._key)
+        said = f" Server said: {text}" if text else ""
+        if code in (401, 403):
+            hint = (
+                f"the server refused the API key (HTTP {code}); set ${KEY_ENV_VAR} to the key the server was "
+                "started with (vLLM --api-key)"
+            )
+        elif code == 404:
+            hint = (
+                f"HTTP 404: model {self.config.model!r} is not served there, or the URL is not the /v1 base; "
+                "check --model against `legato rl probe`"
+            )
+        elif code == 429:
+            hint = "HTTP 429: the server is busy; lower --max-inflight"
+        elif code >= 500:
+            hint = f"HTTP {code}: the server failed"
+        else:
+            hint = f"HTTP {code}: the server rejected the request"
+        retry_after: float | None = None
+        header = response.headers.get("retry-after")
+        if header:
+            try:
+                retry_after = max(0.0, float(header))
+            except ValueError:
+                retry_after = None
+        return PolicyHTTPError(
+            f"{target}: {hint}.{said}", status_code=code, body=text, retry_after=retry_after, url=url
+        )
+
+    def _json(self, url: str, response: httpx.Response) -> Any:
+        try:
+            return json.loads(response.content)
+        except (ValueError, UnicodeDecodeError) as exc:
+            excerpt = redact(response.text[:80], self._key)
+            raise PolicyResponseError(
+                f"{url}: the answer is not JSON ({exc}; starts {excerpt!r})", retryable=True, url=url
+            ) from exc

@@ -1,0 +1,250 @@
+"""A batch's figures (``DIR/summary.json``) and GRPO group advantages, computed from its records.
+
+Definitions (each key of ``summary.json`` is always present; a figure with nothing to measure is ``null``):
+
+* ``status_counts``: records per status, every status listed (0 when none). A desktop failure that was
+  re-queued leaves one ``retried`` record per failed try.
+* ``success_rate``: mean reward of the ``ok`` and ``truncated`` records.
+* ``rollouts_per_hour``: ``ok`` and ``truncated`` records per hour of ``wall_s``: the batch's wall time
+  when the caller knows it, else from the first dispatch to the last record.
+* ``phase_share``: each phase's share of desktop-seconds (the sum over records of ``timing``), ``other``
+  being a try's time not in any phase (``total_s`` minus the phases: the scheduler's own time).
+* ``model_latency_s``: p50, p95 and p99 of the policy calls' wall seconds (linear interpolation, as
+  ``numpy.percentile``).
+* ``retried_calls``: policy calls that needed more than one HTTP attempt.
+* ``errors``: records that ended in ``error``, by kind (``policy``, ``env``).
+* ``prefix_cache_hit_rate``: cached prompt tokens / prompt tokens, over calls that report both.
+* ``share_steps_with_logprobs`` / ``share_steps_with_token_ids``: share of policy calls whose response has them.
+* ``groups``, ``groups_short``, ``groups_short_ids``: groups seen, and those that ended with fewer than
+  ``group`` completed attempts.
+
+Group advantage (GRPO): ``(reward - mean) / std`` over the group's *completed* attempts (``ok`` and
+``truncated``; ``surplus`` attempts finished after the group closed and are not part of it), with the
+**population** standard deviation (ddof 0), and 0 for every member when all rewards are equal.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from legato_rl.store import (
+    STATUSES,
+    SUMMARY_FILE,
+    RecordError,
+    RolloutRecord,
+    Timing,
+    read_manifest,
+    read_records,
+    write_json_atomic,
+)
+
+__all__ = [
+    "COMPLETED",
+    "SUMMARY_SCHEMA",
+    "Summary",
+    "advantages",
+    "group_advantages",
+    "percentile",
+    "summarize",
+    "summarize_run",
+    "write_summary",
+]
+
+#: The schema of ``summary.json``.
+SUMMARY_SCHEMA = "legato.summary/v0"
+#: Statuses of completed attempts: they count towards their group and carry a usable reward.
+COMPLETED = frozenset({"ok", "truncated"})
+#: ``phase_share`` keys, in order.
+PHASE_KEYS = (*(name[: -len("_s")] for name in Timing.PHASES), "other")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The figures of one batch (see the module docstring for each definition)."""
+
+    n_records: int
+    n_steps: int
+    wall_s: float | None
+    status_counts: Mapping[str, int]
+    success_rate: float | None
+    rollouts_per_hour: float | None
+    phase_share: Mapping[str, float | None]
+    model_latency_s: Mapping[str, float | None]
+    retried_calls: int
+    errors: Mapping[str, int]
+    prefix_cache_hit_rate: float | None
+    share_steps_with_logprobs: float | None
+    share_steps_with_token_ids: float | None
+    groups: int
+    groups_short: int
+    groups_short_ids: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        """``summary.json``'s content, keys in a fixed order."""
+        return {
+            "schema": SUMMARY_SCHEMA,
+            "n_records": self.n_records,
+            "n_steps": self.n_steps,
+            "wall_s": self.wall_s,
+            "status_counts": dict(self.status_counts),
+            "success_rate": self.success_rate,
+            "rollouts_per_hour": self.rollouts_per_hour,
+            "phase_share": dict(self.phase_share),
+            "model_latency_s": dict(self.model_latency_s),
+            "retried_calls": self.retried_calls,
+            "errors": dict(self.errors),
+            "prefix_cache_hit_rate": self.prefix_cache_hit_rate,
+            "share_steps_with_logprobs": self.share_steps_with_logprobs,
+            "share_steps_with_token_ids": self.share_steps_with_token_ids,
+            "groups": self.groups,
+            "groups_short": self.groups_short,
+            "groups_short_ids": list(self.groups_short_ids),
+        }
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q``-th percentile (0..100) by linear interpolation between order statistics; ``None`` if empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100.0
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def summarize(records: Iterable[RolloutRecord], *, group: int, wall_s: float | None = None) -> Summary:
+    """Compute a batch's figures from its records (one pass; only the per-step numbers are kept).
+
+    Args:
+        records: the run's records (:func:`legato_rl.store.read_records`).
+        group: the group size (``--group``): a group with fewer completed attempts is short.
+        wall_s: the batch's wall time; ``None``: first dispatch to last record end, from the records.
+    """
+    counts = dict.fromkeys(STATUSES, 0)
+    errors = {"policy": 0, "env": 0}
+    phases = dict.fromkeys(Timing.PHASES, 0.0)
+    total_s = 0.0
+    rewards: list[float] = []
+    latencies: list[float] = []
+    retried_calls = n_steps = with_logprobs = with_token_ids = 0
+    prompt_tokens = cached_tokens = 0
+    completed_per_group: dict[str, int] = defaultdict(int)
+    first: float | None = None
+    last: float | None = None
+    n_records = 0
+    for record in records:
+        n_records += 1
+        counts[record.status] += 1
+        completed_per_group[record.group_id] += record.status in COMPLETED
+        if record.status in COMPLETED and record.reward is not None:
+            rewards.append(record.reward)
+        if record.status == "error" and record.error is not None:
+            errors[record.error.kind] += 1
+        for name in Timing.PHASES:
+            phases[name] += getattr(record.timing, name)
+        total_s += max(record.timing.total_s, sum(getattr(record.timing, name) for name in Timing.PHASES))
+        if record.started_at is not None:
+            first = record.started_at if first is None else min(first, record.started_at)
+        if record.ended_at is not None:
+            last = record.ended_at if last is None else max(last, record.ended_at)
+        for step in record.steps:
+            n_steps += 1
+            latencies.append(step.model.seconds)
+            retried_calls += step.model.attempts > 1
+            with_logprobs += step.response.logprobs is not None
+            with_token_ids += step.response.token_ids is not None
+            if step.model.prompt_tokens is not None and step.model.cached_tokens is not None:
+                prompt_tokens += step.model.prompt_tokens
+                cached_tokens += step.model.cached_tokens
+    if wall_s is None and first is not None and last is not None:
+        wall_s = max(last - first, 0.0)
+    n_completed = counts["ok"] + counts["truncated"]
+    if total_s > 0:
+        share: dict[str, float | None] = {name[: -len("_s")]: phases[name] / total_s for name in Timing.PHASES}
+        share["other"] = max(total_s - sum(phases.values()), 0.0) / total_s
+    else:
+        share = dict.fromkeys(PHASE_KEYS)
+    short = sorted(gid for gid, done in completed_per_group.items() if done < group)
+    return Summary(
+        n_records=n_records,
+        n_steps=n_steps,
+        wall_s=wall_s,
+        status_counts=counts,
+        success_rate=sum(rewards) / len(rewards) if rewards else None,
+        rollouts_per_hour=n_completed * 3600.0 / wall_s if wall_s else None,
+        phase_share=share,
+        model_latency_s={f"p{q}": percentile(latencies, q) for q in (50, 95, 99)},
+        retried_calls=retried_calls,
+        errors=errors,
+        prefix_cache_hit_rate=cached_tokens / prompt_tokens if prompt_tokens else None,
+        share_steps_with_logprobs=with_logprobs / n_steps if n_steps else None,
+        share_steps_with_token_ids=with_token_ids / n_steps if n_steps else None,
+        groups=len(completed_per_group),
+        groups_short=len(short),
+        groups_short_ids=tuple(short),
+    )
+
+
+def summarize_run(run_dir: str | os.PathLike[str], *, wall_s: float | None = None) -> Summary:
+    """:func:`summarize` of a run directory, with the group size from its manifest.
+
+    Raises:
+        RecordError: the directory is not a run, or has no manifest.
+    """
+    manifest = read_manifest(run_dir)
+    if manifest is None:
+        raise RecordError(f"{run_dir} has no run.json: it is not a legato rl collect run")
+    return summarize(read_records(run_dir), group=manifest.group, wall_s=wall_s)
+
+
+def write_summary(run_dir: str | os.PathLike[str], summary: Summary) -> Path:
+    """Write ``DIR/summary.json`` atomically and return its path."""
+    path = Path(run_dir) / SUMMARY_FILE
+    write_json_atomic(path, {**summary.to_json(), "written_at": time.time()})
+    return path
+
+
+def advantages(rewards: Sequence[float]) -> list[float]:
+    """GRPO advantages of one group's rewards: ``(r - mean) / std`` (population std), all 0 when equal."""
+    if not rewards:
+        return []
+    mean = sum(rewards) / len(rewards)
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
+    if std <= 1e-12 * max(1.0, abs(mean)):
+        return [0.0] * len(rewards)
+    return [(r - mean) / std for r in rewards]
+
+
+def group_advantages(records: Iterable[RolloutRecord | Mapping[str, Any]]) -> dict[str, float]:
+    """The advantage of every completed record, by ``rollout_id`` (see the module docstring).
+
+    Accepts typed records or the JSON objects of ``rollouts.jsonl`` (only ``rollout_id``, ``group_id``,
+    ``status`` and ``reward`` are read, so a streaming export can pass light dicts).
+
+    Raises:
+        RecordError: a completed record has no reward.
+    """
+    groups: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    for record in records:
+        if isinstance(record, RolloutRecord):
+            rid, gid, status, reward = record.rollout_id, record.group_id, record.status, record.reward
+        else:
+            rid, gid, status, reward = record["rollout_id"], record["group_id"], record["status"], record["reward"]
+        if status not in COMPLETED:
+            continue
+        if reward is None:
+            raise RecordError(f"record {rid} is {status} but has no reward; the run is damaged")
+        groups[gid].append((rid, float(reward)))
+    result: dict[str, float] = {}
+    for members in groups.values():
+        for (rid, _), value in zip(members, advantages([r for _, r in members]), strict=True):
+            result[rid] = value
+    return result

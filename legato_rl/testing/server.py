@@ -1,0 +1,703 @@
+"""The reference policy server: a real HTTP server on loopback that follows vLLM's OpenAI-compatible contract.
+
+It answers ``GET /v1/models``, ``GET /health`` and non-streaming ``POST /v1/chat/completions`` with what
+a real server would return (ids, usage with ``prompt_tokens_details.cached_tokens``, ``logprobs.content``,
+token ids, reasoning), in the field names of the chosen behaviour:
+
+============== =====================================================================================
+behaviour      what it mimics
+============== =====================================================================================
+``vllm``       vLLM 0.33: ``choices[i].token_ids`` and top-level ``prompt_token_ids`` when
+               ``return_token_ids`` is set (``null`` otherwise); ``message.reasoning``; unknown fields
+               ignored.
+``vllm-0.10.1`` vLLM before 0.10.2: ``return_token_ids`` ignored (no token-id fields at all);
+               ``message.reasoning_content``.
+``openai``     OpenAI: HTTP 400 ``Unrecognized request argument supplied: <field>`` for unknown fields;
+               no token ids; ``prompt_tokens_details.cached_tokens`` always (0 below 1024 tokens,
+               then in steps of 128).
+``sglang``     SGLang 0.5.23: ``choices[i].prompt_token_ids`` and ``choices[i].response_token_ids``;
+               ``message.reasoning_content``; unknown fields silently dropped; ``metadata``.
+============== =====================================================================================
+
+Tokens come from :class:`~legato_rl.testing.tokenizer.ToyTokenizer` (deterministic; images cost one token
+per 32x32 patch), and ``cached_tokens`` from a real prefix cache over those tokens: an LRU of 16-token
+blocks keyed by chained hashes, as vLLM's, so ``cached_tokens`` is the longest cached block-aligned prefix
+(at most ``prompt_tokens - 1``, as vLLM always computes the last prompt token).
+
+Use it in tests as a context manager::
+
+    with ReferencePolicyServer(brain=ScriptedSolver(), behaviour="vllm") as server:
+        config = PolicyConfig(server.url, server.model)
+
+or from a shell: ``python -m legato_rl.testing.server --port 8000 --brain scripted``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import random
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from legato_gym.errors import ConfigError
+from legato_rl.testing.brains import Brain, RandomBrain, ReplayBrain, Reply, ScriptedSolver
+from legato_rl.testing.tokenizer import IM_END, SPECIAL_TOKENS, ToyTokenizer
+
+__all__ = [
+    "BEHAVIOURS",
+    "FAULTS",
+    "Faults",
+    "Latency",
+    "PrefixCache",
+    "RecordedRequest",
+    "ReferencePolicyServer",
+    "ServerStats",
+    "main",
+]
+
+logger = logging.getLogger(__name__)
+
+BEHAVIOURS = ("vllm", "vllm-0.10.1", "openai", "sglang")
+#: Fault kinds: HTTP 500, HTTP 429, a hang (no answer), a 200 whose body is not JSON, a connection closed
+#: without an answer. ``None`` or ``"ok"`` in a script means "answer normally".
+FAULTS = ("500", "429", "hang", "malformed", "drop")
+
+_OPENAI_FIELDS = frozenset(
+    {
+        "model", "messages", "temperature", "top_p", "max_tokens", "max_completion_tokens", "n", "stop", "stream",
+        "stream_options", "logprobs", "top_logprobs", "seed", "tools", "tool_choice", "parallel_tool_calls",
+        "response_format", "presence_penalty", "frequency_penalty", "logit_bias", "user", "metadata", "store",
+        "reasoning_effort", "modalities", "audio", "prediction", "service_tier",
+    }
+)  # fmt: skip
+_MAX_LOGPROBS = 20
+
+
+@dataclass(frozen=True)
+class Latency:
+    """The server's simulated compute time per chat request.
+
+    ``fixed + per_prompt_token * uncached_prompt_tokens + per_token * completion_tokens + jitter * U(0, 1)``
+    seconds, with ``U`` drawn from a generator seeded by ``seed``.
+    """
+
+    fixed: float = 0.0
+    per_prompt_token: float = 0.0
+    per_token: float = 0.0
+    jitter: float = 0.0
+    seed: int = 0
+
+    def delay(self, uncached_prompt_tokens: int, completion_tokens: int, draw: float) -> float:
+        """Seconds for one request, given a uniform ``draw`` in ``[0, 1)``."""
+        return (
+            self.fixed
+            + self.per_prompt_token * uncached_prompt_tokens
+            + self.per_token * completion_tokens
+            + self.jitter * draw
+        )
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Fault injection on chat requests, seeded.
+
+    Attributes:
+        script: faults for the first chat requests, in order (``"500"``, ``"429"``, ``"hang"``,
+            ``"malformed"``, ``"drop"``, or ``None``/``"ok"`` for a normal answer); then the rates apply.
+        rates: chance of each fault per request after the script, e.g. ``{"500": 0.1, "drop": 0.05}``.
+        seed: seeds the draws.
+        hang_seconds: how long a hang holds the request before closing the connection unanswered.
+        retry_after: ``Retry-After`` header (seconds) sent with 429, if any.
+    """
+
+    script: Sequence[str | None] = ()
+    rates: Mapping[str, float] = field(default_factory=dict)
+    seed: int = 0
+    hang_seconds: float = 600.0
+    retry_after: float | None = None
+
+    def __post_init__(self) -> None:
+        for kind in list(self.script) + list(self.rates):
+            if kind not in (None, "ok", *FAULTS):
+                raise ConfigError(f"unknown fault {kind!r}; choose from {', '.join(FAULTS)} (or None / 'ok')")
+        if sum(self.rates.values()) > 1:
+            raise ConfigError(f"fault rates {dict(self.rates)!r} add up to more than 1")
+
+
+class PrefixCache:
+    """vLLM-style automatic prefix caching over token keys: an LRU of full blocks keyed by chained hashes.
+
+    Args:
+        block_size: tokens per block (vLLM: 16).
+        capacity: blocks kept (the least recently used are evicted).
+        min_tokens: prompts shorter than this report no cache hit (OpenAI caches from 1024 tokens).
+    """
+
+    def __init__(self, block_size: int = 16, capacity: int = 8192, min_tokens: int = 0) -> None:
+        self.block_size = block_size
+        self.capacity = capacity
+        self.min_tokens = min_tokens
+        self._blocks: OrderedDict[bytes, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _hashes(self, keys: Sequence[object]) -> list[bytes]:
+        out: list[bytes] = []
+        parent = b""
+        size = self.block_size
+        for start in range(0, len(keys) - size + 1, size):
+            block = repr(tuple(keys[start : start + size])).encode()
+            parent = hashlib.blake2b(parent + block, digest_size=16).digest()
+            out.append(parent)
+        return out
+
+    def lookup(self, keys: Sequence[object]) -> int:
+        """Tokens of the longest cached block-aligned prefix of ``keys`` (at most ``len(keys) - 1``)."""
+        if len(keys) < self.min_tokens:
+            return 0
+        hits = 0
+        limit = (len(keys) - 1) // self.block_size
+        with self._lock:
+            for digest in self._hashes(keys)[:limit]:
+                if digest not in self._blocks:
+                    break
+                self._blocks.move_to_end(digest)
+                hits += 1
+        return hits * self.block_size
+
+    def insert(self, keys: Sequence[object]) -> None:
+        """Cache every full block of ``keys``."""
+        with self._lock:
+            for digest in self._hashes(keys):
+                self._blocks[digest] = None
+                self._blocks.move_to_end(digest)
+            while len(self._blocks) > self.capacity:
+                self._blocks.popitem(last=False)
+
+    def clear(self) -> None:
+        """Drop every block (vLLM ``/reset_prefix_cache``)."""
+        with self._lock:
+            self._blocks.clear()
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request the server received (the key is never recorded, only whether it matched)."""
+
+    method: str
+    path: str
+    body: Any
+    status: int
+    fault: str | None
+    authorized: bool
+
+
+@dataclass
+class ServerStats:
+    """Counters of a :class:`ReferencePolicyServer` (a snapshot; see :attr:`ReferencePolicyServer.stats`)."""
+
+    requests: int = 0
+    chat_requests: int = 0
+    inflight: int = 0
+    max_inflight: int = 0
+    faults: Counter[str] = field(default_factory=Counter)
+    statuses: Counter[int] = field(default_factory=Counter)
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 256  # many desktops connect at once; the default backlog of 5 drops SYNs
+    app: ReferencePolicyServer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _HTTPServer
+    timeout = 30  # an idle keep-alive connection is closed after this
+    before_send: Callable[[int], None] | None = None
+    disable_nagle_algorithm = True
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("reference server: " + format, *args)
+
+    def do_GET(self) -> None:
+        self.server.app._handle(self, "GET")
+
+    def do_POST(self) -> None:
+        self.server.app._handle(self, "POST")
+
+    def send_json(self, status: int, payload: Any, headers: Mapping[str, str] | None = None) -> None:
+        self.send_raw(status, json.dumps(payload).encode(), headers)
+
+    def fire(self, status: int) -> None:
+        """Run the pending bookkeeping once, before the client can see the answer (so tests never race it)."""
+        callback, self.before_send = self.before_send, None
+        if callback is not None:
+            callback(status)
+
+    def send_raw(self, status: int, data: bytes, headers: Mapping[str, str] | None = None) -> None:
+        self.fire(status)
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    def drop(self) -> None:
+        self.fire(0)
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+
+class ReferencePolicyServer:
+    """A vLLM-faithful OpenAI-compatible chat server on 127.0.0.1, served from a background thread.
+
+    Args:
+        brain: decides the replies (default :class:`ScriptedSolver`).
+        behaviour: ``vllm``, ``vllm-0.10.1``, ``openai`` or ``sglang`` (see the module docstring).
+        model: the served model name.
+        port: TCP port; 0 picks a free one.
+        api_key: when set, every ``/v1`` request must carry ``Authorization: Bearer <api_key>`` (else 401).
+        prompt_tokens_details: report ``usage.prompt_tokens_details.cached_tokens`` (vLLM
+            ``--enable-prompt-tokens-details``, SGLang ``--enable-cache-report``); OpenAI always reports it.
+        reasoning_parser: return the brain's reasoning in the reasoning field (vLLM ``--reasoning-parser``);
+            otherwise it stays in the content as ``<think>...</think>``.
+        latency: simulated compute time.
+        faults: fault injection.
+        block_size: prefix-cache block size in tokens.
+        cache_blocks: prefix-cache capacity in blocks.
+        seed: seeds the logprob values.
+        return_logprobs: answer ``logprobs=true`` (``False`` mimics a server that drops them, as vLLM does
+            with a reasoning parser and ``include_reasoning=false``).
+    """
+
+    def __init__(
+        self,
+        brain: Brain | None = None,
+        behaviour: str = "vllm",
+        *,
+        model: str = "legato/reference-policy",
+        port: int = 0,
+        api_key: str | None = None,
+        prompt_tokens_details: bool = True,
+        reasoning_parser: bool = True,
+        latency: Latency | None = None,
+        faults: Faults | None = None,
+        block_size: int = 16,
+        cache_blocks: int = 8192,
+        seed: int = 0,
+        return_logprobs: bool = True,
+    ) -> None:
+        if behaviour not in BEHAVIOURS:
+            raise ConfigError(f"unknown behaviour {behaviour!r}; choose one of {', '.join(BEHAVIOURS)}")
+        self.brain: Brain = brain if brain is not None else ScriptedSolver()
+        self.behaviour = behaviour
+        self.model = model
+        self.port = port
+        self.prompt_tokens_details = prompt_tokens_details
+        self.reasoning_parser = reasoning_parser
+        self.latency = latency or Latency()
+        self.seed = seed
+        self.return_logprobs = return_logprobs
+        self.tokenizer = ToyTokenizer()
+        if behaviour == "openai":
+            self.cache = PrefixCache(block_size=128, capacity=cache_blocks, min_tokens=1024)
+        else:
+            self.cache = PrefixCache(block_size=block_size, capacity=cache_blocks)
+        self._key = api_key
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._latency_rng = random.Random(self.latency.seed)
+        self._stats = ServerStats()
+        self._records: list[RecordedRequest] = []
+        self.set_faults(faults or Faults())
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def __repr__(self) -> str:
+        return f"ReferencePolicyServer(behaviour={self.behaviour!r}, model={self.model!r}, port={self.port})"
+
+    # lifecycle -----------------------------------------------------------------------------------------
+    def start(self) -> ReferencePolicyServer:
+        """Bind and serve from a background thread. Returns ``self``."""
+        if self._httpd is not None:
+            return self
+        self._stop.clear()
+        httpd = _HTTPServer(("127.0.0.1", self.port), _Handler)
+        httpd.app = self
+        self._httpd = httpd
+        self.port = int(httpd.server_address[1])
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, args=(0.05,), name=f"policy-server-{self.port}", daemon=True
+        )
+        self._thread.start()
+        logger.info("reference policy server (%s) at %s", self.behaviour, self.url)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and release hung requests. Idempotent."""
+        self._stop.set()
+        if self._httpd is None:
+            return
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._httpd = None
+        self._thread = None
+
+    def __enter__(self) -> ReferencePolicyServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        """The OpenAI-compatible base URL, ``http://127.0.0.1:<port>/v1``."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    # controls ------------------------------------------------------------------------------------------
+    def set_faults(self, faults: Faults) -> None:
+        """Replace the fault injection (the script starts again from its first entry)."""
+        with self._lock:
+            self.faults = faults
+            self._script = list(faults.script)
+            self._fault_rng = random.Random(faults.seed)
+
+    @property
+    def stats(self) -> ServerStats:
+        """A snapshot of the counters."""
+        with self._lock:
+            s = self._stats
+            return ServerStats(
+                s.requests, s.chat_requests, s.inflight, s.max_inflight, Counter(s.faults), Counter(s.statuses)
+            )
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every request received so far, oldest first."""
+        with self._lock:
+            return list(self._records)
+
+    def reset_stats(self) -> None:
+        """Zero the counters and forget the recorded requests."""
+        with self._lock:
+            self._stats = ServerStats(inflight=self._stats.inflight)
+            self._records.clear()
+
+    # request handling ----------------------------------------------------------------------------------
+    def _record(self, method: str, path: str, body: Any, status: int, fault: str | None, authorized: bool) -> None:
+        with self._lock:
+            self._stats.statuses[status] += 1
+            self._records.append(RecordedRequest(method, path, body, status, fault, authorized))
+
+    def _authorized(self, handler: _Handler) -> bool:
+        if self._key is None:
+            return True
+        return handler.headers.get("Authorization", "") == f"Bearer {self._key}"
+
+    def _next_fault(self) -> str | None:
+        with self._lock:
+            chosen: str | None = None
+            if self._script:
+                kind = self._script.pop(0)
+                chosen = None if kind in (None, "ok") else kind
+            else:
+                draw = self._fault_rng.random()
+                total = 0.0
+                for kind, rate in self.faults.rates.items():
+                    total += rate
+                    if draw < total:
+                        chosen = kind
+                        break
+            if chosen is not None:
+                self._stats.faults[chosen] += 1
+            return chosen
+
+    def _handle(self, handler: _Handler, method: str) -> None:
+        path = handler.path.split("?", 1)[0].rstrip("/")
+        with self._lock:
+            self._stats.requests += 1
+        length = int(handler.headers.get("Content-Length") or 0)
+        raw = handler.rfile.read(length) if length else b""
+        authorized = self._authorized(handler)
+        handler.before_send = lambda status: self._record(method, path, None, status, None, authorized)
+        if path == "/health" and method == "GET":
+            handler.send_raw(200, b"")
+            return
+        if path.startswith("/v1") and not authorized:
+            handler.send_json(401, {"error": "Unauthorized"})
+            return
+        if path == "/v1/models" and method == "GET":
+            created = int(time.time())
+            handler.send_json(
+                200,
+                {
+                    "object": "list",
+                    "data": [{"id": self.model, "object": "model", "created": created, "owned_by": "legato"}],
+                },
+            )
+            return
+        if path == "/v1/chat/completions" and method == "POST":
+            self._chat(handler, raw, authorized)
+            return
+        handler.send_json(404, {"detail": "Not Found"})
+
+    def _error(self, handler: _Handler, status: int, message: str, kind: str, param: str | None = None) -> None:
+        handler.send_json(status, {"error": {"message": message, "type": kind, "param": param, "code": status}})
+
+    def _chat(self, handler: _Handler, raw: bytes, authorized: bool) -> None:
+        path = "/v1/chat/completions"
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            self._error(handler, 400, "Invalid JSON body", "BadRequestError")
+            return
+        with self._lock:
+            self._stats.chat_requests += 1
+            self._stats.inflight += 1
+            self._stats.max_inflight = max(self._stats.max_inflight, self._stats.inflight)
+        fault: str | None = None
+
+        def done(status: int) -> None:
+            with self._lock:
+                self._stats.inflight -= 1
+            self._record("POST", path, body, status, fault, authorized)
+
+        handler.before_send = done
+        try:
+            problem = self._validate(body)
+            if problem is not None:
+                status, message, kind, param = problem
+                self._error(handler, status, message, kind, param)
+                return
+            fault = self._next_fault()  # only valid requests meet faults, so a script stays in step
+            self._chat_answer(handler, body, fault)
+        finally:
+            handler.fire(0)  # no answer was sent (the handler failed): still count the request as done
+
+    def _validate(self, body: Any) -> tuple[int, str, str, str | None] | None:
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            return 400, "messages: field required (a list)", "BadRequestError", "messages"
+        if self.behaviour == "openai":
+            unknown = sorted(set(body) - _OPENAI_FIELDS)
+            if unknown:
+                return 400, f"Unrecognized request argument supplied: {unknown[0]}", "invalid_request_error", None
+        if body.get("model") != self.model:
+            message = f"The model `{body.get('model')}` does not exist."
+            return 404, message, "NotFoundError", "model"
+        top = body.get("top_logprobs") or 0
+        if top and not body.get("logprobs"):
+            return 400, "when using `top_logprobs`, `logprobs` must be set to true.", "BadRequestError", None
+        if top > _MAX_LOGPROBS:
+            return 400, f"top_logprobs={top} exceeds --max-logprobs={_MAX_LOGPROBS}", "BadRequestError", None
+        return None
+
+    def _chat_answer(self, handler: _Handler, body: Any, fault: str | None) -> None:
+        """Answer one valid chat request (or drop it, or hang), as ``fault`` says."""
+        if fault == "hang":
+            self._stop.wait(self.faults.hang_seconds)
+            handler.drop()
+            return
+        if fault == "drop":
+            handler.drop()
+            return
+        if fault == "500":
+            self._error(handler, 500, "EngineCore encountered an issue (injected fault)", "InternalServerError")
+            return
+        if fault == "429":
+            headers = {} if self.faults.retry_after is None else {"Retry-After": f"{self.faults.retry_after:g}"}
+            handler.send_json(429, {"error": {"message": "Too many requests (injected fault)", "code": 429}}, headers)
+            return
+        try:
+            payload, delay = self._completion(body)
+        except Exception as exc:  # a brain bug answers 500, as a crashed engine would
+            logger.exception("reference server: the brain failed")
+            self._error(handler, 500, f"brain failed: {type(exc).__name__}: {exc}", "InternalServerError")
+            return
+        if delay > 0:
+            self._stop.wait(delay)
+        if fault == "malformed":
+            handler.send_raw(200, json.dumps(payload).encode()[:40])
+            return
+        handler.send_json(200, payload)
+
+    def _completion(self, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
+        messages = body["messages"]
+        prompt = self.tokenizer.prompt(messages, body.get("tools"))
+        reply: Reply = self.brain.respond(messages)
+        text = reply.content
+        if reply.reasoning:
+            text = f"<think>\n{reply.reasoning}\n</think>\n\n{reply.content}"
+        pieces = self.tokenizer.pieces(text)
+        ids = [self.tokenizer.piece_id(p) for p in pieces] + [IM_END]
+        pieces = [*pieces, SPECIAL_TOKENS[IM_END]]
+        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+        finish = "stop"
+        if isinstance(max_tokens, int) and 0 < max_tokens < len(ids):
+            ids, pieces, finish = ids[:max_tokens], pieces[:max_tokens], "length"
+            text = "".join(pieces)
+        if finish == "stop":
+            content, reasoning = reply.content, reply.reasoning
+        else:
+            content, reasoning = text, None
+        if reasoning and not self.reasoning_parser:
+            content, reasoning = text, None
+        if self.behaviour == "openai":
+            reasoning = None
+
+        cached = self.cache.lookup(prompt.cache_keys)
+        self.cache.insert(list(prompt.cache_keys) + list(ids))
+        prompt_digest = hashlib.blake2b(repr(prompt.ids).encode(), digest_size=8).hexdigest()
+
+        message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None, "tool_calls": []}
+        if self.behaviour == "vllm":
+            message["reasoning"] = reasoning
+        elif self.behaviour != "openai":
+            message["reasoning_content"] = reasoning
+
+        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
+        if body.get("logprobs") and self.return_logprobs:
+            top = int(body.get("top_logprobs") or 0)
+            choice["logprobs"] = {"content": self._logprobs(pieces, ids, prompt_digest, top)}
+        else:
+            choice["logprobs"] = None
+        want_ids = bool(body.get("return_token_ids"))
+        usage: dict[str, Any] = {
+            "prompt_tokens": len(prompt.ids),
+            "completion_tokens": len(ids),
+            "total_tokens": len(prompt.ids) + len(ids),
+            "prompt_tokens_details": None,
+        }
+        payload: dict[str, Any] = {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model,
+            "choices": [choice],
+            "usage": usage,
+        }
+        if self.behaviour == "vllm":
+            choice["stop_reason"] = None
+            choice["token_ids"] = ids if want_ids else None
+            payload["prompt_logprobs"] = None
+            payload["prompt_token_ids"] = prompt.ids if want_ids else None
+            payload["kv_transfer_params"] = None
+            if self.prompt_tokens_details:
+                usage["prompt_tokens_details"] = {"cached_tokens": cached}
+        elif self.behaviour == "vllm-0.10.1":
+            choice["stop_reason"] = None
+            payload["prompt_logprobs"] = None
+            payload["kv_transfer_params"] = None
+            if self.prompt_tokens_details:
+                usage["prompt_tokens_details"] = {"cached_tokens": cached}
+        elif self.behaviour == "sglang":
+            choice["matched_stop"] = IM_END if finish == "stop" else None
+            choice["prompt_token_ids"] = prompt.ids if want_ids else None
+            choice["response_token_ids"] = ids if want_ids else None
+            payload["metadata"] = {"weight_version": "default"}
+            if self.prompt_tokens_details:
+                usage["prompt_tokens_details"] = {"cached_tokens": cached}
+        else:  # openai
+            payload["system_fingerprint"] = "fp_legato"
+            usage["prompt_tokens_details"] = {"cached_tokens": cached, "audio_tokens": 0}
+
+        with self._lock:
+            draw = self._latency_rng.random()
+        return payload, self.latency.delay(len(prompt.ids) - cached, len(ids), draw)
+
+    def _logprobs(self, pieces: Sequence[str], ids: Sequence[int], digest: str, top: int) -> list[dict[str, Any]]:
+        out = []
+        for i, (piece, token_id) in enumerate(zip(pieces, ids, strict=True)):
+            h = hashlib.blake2b(f"{self.seed}:{digest}:{i}:{token_id}".encode(), digest_size=4).digest()
+            logprob = -3.0 * (int.from_bytes(h, "big") / 2**32) ** 2
+            entry: dict[str, Any] = {"token": piece, "logprob": logprob, "bytes": list(piece.encode())}
+            alternatives = [{"token": piece, "logprob": logprob, "bytes": list(piece.encode())}]
+            for k in range(1, top):
+                alt = f"token_id:{(token_id + k) % 151_643}"
+                alternatives.append({"token": alt, "logprob": logprob - k, "bytes": list(alt.encode())})
+            entry["top_logprobs"] = alternatives[:top] if top else []
+            out.append(entry)
+        return out
+
+
+def _brain(name: str, seed: int, replies: str | None) -> Brain:
+    if name == "scripted":
+        return ScriptedSolver()
+    if name == "random":
+        return RandomBrain(seed)
+    if name == "replay":
+        if not replies:
+            raise ConfigError("--brain replay needs --replies FILE (a JSON list of reply texts)")
+        with open(replies, encoding="utf-8") as f:
+            return ReplayBrain([str(r) for r in json.load(f)])
+    raise ConfigError(f"unknown brain {name!r}; choose scripted, random or replay")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m legato_rl.testing.server``: serve the reference policy until interrupted."""
+    parser = argparse.ArgumentParser(
+        prog="python -m legato_rl.testing.server",
+        description="A vLLM-faithful OpenAI-compatible policy server on 127.0.0.1, for trying legato without GPUs.",
+    )
+    parser.add_argument("--port", type=int, default=0, help="TCP port (0: pick a free one)")
+    parser.add_argument("--brain", choices=["scripted", "random", "replay"], default="scripted")
+    parser.add_argument("--replies", help="with --brain replay: a JSON file holding a list of reply texts")
+    parser.add_argument("--behaviour", choices=BEHAVIOURS, default="vllm")
+    parser.add_argument("--model", default="legato/reference-policy")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--latency", type=float, default=0.0, help="fixed seconds per request")
+    parser.add_argument("--per-token", type=float, default=0.0, help="seconds per generated token")
+    parser.add_argument(
+        "--require-key", action="store_true", help="require the key in $LEGATO_POLICY_KEY (401 otherwise)"
+    )
+    parser.add_argument(
+        "--no-prompt-tokens-details", action="store_true", help="do not report cached tokens (vLLM's default)"
+    )
+    args = parser.parse_args(argv)
+    key = os.environ.get("LEGATO_POLICY_KEY") if args.require_key else None
+    if args.require_key and not key:
+        print("--require-key: set LEGATO_POLICY_KEY first", file=sys.stderr)
+        return 2
+    server = ReferencePolicyServer(
+        _brain(args.brain, args.seed, args.replies),
+        args.behaviour,
+        model=args.model,
+        port=args.port,
+        api_key=key,
+        prompt_tokens_details=not args.no_prompt_tokens_details,
+        latency=Latency(fixed=args.latency, per_token=args.per_token, seed=args.seed),
+        seed=args.seed,
+    )
+    server.start()
+    print(server.url, flush=True)
+    print(f"model: {server.model}  behaviour: {server.behaviour}  (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import pytest
+
+from legato_gym import ConfigError, Task
+from legato_rl.groups import GroupBook, Status, attempts_per_group
+
+
+def _tasks(n: int) -> list[Task]:
+    return [Task(task_id=f"t{i}", instruction=f"do {i}", config={}) for i in range(n)]
+
+
+@pytest.mark.parametrize(
+    ("group", "oversample", "expected"), [(4, 0.0, 4), (4, 0.25, 5), (8, 0.25, 10), (3, 0.5, 5), (1, 0.01, 2)]
+)
+def test_attempts_per_group(group: int, oversample: float, expected: int) -> None:
+    assert attempts_per_group(group, oversample) == expected
+
+
+def test_bad_group_arguments_name_the_value() -> None:
+    with pytest.raises(ConfigError, match="group=0"):
+        attempts_per_group(0, 0.0)
+    with pytest.raises(ConfigError, match="oversample=-1"):
+        attempts_per_group(2, -1)
+
+
+def test_group_closes_after_group_completions_then_cancels_and_skips() -> None:
+    book = GroupBook(_tasks(1), group=2, oversample=1.0)  # 4 attempts
+    a0, a1, a2 = book.next_attempt(), book.next_attempt(), book.next_attempt()
+    assert a0 and a1 and a2 and book.pending == 1
+    assert book.finish(a0, Status.OK) == (Status.OK, [])
+    status, dropped = book.finish(a1, Status.TRUNCATED)
+    assert status is Status.TRUNCATED
+    assert [a.index for a in dropped] == [3]  # never started: skipped
+    assert book.is_closed(a2.group_id)
+    # the running one completes after the close: surplus
+    assert book.finish(a2, Status.OK) == (Status.SURPLUS, [])
+    assert book.all_ended and book.next_attempt() is None
+
+
+def test_short_group_when_every_attempt_ends_without_enough_completions() -> None:
+    book = GroupBook(_tasks(1), group=2, oversample=0.0)
+    a0, a1 = book.next_attempt(), book.next_attempt()
+    assert a0 and a1
+    book.finish(a0, Status.OK)
+    book.finish(a1, Status.ERROR)
+    group = book.groups[a0.group_id]
+    assert group.closed and group.short and book.all_ended
+
+
+def test_requeue_puts_the_next_try_first() -> None:
+    book = GroupBook(_tasks(2), group=1, oversample=0.0)
+    first = book.next_attempt()
+    assert first is not None
+    again = book.requeue(first)
+    assert again is not None and again.try_index == 1 and again.rollout_id.endswith("/t1")
+    assert book.next_attempt() == again
+
+
+def test_restore_after_interruption() -> None:
+    book = GroupBook(_tasks(2), group=2, oversample=0.5)  # 3 attempts each
+    g0, g1 = list(book.groups)
+    book.restore(
+        ended=[(g0, 0, Status.OK), (g0, 1, Status.OK), (g1, 0, Status.ERROR)],
+        tries=[(g1, 1), (g1, 1)],
+    )
+    skipped = book.close_remaining()
+    assert [(a.group_id, a.index) for a in skipped] == [(g0, 2)]
+    nxt = book.next_attempt()
+    assert nxt is not None and (nxt.group_id, nxt.index, nxt.try_index) == (g1, 1, 2)

@@ -1,0 +1,334 @@
+"""The policy client against the reference server over real HTTP: parsing, retries, fallback, replicas, caps."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from _policy_kit import LONG_TEXT, png_data_url, run, user
+
+from legato_gym.errors import ConfigError, LegatoError, StateError
+from legato_rl import ChatResult, PolicyClient, PolicyConfig
+from legato_rl.errors import PolicyError, PolicyHTTPError, PolicyResponseError, PolicyTimeout, PolicyUnreachable
+from legato_rl.testing import Faults, Latency, ReferencePolicyServer, ReplayBrain, Reply
+
+REPLY = Reply("Action: Click OK.\n<tool_call>\n{}\n</tool_call>", "I should click OK.")
+
+
+def brain() -> ReplayBrain:
+    return ReplayBrain([REPLY], cycle=True)
+
+
+def config(server: ReferencePolicyServer | list[ReferencePolicyServer], **kw: Any) -> PolicyConfig:
+    servers = server if isinstance(server, list) else [server]
+    kw.setdefault("backoff", 0.001)
+    kw.setdefault("backoff_max", 0.01)
+    urls: str | tuple[str, ...] = servers[0].url if len(servers) == 1 else tuple(s.url for s in servers)
+    return PolicyConfig(urls, servers[0].model, **kw)
+
+
+async def one_chat(cfg: PolicyConfig, messages: list[dict[str, Any]] | None = None, rollout: str = "r0") -> ChatResult:
+    async with PolicyClient(cfg) as client:
+        return await client.chat(messages or [user("hello", png_data_url(640, 480))], rollout_id=rollout)
+
+
+# --- config -----------------------------------------------------------------------------------------------
+
+
+def test_config_normalises_and_validates(monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = PolicyConfig(("http://a:1/v1/", "http://b:2/v1"), "m", api_key="secret-value")
+    assert cfg.urls == ("http://a:1/v1", "http://b:2/v1")
+    assert PolicyConfig("http://a/v1/", "m").url == "http://a/v1"
+    assert "secret-value" not in repr(cfg) and "secret-value" not in str(cfg)
+    monkeypatch.setenv("LEGATO_POLICY_KEY", "from-env")
+    assert PolicyConfig("http://a/v1", "m").resolved_api_key() == "from-env"
+    assert cfg.resolved_api_key() == "secret-value"
+    for bad in (
+        {"url": "a:1/v1"},
+        {"url": ()},
+        {"url": ("http://a/v1", "http://a/v1/")},
+        {"model": ""},
+        {"max_inflight": 0},
+        {"step_timeout": 0},
+        {"retries": -1},
+    ):
+        kwargs: dict[str, Any] = {"url": "http://a/v1", "model": "m", **bad}
+        with pytest.raises(ConfigError):
+            PolicyConfig(**kwargs)
+
+
+def test_errors_are_one_tree() -> None:
+    for cls in (PolicyTimeout, PolicyUnreachable, PolicyHTTPError, PolicyResponseError):
+        assert issubclass(cls, PolicyError) and issubclass(cls, LegatoError)
+    assert issubclass(PolicyTimeout, TimeoutError)
+    assert PolicyHTTPError("x", status_code=503).retryable and PolicyHTTPError("x", status_code=429).retryable
+    assert not PolicyHTTPError("x", status_code=400).retryable
+
+
+# --- what comes back, per server --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("behaviour", ["vllm", "vllm-0.10.1", "openai", "sglang"])
+def test_chat_reads_every_server(behaviour: str) -> None:
+    with ReferencePolicyServer(brain(), behaviour) as server:
+        result = run(one_chat(config(server)))
+        assert result.content == REPLY.content
+        assert result.logprobs is not None and len(result.logprobs) == result.completion_tokens
+        assert result.prompt_tokens and result.prompt_tokens > 300  # 20x15 patches of the image count
+        assert result.finish_reason == "stop" and result.seconds > 0 and result.url == server.url
+        if behaviour in ("vllm", "sglang"):
+            assert result.token_ids is not None and len(result.token_ids) == len(result.logprobs)
+            assert result.prompt_token_ids is not None and len(result.prompt_token_ids) == result.prompt_tokens
+            assert result.tokens is None
+            assert result.attempts == 1
+        else:
+            assert result.token_ids is None and result.prompt_token_ids is None
+            assert result.tokens is not None and len(result.tokens) == len(result.logprobs)
+        assert result.reasoning == (None if behaviour == "openai" else REPLY.reasoning)
+        assert result.attempts == (2 if behaviour == "openai" else 1)
+        assert result.cached_tokens == 0
+        assert server.requests[-1].body == result.request
+
+
+def test_request_body() -> None:
+    with ReferencePolicyServer(brain()) as server:
+        cfg = config(server, temperature=0.7, top_p=0.9, max_tokens=64, extra_body={"chat_template_kwargs": {"a": 1}})
+        result = run(one_chat(cfg, [user("hi")]))
+        body = server.requests[-1].body
+    assert body == result.request
+    assert body["logprobs"] is True and body["top_logprobs"] == 0 and body["return_token_ids"] is True
+    assert (body["temperature"], body["top_p"], body["max_tokens"]) == (0.7, 0.9, 64)
+    assert body["chat_template_kwargs"] == {"a": 1} and body["model"] == server.model
+
+
+def test_cached_tokens_across_turns() -> None:
+    async def go(cfg: PolicyConfig) -> tuple[ChatResult, ChatResult]:
+        async with PolicyClient(cfg) as client:
+            messages = [user(LONG_TEXT)]
+            first = await client.chat(messages, rollout_id="r")
+            second = await client.chat([*messages, {"role": "assistant", "content": first.content}, user("next")], rollout_id="r")
+            return first, second
+
+    with ReferencePolicyServer(brain()) as server:
+        first, second = run(go(config(server)))
+    assert first.cached_tokens == 0
+    assert second.cached_tokens is not None and second.cached_tokens >= first.prompt_tokens // 16 * 16 - 16 > 0
+
+
+def test_no_cached_tokens_without_prompt_tokens_details() -> None:
+    with ReferencePolicyServer(brain(), prompt_tokens_details=False) as server:
+        assert run(one_chat(config(server))).cached_tokens is None
+
+
+# --- the 400 fallback -------------------------------------------------------------------------------------
+
+
+def test_openai_400_fallback_is_remembered() -> None:
+    async def go(cfg: PolicyConfig) -> tuple[list[ChatResult], frozenset[str]]:
+        async with PolicyClient(cfg) as client:
+            results = [await client.chat([user("hi")], rollout_id=f"r{i}") for i in range(3)]
+            return results, client.extras_refused
+
+    with ReferencePolicyServer(brain(), "openai") as server:
+        results, refused = run(go(config(server)))
+        statuses = [r.status for r in server.requests]
+        bodies = [r.body for r in server.requests]
+    assert statuses == [400, 200, 200, 200]
+    assert "return_token_ids" in bodies[0] and all("return_token_ids" not in b for b in bodies[1:])
+    assert all(b["logprobs"] is True for b in bodies)
+    assert [r.attempts for r in results] == [2, 1, 1]
+    assert "return_token_ids" not in results[0].request
+    assert refused == {server.url}
+
+
+def test_other_400_is_not_a_fallback() -> None:
+    with ReferencePolicyServer(brain(), "openai") as server:
+        with pytest.raises(PolicyHTTPError) as info:
+            run(one_chat(config(server, vllm_extras=False, extra_body={"unknown_field": 1})))
+        assert info.value.status_code == 400 and "unknown_field" in str(info.value)
+        assert server.stats.chat_requests == 1
+
+
+# --- retries ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fault", ["500", "429", "malformed", "drop", "hang"])
+def test_retries_each_retryable_fault(fault: str) -> None:
+    with ReferencePolicyServer(brain(), faults=Faults(script=[fault])) as server:
+        result = run(one_chat(config(server, retries=1, step_timeout=0.5)))
+        assert result.attempts == 2 and result.content == REPLY.content
+        assert server.stats.chat_requests == 2
+        assert server.stats.faults == {fault: 1}
+
+
+@pytest.mark.parametrize(
+    ("fault", "error"),
+    [
+        ("500", PolicyHTTPError),
+        ("429", PolicyHTTPError),
+        ("malformed", PolicyResponseError),
+        ("drop", PolicyUnreachable),
+        ("hang", PolicyTimeout),
+    ],
+)
+def test_retries_are_bounded(fault: str, error: type[PolicyError]) -> None:
+    with ReferencePolicyServer(brain(), faults=Faults(script=[fault] * 5)) as server:
+        with pytest.raises(error) as info:
+            run(one_chat(config(server, retries=2, step_timeout=0.3)))
+        assert info.value.attempts == 3 and info.value.url == server.url
+        assert server.stats.chat_requests == 3
+
+
+def test_no_retry_on_401_404_and_bad_request() -> None:
+    with ReferencePolicyServer(brain(), api_key="right") as server:
+        with pytest.raises(PolicyHTTPError) as unauthorized:
+            run(one_chat(config(server, api_key="wrong", retries=3)))
+        assert unauthorized.value.status_code == 401 and "LEGATO_POLICY_KEY" in str(unauthorized.value)
+        assert server.stats.statuses == {401: 1}
+
+        with pytest.raises(PolicyHTTPError) as not_found:
+            run(one_chat(PolicyConfig(server.url, "no/such-model", api_key="right", retries=3)))
+        assert not_found.value.status_code == 404 and server.stats.statuses[404] == 1
+
+        with pytest.raises(PolicyHTTPError) as bad:
+            run(one_chat(config(server, api_key="right", retries=3, extra_body={"top_logprobs": 99})))
+        assert bad.value.status_code == 400 and server.stats.statuses[400] == 1
+        assert len(server.requests) == 3
+
+
+def test_timeout_and_unreachable() -> None:
+    with ReferencePolicyServer(brain(), faults=Faults(script=["hang"])) as server:
+        with pytest.raises(PolicyTimeout, match="step_timeout=0.2s") as info:
+            run(one_chat(config(server, retries=0, step_timeout=0.2)))
+        assert isinstance(info.value, TimeoutError) and info.value.attempts == 1
+        url = server.url
+    with pytest.raises(PolicyUnreachable, match="cannot reach"):
+        run(one_chat(PolicyConfig(url, "m", retries=1, backoff=0.001)))
+
+
+def test_closed_client_raises_state_error() -> None:
+    async def go(cfg: PolicyConfig) -> None:
+        client = PolicyClient(cfg)
+        await client.aclose()
+        await client.aclose()
+        await client.chat([user("hi")], rollout_id="r")
+
+    with pytest.raises(StateError, match="closed"):
+        run(go(PolicyConfig("http://127.0.0.1:9/v1", "m")))
+
+
+# --- concurrency cap ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cap", [3, None])
+def test_max_inflight_is_shared_by_all_callers(cap: int | None) -> None:
+    async def go(cfg: PolicyConfig) -> list[ChatResult]:
+        async with PolicyClient(cfg) as client:
+            return await asyncio.gather(*(client.chat([user("hi")], rollout_id=f"r{i}") for i in range(10)))
+
+    with ReferencePolicyServer(brain(), latency=Latency(fixed=0.1)) as server:
+        results = run(go(config(server, max_inflight=cap)))
+        peak = server.stats.max_inflight
+    assert len(results) == 10
+    if cap is None:
+        assert peak > 3
+    else:
+        assert peak == cap
+        assert max(r.queued_s for r in results) > 0
+
+
+def test_cancelled_call_releases_its_slot() -> None:
+    async def go(cfg: PolicyConfig) -> dict[str, int]:
+        async with PolicyClient(cfg) as client:
+            task = asyncio.create_task(client.chat([user("hi")], rollout_id="slow"))
+            while not sum(client.inflight.values()):
+                await asyncio.sleep(0.005)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await client.chat([user("hi")], rollout_id="next")  # the one slot is free again
+            return client.inflight
+
+    with ReferencePolicyServer(brain(), faults=Faults(script=["hang"])) as server:
+        assert run(go(config(server, max_inflight=1))) == {server.url: 0}
+
+
+# --- replicas -----------------------------------------------------------------------------------------------
+
+
+def test_rollouts_stick_to_a_replica_and_spread() -> None:
+    async def go(cfg: PolicyConfig) -> dict[str, list[str | None]]:
+        async with PolicyClient(cfg) as client:
+            seen: dict[str, list[str | None]] = {}
+            for step in range(3):
+                for rollout in ("a", "b", "c", "d"):
+                    result = await client.chat([user(f"{rollout} step {step}")], rollout_id=rollout)
+                    seen.setdefault(rollout, []).append(result.url)
+            return seen
+
+    with ReferencePolicyServer(brain()) as one, ReferencePolicyServer(brain()) as two:
+        seen = run(go(config([one, two])))
+        counts = (one.stats.chat_requests, two.stats.chat_requests)
+    assert all(len(set(urls)) == 1 for urls in seen.values())
+    assert sorted(urls[0] for urls in seen.values()) == sorted([one.url, one.url, two.url, two.url])
+    assert counts == (6, 6)
+
+
+def test_new_rollouts_go_to_the_least_busy_replica() -> None:
+    async def go(cfg: PolicyConfig) -> tuple[str | None, str | None, str | None]:
+        async with PolicyClient(cfg) as client:
+            slow = asyncio.create_task(client.chat([user("long")], rollout_id="slow"))
+            while not sum(client.inflight.values()):
+                await asyncio.sleep(0.005)
+            busy = client.replica_of("slow")
+            other = await client.chat([user("quick")], rollout_id="new")
+            await slow
+            return busy, other.url, client.replica_of("new")
+
+    with (
+        ReferencePolicyServer(brain(), latency=Latency(fixed=0.3)) as one,
+        ReferencePolicyServer(brain(), latency=Latency(fixed=0.3)) as two,
+    ):
+        busy, other, pinned = run(go(config([one, two])))
+    assert busy in (one.url, two.url) and other != busy and pinned == other
+
+
+def test_failing_replica_is_avoided_until_it_answers() -> None:
+    async def go(cfg: PolicyConfig, bad: ReferencePolicyServer) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with PolicyClient(cfg) as client:
+            first = await client.chat([user("hi")], rollout_id="r1")  # goes to bad first, retried elsewhere
+            out["first"] = (first.url, first.attempts)
+            out["r1_pinned"] = client.replica_of("r1")
+            out["r2"] = (await client.chat([user("hi")], rollout_id="r2")).url
+            out["bad_requests_while_down"] = bad.stats.chat_requests
+            bad.set_faults(Faults())  # it heals; after the cooldown it is tried again
+            deadline = time.monotonic() + 0.25
+            while time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            out["r3"] = (await client.chat([user("hi")], rollout_id="r3")).url
+            out["r1_again"] = (await client.chat([user("more")], rollout_id="r1")).url
+        return out
+
+    with (
+        ReferencePolicyServer(brain(), faults=Faults(rates={"500": 1.0})) as bad,
+        ReferencePolicyServer(brain()) as good,
+    ):
+        out = run(go(config([bad, good], retries=1, replica_cooldown=0.2), bad))
+    assert out["first"] == (good.url, 2)
+    assert out["r1_pinned"] == good.url
+    assert out["r2"] == good.url and out["bad_requests_while_down"] == 1
+    assert out["r3"] == bad.url  # probed again after the cooldown, and it answers
+    assert out["r1_again"] == good.url  # r1 stays where its cache is
+
+
+def test_all_replicas_down_still_tries() -> None:
+    with (
+        ReferencePolicyServer(brain(), faults=Faults(script=["500"])) as one,
+        ReferencePolicyServer(brain(), faults=Faults(script=["500"])) as two,
+    ):
+        result = run(one_chat(config([one, two], retries=2)))
+        assert result.attempts == 3
+        assert one.stats.chat_requests + two.stats.chat_requests == 3

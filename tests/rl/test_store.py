@@ -1,0 +1,473 @@
+"""The legato.rollout/v0 store: content addressing, exact request round trips, records, torn lines, manifest."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from legato_gym import Task
+from legato_gym.errors import ConfigError, StateError
+from legato_rl import load_request
+from legato_rl.harness import QwenHarness
+from legato_rl.store import (
+    SCHEMA,
+    ActionRecord,
+    ErrorInfo,
+    ModelStats,
+    PolicyStamp,
+    RecordError,
+    RequestRef,
+    Response,
+    RolloutRecord,
+    RolloutStore,
+    RunManifest,
+    StepRecord,
+    Timing,
+    check_manifest,
+    is_being_written,
+    open_run,
+    read_manifest,
+    read_record_dicts,
+    read_records,
+    tasks_sha256,
+)
+
+SHA = "ab" * 32
+
+
+def body_for(messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    """A body in the shape legato's PolicyClient sends."""
+    return {
+        "model": "Qwen/Qwen3-VL-8B",
+        "messages": messages,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "max_tokens": 2048,
+        "logprobs": True,
+        "top_logprobs": 0,
+        "return_token_ids": True,
+        **extra,
+    }
+
+
+def screen(i: int) -> np.ndarray:
+    image = np.zeros((36, 64, 3), np.uint8)
+    image[i % 36, :, 1] = 200
+    image[0, 0, 0] = i
+    return image
+
+
+def reply(i: int) -> str:
+    return f'Action: step {i}\n<tool_call>\n{{"name": "computer_use", "arguments": {{"action": "wait"}}}}\n</tool_call>'
+
+
+def play(store: RolloutStore, steps: int, instruction: str = "Do the thing") -> list[tuple[dict[str, Any], RequestRef]]:
+    """Build the growing prompts of one attempt through the harness and store each."""
+    conversation = QwenHarness(image_max=20).start(instruction)
+    sent = []
+    for i in range(steps):
+        body = body_for(conversation.messages(screen(i)))
+        sent.append((body, store.put_request(body)))
+        conversation.record_reply(reply(i))
+    return sent
+
+
+class FakeChat:
+    """Duck-typed ChatResult."""
+
+    def __init__(self, **overrides: Any) -> None:
+        self.content = "Action: wait"
+        self.reasoning: str | None = None
+        self.token_ids: list[int] | None = [1, 2, 3]
+        self.logprobs: list[float] | None = [-0.1, -0.2, -0.3]
+        self.tokens: list[str] | None = None
+        self.finish_reason: str | None = "stop"
+        self.prompt_tokens: int | None = 1000
+        self.completion_tokens: int | None = 3
+        self.cached_tokens: int | None = 900
+        self.seconds = 0.5
+        self.attempts = 1
+        self.__dict__.update(overrides)
+
+
+def record(rid: str = "g1/a0/t0", *, steps: tuple[StepRecord, ...] = (), **overrides: Any) -> RolloutRecord:
+    fields: dict[str, Any] = {
+        "rollout_id": rid,
+        "task_id": "t1",
+        "domain": "os",
+        "group_id": "g1",
+        "attempt": 0,
+        "policy": PolicyStamp("m", "step-1"),
+        "status": "ok",
+        "reward": 1.0,
+        "timing": Timing(reset_s=1.0, model_s=2.0, total_s=3.5),
+        "steps": steps,
+        "started_at": 100.0,
+        "ended_at": 103.5,
+        "desktop": 0,
+    }
+    fields.update(overrides)
+    return RolloutRecord(**fields)
+
+
+# --- requests ------------------------------------------------------------------------------------------------
+
+
+def test_load_request_gives_back_the_body_byte_for_byte(tmp_path: Path) -> None:
+    with RolloutStore(tmp_path) as store:
+        sent = play(store, 3)
+    for body, ref in sent:
+        assert json.dumps(load_request(tmp_path, ref)) == json.dumps(body)
+        # and from the record's JSON form, as read back from disk
+        assert json.dumps(load_request(tmp_path, json.loads(json.dumps(ref.to_json())))) == json.dumps(body)
+
+
+def test_body_in_another_key_order_round_trips(tmp_path: Path) -> None:
+    message = {"content": "hi", "role": "user", "name": "x"}
+    body = {"top_logprobs": 0, "messages": [message], "seed": 3, "model": "m", "temperature": 0.5}
+    with RolloutStore(tmp_path) as store:
+        ref = store.put_request(body)
+    assert ref.order == ("top_logprobs", "messages", "seed", "model", "temperature")
+    assert json.dumps(load_request(tmp_path, ref)) == json.dumps(body)
+
+
+def test_request_splits_sampling_from_extras(tmp_path: Path) -> None:
+    with RolloutStore(tmp_path) as store:
+        plain = store.put_request(body_for([{"role": "user", "content": "hi"}]))
+        late = store.put_request(body_for([{"role": "user", "content": "hi"}], top_k=20))  # a sampling key last
+    assert plain.model == "Qwen/Qwen3-VL-8B"
+    assert dict(plain.sampling) == {"temperature": 1.0, "top_p": 1.0, "max_tokens": 2048}
+    assert dict(plain.extras) == {"logprobs": True, "top_logprobs": 0, "return_token_ids": True}
+    assert plain.order is None  # the PolicyClient's order needs no recording
+    assert dict(late.sampling) == {"temperature": 1.0, "top_p": 1.0, "max_tokens": 2048, "top_k": 20}
+    assert late.order is not None and late.order[-1] == "top_k"
+
+
+def test_a_15_step_rollout_stores_each_message_and_image_once(tmp_path: Path) -> None:
+    with RolloutStore(tmp_path) as store:
+        sent = play(store, 15)
+    distinct = {json.dumps(m, sort_keys=True) for body, _ in sent for m in body["messages"]}
+    files = list((tmp_path / "messages").glob("*.json"))
+    # system + 15 screenshots + 14 replies
+    assert len(distinct) == 30
+    assert len(files) == 30
+    assert len(list((tmp_path / "images").glob("*.png"))) == 15
+    # the prompts sent add up to many more messages than were stored
+    assert sum(len(body["messages"]) for body, _ in sent) == sum(2 + 2 * i for i in range(15))
+    # no stored message holds image bytes
+    assert all(b"base64" not in f.read_bytes() for f in files)
+
+
+def test_identical_screens_across_attempts_share_files(tmp_path: Path) -> None:
+    with RolloutStore(tmp_path) as store:
+        play(store, 2)
+        play(store, 2)
+    # both attempts start from the same screen and prompt: nothing new on the second
+    assert len(list((tmp_path / "messages").glob("*.json"))) == 4
+    assert len(list((tmp_path / "images").glob("*.png"))) == 2
+
+
+def test_message_files_are_named_by_their_hash(tmp_path: Path) -> None:
+    import hashlib
+
+    with RolloutStore(tmp_path) as store:
+        play(store, 2)
+    for path in (tmp_path / "messages").iterdir():
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == path.stem
+    for path in (tmp_path / "images").iterdir():
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == path.stem
+    assert not [p for p in tmp_path.rglob("*.tmp")]
+
+
+def test_existing_files_are_not_rewritten(tmp_path: Path) -> None:
+    with RolloutStore(tmp_path) as store:
+        play(store, 2)
+    stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "messages").iterdir()}
+    for path in stamps:
+        os.utime(path, ns=(1, 1))
+    with RolloutStore(tmp_path) as store:  # a fresh store (resume) knows nothing in memory
+        play(store, 2)
+    assert all(p.stat().st_mtime_ns == 1 for p in stamps)
+
+
+def test_inline_images_false_keeps_references(tmp_path: Path) -> None:
+    with RolloutStore(tmp_path) as store:
+        (_, ref), *_ = play(store, 1)
+    body = load_request(tmp_path, ref, inline_images=False)
+    urls = [p["image_url"]["url"] for m in body["messages"] for p in m["content"] if p["type"] == "image_url"]
+    assert len(urls) == 1 and urls[0].startswith("legato-image://")
+
+
+def test_non_png_and_remote_images_stay_inline(tmp_path: Path) -> None:
+    messages = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,/9j/AA=="}},
+                {"type": "image_url", "image_url": "https://example.com/a.png"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo\n"}},  # not canonical
+            ],
+        }
+    ]
+    body = body_for(messages)
+    with RolloutStore(tmp_path) as store:
+        ref = store.put_request(body)
+    assert json.dumps(load_request(tmp_path, ref)) == json.dumps(body)
+    assert not list((tmp_path / "images").iterdir())
+
+
+def _write_message(root: Path, message: dict[str, Any]) -> str:
+    import hashlib
+
+    data = json.dumps(message).encode()
+    sha = hashlib.sha256(data).hexdigest()
+    (root / "messages").mkdir(parents=True, exist_ok=True)
+    (root / "messages" / f"{sha}.json").write_bytes(data)
+    return sha
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "legato-image://../../etc/passwd",
+        "legato-image:///etc/passwd",
+        "legato-image://" + "AB" * 32,
+        "legato-image://" + "ab" * 31,
+        "legato-image://" + "ab" * 32 + "/../x",
+        "legato-image://" + "ab" * 32 + "\n",
+    ],
+)
+def test_image_references_that_are_not_plain_hashes_are_refused(tmp_path: Path, url: str) -> None:
+    (tmp_path / "images").mkdir()
+    sha = _write_message(tmp_path, {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]})
+    request = {"model": "m", "messages": [sha], "sampling": {}, "extras": {}, "order": None}
+    with pytest.raises(RecordError, match="refusing"):
+        load_request(tmp_path, request)
+    with pytest.raises(RecordError, match="refusing"):
+        load_request(tmp_path, request, inline_images=False)
+
+
+@pytest.mark.parametrize("ref", ["../run.json", "ab" * 32 + "/../x", "AB" * 32, ""])
+def test_message_references_that_are_not_plain_hashes_are_refused(tmp_path: Path, ref: str) -> None:
+    with pytest.raises(RecordError):
+        load_request(tmp_path, {"model": "m", "messages": [ref], "sampling": {}, "extras": {}, "order": None})
+
+
+def test_missing_or_altered_files_are_reported(tmp_path: Path) -> None:
+    with RolloutStore(tmp_path) as store:
+        (_, ref), *_ = play(store, 1)
+    image = next((tmp_path / "images").iterdir())
+    image.write_bytes(image.read_bytes() + b"x")
+    with pytest.raises(RecordError, match="altered"):
+        load_request(tmp_path, ref)
+    image.unlink()
+    with pytest.raises(RecordError, match="missing"):
+        load_request(tmp_path, ref)
+    assert load_request(tmp_path, ref, inline_images=False)["model"] == "Qwen/Qwen3-VL-8B"
+    message = tmp_path / "messages" / f"{ref.messages[0]}.json"
+    message.unlink()
+    with pytest.raises(RecordError, match="missing"):
+        load_request(tmp_path, ref)
+
+
+def test_a_body_that_already_holds_references_is_refused(tmp_path: Path) -> None:
+    bad = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "legato-image://" + SHA}}]}]
+    with RolloutStore(tmp_path) as store, pytest.raises(RecordError, match="already holds"):
+        store.put_request(body_for(bad))
+
+
+# --- records -------------------------------------------------------------------------------------------------
+
+
+def test_record_round_trip_has_every_field(tmp_path: Path) -> None:
+    with RolloutStore(tmp_path) as store:
+        (body, ref), *_ = play(store, 1)
+        step = StepRecord(
+            index=0,
+            request=ref,
+            response=Response.from_chat(FakeChat()),
+            model=ModelStats.from_chat(FakeChat(attempts=2)),
+            actions=(ActionRecord.from_timings("WAIT", {"act_s": 0.1, "ready_s": 0.2, "obs_s": 0.3, "eval_s": 9}),),
+            description="step 0",
+            started_at=100.5,
+        )
+        written = record(steps=(step,))
+        store.append(written)
+    (line,) = (tmp_path / "rollouts.jsonl").read_text().splitlines()
+    data = json.loads(line)
+    assert list(data) == [
+        "schema", "rollout_id", "task_id", "domain", "group_id", "attempt", "try", "desktop", "policy", "status",
+        "reward", "error", "n_steps", "timing", "started_at", "ended_at", "steps",
+    ]  # fmt: skip
+    assert data["schema"] == SCHEMA
+    assert data["n_steps"] == 1 and data["error"] is None and data["policy"] == {"model": "m", "version": "step-1"}
+    assert set(data["timing"]) == {f"{p}_s" for p in ("reset", "wait_after_reset", "model", "act", "wait", "obs",
+                                                          "wait_before_eval", "eval", "total")}  # fmt: skip
+    (s,) = data["steps"]
+    assert set(s) == {"index", "started_at", "request", "response", "model", "description", "parse_error", "actions"}
+    assert s["response"] == {
+        "content": "Action: wait",
+        "reasoning": None,
+        "token_ids": [1, 2, 3],
+        "logprobs": [-0.1, -0.2, -0.3],
+        "tokens": None,
+        "finish_reason": "stop",
+    }
+    assert s["model"] == {"seconds": 0.5, "attempts": 2, "prompt_tokens": 1000, "completion_tokens": 3,
+                          "cached_tokens": 900}  # fmt: skip
+    assert s["actions"] == [{"action": "WAIT", "act_s": 0.1, "wait_s": None, "ready_s": 0.2, "obs_s": 0.3}]
+    assert set(s["request"]) == {"model", "messages", "sampling", "extras", "order"}
+    (back,) = read_records(tmp_path)
+    assert back == written
+    assert json.dumps(load_request(tmp_path, back.steps[0].request)) == json.dumps(body)
+
+
+def test_status_and_error_must_agree() -> None:
+    with pytest.raises(ConfigError, match="no error"):
+        record(status="error", reward=None)
+    with pytest.raises(ConfigError, match="only error/retried"):
+        record(error=ErrorInfo("env", "DesktopCrashed", "boom"))
+    with pytest.raises(ConfigError, match="must be one of"):
+        record(status="done")
+    with pytest.raises(ConfigError, match="kind"):
+        ErrorInfo("agent", "X", "y")
+    failed = record(status="retried", reward=None, error=ErrorInfo.from_exception("env", RuntimeError("vm died")))
+    assert failed.to_json()["error"] == {"kind": "env", "type": "RuntimeError", "message": "vm died"}
+
+
+def test_records_are_durable_lines_and_appends_accumulate(tmp_path: Path) -> None:
+    with RolloutStore(tmp_path) as store:
+        store.append(record("a"))
+        # visible to a reader before the store closes
+        assert [r.rollout_id for r in read_records(tmp_path)] == ["a"]
+    with RolloutStore(tmp_path) as store:
+        store.append(record("b"))
+    assert [r.rollout_id for r in read_records(tmp_path)] == ["a", "b"]
+    assert [d["rollout_id"] for d in read_record_dicts(tmp_path)] == ["a", "b"]
+
+
+def test_torn_last_line_is_skipped_by_readers_and_cut_by_the_next_writer(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with RolloutStore(tmp_path) as store:
+        store.append(record("a"))
+        store.append(record("b"))
+    path = tmp_path / "rollouts.jsonl"
+    whole = path.read_bytes()
+    path.write_bytes(whole + whole[: len(whole) // 3])  # a killed writer's half line
+    assert [r.rollout_id for r in read_records(tmp_path)] == ["a", "b"]
+    assert "torn" in caplog.text
+    with RolloutStore(tmp_path) as store:
+        store.append(record("c"))
+    assert [r.rollout_id for r in read_records(tmp_path)] == ["a", "b", "c"]
+    assert path.read_bytes().startswith(whole)
+
+
+def test_a_torn_only_line_is_cut(tmp_path: Path) -> None:
+    (tmp_path / "rollouts.jsonl").write_bytes(b'{"schema": "legato.rol')
+    assert list(read_records(tmp_path)) == []
+    with RolloutStore(tmp_path) as store:
+        store.append(record("a"))
+    assert [r.rollout_id for r in read_records(tmp_path)] == ["a"]
+
+
+def test_a_damaged_complete_line_is_an_error_with_its_line_number(tmp_path: Path) -> None:
+    with RolloutStore(tmp_path) as store:
+        store.append(record("a"))
+    with open(tmp_path / "rollouts.jsonl", "ab") as file:
+        file.write(b"{not json\n")
+    with pytest.raises(RecordError, match=r"rollouts.jsonl:2"):
+        list(read_records(tmp_path))
+
+
+def test_reading_a_directory_that_is_not_a_run(tmp_path: Path) -> None:
+    with pytest.raises(RecordError, match="not a legato run"):
+        list(read_records(tmp_path))
+    with pytest.raises(RecordError, match="not a directory"):
+        list(read_records(tmp_path / "nope"))
+
+
+def test_one_writer_at_a_time(tmp_path: Path) -> None:
+    store = RolloutStore(tmp_path)
+    assert is_being_written(tmp_path)
+    with pytest.raises(ConfigError, match="another process"):
+        RolloutStore(tmp_path)
+    store.close()
+    store.close()  # idempotent
+    assert not is_being_written(tmp_path)
+    with pytest.raises(StateError, match="closed"):
+        store.append(record())
+    RolloutStore(tmp_path).close()
+
+
+# --- the run manifest ----------------------------------------------------------------------------------------
+
+
+def manifest(**overrides: Any) -> RunManifest:
+    fields: dict[str, Any] = {
+        "tasks_sha256": SHA,
+        "n_tasks": 3,
+        "group": 8,
+        "oversample": 0.25,
+        "policy_model": "Qwen/Qwen3-VL-8B",
+        "policy_version": "step-41",
+        "max_steps": 15,
+        "backend": "fake",
+    }
+    fields.update(overrides)
+    return RunManifest(**fields)
+
+
+def test_open_run_creates_then_resumes(tmp_path: Path) -> None:
+    assert open_run(tmp_path / "run", manifest()) is False
+    stored = read_manifest(tmp_path / "run")
+    assert stored is not None and stored.created_at is not None
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["schema"] == "legato.run/v0"
+    assert open_run(tmp_path / "run", manifest()) is True
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "option"),
+    [
+        ("group", 4, "--group"),
+        ("policy_version", "step-42", "--version"),
+        ("tasks_sha256", "cd" * 32, "--tasks"),
+        ("oversample", 0.0, "--oversample"),
+        ("max_steps", 30, "--max-steps"),
+        ("backend", "osworld", "--backend"),
+        ("policy_model", "other", "--model"),
+    ],
+)
+def test_resume_with_other_arguments_is_refused_naming_them(
+    tmp_path: Path, field: str, value: Any, option: str
+) -> None:
+    open_run(tmp_path, manifest())
+    with pytest.raises(ConfigError, match=option) as info:
+        open_run(tmp_path, manifest(**{field: value}))
+    assert repr(value) in str(info.value)
+
+
+def test_check_manifest_lists_every_difference() -> None:
+    with pytest.raises(ConfigError) as info:
+        check_manifest(manifest(), manifest(group=2, max_steps=3))
+    assert "--group" in str(info.value) and "--max-steps" in str(info.value)
+    check_manifest(manifest(created_at=1.0), manifest(created_at=2.0))  # creation time is not compared
+
+
+def test_records_without_a_manifest_are_not_resumed(tmp_path: Path) -> None:
+    (tmp_path / "rollouts.jsonl").write_text("")
+    with pytest.raises(ConfigError, match=r"no run\.json"):
+        open_run(tmp_path, manifest())
+
+
+def test_tasks_digest_ignores_order_and_source_but_not_content() -> None:
+    a = Task("a", "do a", {"config": []}, domain="os", source=Path("/x/a.json"))
+    b = Task("b", "do b", {"config": []}, domain="os")
+    assert tasks_sha256([a, b]) == tasks_sha256([b, Task("a", "do a", {"config": []}, domain="os")])
+    assert tasks_sha256([a, b]) != tasks_sha256([a])
+    assert tasks_sha256([a]) != tasks_sha256([Task("a", "do A", {"config": []}, domain="os")])
