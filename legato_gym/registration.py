@@ -12,7 +12,7 @@ import gymnasium
 __all__ = ["ENV_IDS", "register_envs"]
 
 #: Every id registered by :func:`register_envs`, with its backend.
-ENV_IDS: dict[str, str] = {"legato/FakeDesktop-v0": "fake"}
+ENV_IDS: dict[str, str] = {"legato/FakeDesktop-v0": "fake", "legato/LocalDesktop-v0": "local"}
 
 
 def register_envs() -> None:

@@ -71,6 +71,7 @@ __all__ = [
     "Response",
     "RolloutRecord",
     "RolloutStore",
+    "RunInProgressError",
     "RunManifest",
     "StepRecord",
     "Timing",
@@ -83,6 +84,8 @@ __all__ = [
     "read_record_dicts",
     "read_records",
     "tasks_sha256",
+    "torn_tail_bytes",
+    "write_bytes_atomic",
     "write_json_atomic",
     "write_manifest",
 ]
@@ -133,6 +136,11 @@ _PNG_DATA_URL = "data:image/png;base64,"
 class RecordError(LegatoError, ValueError):
     """A run directory or record that cannot be read: not a run, a corrupt line, a missing or altered file, or
     an image reference that is not a plain sha256 hash."""
+
+
+class RunInProgressError(RecordError):
+    """The run is still being written: a ``legato rl collect`` holds its writer lock (see
+    :func:`is_being_written`). Wait for it to finish, or stop it."""
 
 
 # --- record values ----------------------------------------------------------------------------------------
@@ -940,6 +948,11 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
     _write_atomic(Path(path), text.encode("utf-8"))
 
 
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write bytes to ``path`` atomically (temporary file beside it, fsync, rename)."""
+    _write_atomic(Path(path), data)
+
+
 def _write_once(path: Path, data: bytes) -> None:
     if not path.exists():
         _write_atomic(path, data)
@@ -971,23 +984,44 @@ def _cut_torn_tail(path: Path) -> None:
         file.seek(size - 1)
         if file.read(1) == b"\n":
             return
-        # Walk back to the last newline in blocks.
-        end = size
-        keep = 0
-        block = 1 << 16
-        while end > 0:
-            start = max(0, end - block)
-            file.seek(start)
-            chunk = file.read(end - start)
-            index = chunk.rfind(b"\n")
-            if index >= 0:
-                keep = start + index + 1
-                break
-            end = start
+        keep = _after_last_newline(file, size)
         log.warning("%s: cutting a torn last line (%d bytes) left by a killed writer", path, size - keep)
         file.truncate(keep)
         file.flush()
         os.fsync(file.fileno())
+
+
+def _after_last_newline(file: IO[bytes], size: int) -> int:
+    """The offset just after the last newline in the first ``size`` bytes of ``file`` (0 when there is none)."""
+    end = size
+    block = 1 << 16
+    while end > 0:
+        start = max(0, end - block)
+        file.seek(start)
+        index = file.read(end - start).rfind(b"\n")
+        if index >= 0:
+            return start + index + 1
+        end = start
+    return 0
+
+
+def torn_tail_bytes(run_dir: str | os.PathLike[str]) -> int:
+    """Bytes after the last newline of ``rollouts.jsonl``: a record cut short by a killed writer (0 when none).
+
+    :func:`read_records` skips such a line; the next :class:`RolloutStore` to open the run cuts it off.
+    """
+    path = Path(run_dir) / ROLLOUTS_FILE
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return 0
+    if size == 0:
+        return 0
+    with open(path, "rb") as file:
+        file.seek(size - 1)
+        if file.read(1) == b"\n":
+            return 0
+        return size - _after_last_newline(file, size)
 
 
 def _acquire_writer_lock(root: Path) -> IO[bytes] | None:

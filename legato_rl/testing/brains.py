@@ -19,6 +19,7 @@ with coordinates on the 0..999 relative grid, and ``{"action": "terminate", "sta
 from __future__ import annotations
 
 import ast
+import base64
 import importlib
 import json
 import logging
@@ -184,6 +185,22 @@ def to_qwen_actions(step: Any, screen_size: tuple[int, int]) -> tuple[str, list[
 Solution = Callable[[Task, tuple[int, int]], Sequence[Any]]
 
 
+def last_image_size(messages: Sequence[Mapping[str, Any]]) -> tuple[int, int] | None:
+    """``(width, height)`` of the last PNG data-URL image in the messages, read from its header."""
+    for message in reversed(messages):
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        for part in reversed(content):
+            url = part.get("image_url", {}).get("url", "") if isinstance(part, Mapping) else ""
+            prefix = "data:image/png;base64,"
+            if url.startswith(prefix):
+                head = base64.b64decode(url[len(prefix) : len(prefix) + 32])
+                if head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR":
+                    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+    return None
+
+
 class ScriptedSolver:
     """Answers the next correct action of a fake task, in the Qwen3-VL format.
 
@@ -194,7 +211,8 @@ class ScriptedSolver:
 
     Args:
         tasks: the tasks it can solve; default: the fake backend's ``default_tasks(DesktopConfig())``.
-        screen_size: ``(width, height)`` the harness maps the 0..999 grid onto; default: DesktopConfig's.
+        screen_size: ``(width, height)`` the harness maps the 0..999 grid onto; default: the size of the
+            prompt's last screenshot (a PNG data URL), else DesktopConfig's.
         solution: ``(task, screen_size) -> steps``; default: ``legato_gym.backends.fake.fake_solution``.
         reasoning: also return a short thinking text (to exercise reasoning fields).
     """
@@ -212,7 +230,7 @@ class ScriptedSolver:
         self._solution = solution
         self.reasoning = reasoning
         self._lock = threading.Lock()
-        self._plans: dict[str, list[Any]] = {}
+        self._plans: dict[tuple[str, tuple[int, int]], list[Any]] = {}
 
     def _resolve(self) -> tuple[list[Task], tuple[int, int], Solution]:
         with self._lock:
@@ -228,9 +246,7 @@ class ScriptedSolver:
                     self._tasks = list(fake.default_tasks(DesktopConfig()))
                 if self._solution is None:
                     self._solution = fake.fake_solution
-            if self._screen is None:
-                self._screen = DesktopConfig().screen
-            return self._tasks, self._screen, self._solution
+            return self._tasks, self._screen or DesktopConfig().screen, self._solution
 
     def _find(self, tasks: list[Task], instruction: str) -> Task | None:
         wanted = instruction.strip()
@@ -245,6 +261,8 @@ class ScriptedSolver:
 
     def respond(self, messages: Sequence[Mapping[str, Any]]) -> Reply:
         tasks, screen, solution = self._resolve()
+        if self._screen is None:  # look at the screenshot, as a model would: its size is the screen's
+            screen = last_image_size(messages) or screen
         instruction = prompt_instruction(messages)
         task = self._find(tasks, instruction) if instruction is not None else None
         if task is None:
@@ -252,9 +270,9 @@ class ScriptedSolver:
             content = qwen_reply("I do not know this task.", [{"action": "terminate", "status": "failure"}])
             return Reply(content, "Unknown task." if self.reasoning else None)
         with self._lock:
-            plan = self._plans.get(task.task_id)
+            plan = self._plans.get((task.task_id, screen))
             if plan is None:
-                plan = self._plans[task.task_id] = list(solution(task, screen))
+                plan = self._plans[(task.task_id, screen)] = list(solution(task, screen))
         index = prompt_step_index(messages)
         if index < len(plan):
             description, actions = to_qwen_actions(plan[index], screen)

@@ -1,0 +1,293 @@
+"""End to end: `collect` on fake desktops against the reference policy server, faults on both sides."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from legato_gym import ConfigError, DesktopConfig, Timeouts
+from legato_gym.backends.fake import default_tasks
+from legato_rl.cli.app import _register_commands, app
+from legato_rl.collect import collect
+from legato_rl.policy import PolicyConfig
+from legato_rl.store import load_request, read_record_dicts
+from legato_rl.testing import Faults, ReferencePolicyServer, ScriptedSolver
+
+SCREEN = (320, 240)
+RECORD_KEYS = {
+    "schema", "rollout_id", "task_id", "domain", "group_id", "attempt", "try", "desktop", "policy", "status",
+    "reward", "error", "n_steps", "timing", "started_at", "ended_at", "steps",
+}  # fmt: skip
+TIMING_KEYS = {
+    "reset_s", "wait_after_reset_s", "model_s", "act_s", "wait_s", "obs_s", "wait_before_eval_s", "eval_s",
+    "total_s",
+}  # fmt: skip
+STEP_KEYS = {"index", "started_at", "request", "response", "model", "description", "parse_error", "actions"}
+RESPONSE_KEYS = {"content", "reasoning", "token_ids", "logprobs", "tokens", "finish_reason"}
+MODEL_KEYS = {"seconds", "attempts", "prompt_tokens", "completion_tokens", "cached_tokens"}
+ACTION_KEYS = {"action", "act_s", "wait_s", "ready_s", "obs_s"}
+FINAL = {"ok", "truncated", "cancelled", "skipped", "surplus", "error"}
+
+
+def _config(**options: Any) -> DesktopConfig:
+    return DesktopConfig(screen=SCREEN, options=options, timeouts=Timeouts(reset=60, ready=10, act=10, evaluate=10))
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ReferencePolicyServer]:
+    with ReferencePolicyServer(brain=ScriptedSolver()) as srv:
+        yield srv
+
+
+def _policy(server: ReferencePolicyServer, **kw: Any) -> PolicyConfig:
+    return PolicyConfig(server.url, server.model, version="step-7", **kw)
+
+
+def _records(run: Path) -> list[dict[str, Any]]:
+    return list(read_record_dicts(run))
+
+
+def _final_per_attempt(records: list[dict[str, Any]]) -> Counter[tuple[str, int]]:
+    return Counter((r["group_id"], r["attempt"]) for r in records if r["status"] in FINAL)
+
+
+def test_happy_path_every_field(tmp_path: Path, server: ReferencePolicyServer) -> None:
+    config = _config()
+    tasks = default_tasks(config)[:3]
+    summary = collect(tasks, _policy(server), out=tmp_path / "run", desktops=2, group=2, backend="fake", desktop=config)
+    records = _records(tmp_path / "run")
+    assert len(records) == 6
+    assert summary["status_counts"]["ok"] == 6 and summary["success_rate"] == 1.0
+    assert summary["share_steps_with_token_ids"] == 1.0 and summary["share_steps_with_logprobs"] == 1.0
+    assert summary["groups_short"] == 0
+    for record in records:
+        assert set(record) == RECORD_KEYS
+        assert set(record["timing"]) == TIMING_KEYS
+        assert record["schema"] == "legato.rollout/v0"
+        assert record["policy"] == {"model": server.model, "version": "step-7"}
+        assert record["status"] == "ok" and record["reward"] == 1.0 and record["error"] is None
+        assert record["n_steps"] == len(record["steps"]) >= 1
+        for step in record["steps"]:
+            assert set(step) == STEP_KEYS
+            assert set(step["response"]) == RESPONSE_KEYS
+            assert set(step["model"]) == MODEL_KEYS
+            response = step["response"]
+            assert len(response["token_ids"]) == len(response["logprobs"]) > 0
+            assert response["tokens"] is None  # only without token ids
+            for action in step["actions"]:
+                assert set(action) == ACTION_KEYS
+            body = load_request(tmp_path / "run", step["request"])
+            assert body["model"] == server.model and body["return_token_ids"] is True
+            images = [
+                part["image_url"]["url"]
+                for message in body["messages"]
+                if isinstance(message["content"], list)
+                for part in message["content"]
+                if part.get("type") == "image_url"
+            ]
+            assert images and all(url.startswith("data:image/png;base64,") for url in images)
+    # the server saw exactly the bodies that were stored
+    assert server.stats.chat_requests >= sum(r["n_steps"] for r in records)
+    summary_file = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary_file["status_counts"] == summary["status_counts"]
+
+
+def test_group_closes_and_later_attempts_are_skipped(tmp_path: Path, server: ReferencePolicyServer) -> None:
+    config = _config()
+    tasks = default_tasks(config)[:2]
+    # one desktop: the first attempt completes and closes its group before the second can start
+    collect(tasks, _policy(server), out=tmp_path / "run", desktops=1, group=1, oversample=1.0, backend="fake",
+            desktop=config)  # fmt: skip
+    records = _records(tmp_path / "run")
+    by_group: dict[str, list[str]] = defaultdict(list)
+    for r in records:
+        by_group[r["group_id"]].append(r["status"])
+    assert all(sorted(s) == ["ok", "skipped"] for s in by_group.values()), by_group
+    skipped = [r for r in records if r["status"] == "skipped"]
+    assert all(r["steps"] == [] and r["reward"] is None and r["desktop"] is None for r in skipped)
+
+
+def test_stragglers_are_cancelled_or_surplus(tmp_path: Path, server: ReferencePolicyServer) -> None:
+    # heavy-tailed action latency: attempts of one group finish at very different times
+    config = _config(latency={"act": {"median": 0.01, "sigma": 1.5, "max": 0.5}})
+    tasks = default_tasks(config)[:3]
+    collect(tasks, _policy(server), out=tmp_path / "run", desktops=6, group=1, oversample=1.0, backend="fake",
+            desktop=config)  # fmt: skip
+    records = _records(tmp_path / "run")
+    assert _final_per_attempt(records) == Counter({(r["group_id"], r["attempt"]): 1 for r in records})
+    by_group: dict[str, list[str]] = defaultdict(list)
+    for r in records:
+        by_group[r["group_id"]].append(r["status"])
+    for statuses in by_group.values():
+        assert statuses.count("ok") == 1, statuses  # exactly `group` completed attempts count
+        (other,) = [s for s in statuses if s != "ok"]
+        assert other in {"cancelled", "surplus"}
+    for r in records:
+        if r["status"] == "cancelled":
+            assert r["reward"] is None
+        if r["status"] == "surplus":
+            assert r["reward"] is not None
+
+
+def test_desktop_crashes_are_retried_then_error_env(tmp_path: Path, server: ReferencePolicyServer) -> None:
+    # every reset crashes the worker process: each attempt is retried once, then recorded as an env error
+    config = _config(faults={"crash": 1.0, "crash_mode": "exit", "phases": ["reset"]})
+    tasks = default_tasks(config)[:2]
+    summary = collect(tasks, _policy(server), out=tmp_path / "run", desktops=2, group=1, env_retries=1,
+                      backend="fake", desktop=config)  # fmt: skip
+    records = _records(tmp_path / "run")
+    statuses = Counter(r["status"] for r in records)
+    assert statuses == {"retried": 2, "error": 2}
+    for r in records:
+        assert r["error"]["kind"] == "env" and r["reward"] is None
+    assert summary["errors"] == {"policy": 0, "env": 2}
+    assert summary["groups_short"] == 2  # every attempt ended, none completed
+    tries = sorted((r["group_id"], r["try"]) for r in records)
+    assert [t for _, t in tries] == [0, 1, 0, 1]
+
+
+def test_setup_failures_recover_on_retry(tmp_path: Path, server: ReferencePolicyServer) -> None:
+    config = _config(faults={"setup": 0.5})
+    tasks = default_tasks(config)[:4]
+    collect(tasks, _policy(server), out=tmp_path / "run", desktops=2, group=2, env_retries=5, backend="fake",
+            desktop=config, seed=3)  # fmt: skip
+    records = _records(tmp_path / "run")
+    finals = [r for r in records if r["status"] != "retried"]
+    assert len(finals) == 8 and all(r["status"] == "ok" and r["reward"] == 1.0 for r in finals)
+    retried = [r for r in records if r["status"] == "retried"]
+    assert retried, "with a 50% setup failure rate some tries must fail"
+    assert all(r["error"]["type"] == "SetupError" and r["error"]["kind"] == "env" for r in retried)
+
+
+def test_hung_desktop_is_killed_and_reported(tmp_path: Path, server: ReferencePolicyServer) -> None:
+    config = DesktopConfig(
+        screen=SCREEN,
+        options={"faults": {"hang": 1.0, "hang_seconds": 600, "phases": ["act"]}},
+        timeouts=Timeouts(reset=60, ready=10, act=1.0, evaluate=10),
+    )
+    tasks = default_tasks(config)[:1]
+    collect(tasks, _policy(server), out=tmp_path / "run", desktops=1, group=1, env_retries=0, backend="fake",
+            desktop=config)  # fmt: skip
+    (record,) = _records(tmp_path / "run")
+    assert record["status"] == "error" and record["error"]["kind"] == "env"
+    assert record["error"]["type"] == "DeadlineExceeded"
+
+
+def test_policy_failures_are_policy_errors(tmp_path: Path) -> None:
+    config = _config()
+    tasks = default_tasks(config)[:1]
+    with ReferencePolicyServer(brain=ScriptedSolver(), faults=Faults(rates={"500": 1.0})) as srv:
+        summary = collect(tasks, _policy(srv, retries=1, backoff=0.0), out=tmp_path / "run", desktops=1, group=2,
+                          backend="fake", desktop=config)  # fmt: skip
+    records = _records(tmp_path / "run")
+    assert [r["status"] for r in records] == ["error", "error"]
+    assert all(r["error"]["kind"] == "policy" for r in records)
+    assert summary["errors"] == {"policy": 2, "env": 0}
+
+
+def test_a_retried_model_call_is_counted(tmp_path: Path) -> None:
+    config = _config()
+    tasks = default_tasks(config)[:1]
+    with ReferencePolicyServer(brain=ScriptedSolver(), faults=Faults(script=["500", "429"])) as srv:
+        summary = collect(tasks, _policy(srv, retries=2, backoff=0.0), out=tmp_path / "run", desktops=1, group=1,
+                          backend="fake", desktop=config)  # fmt: skip
+    (record,) = _records(tmp_path / "run")
+    assert record["status"] == "ok" and record["steps"][0]["model"]["attempts"] == 3
+    assert summary["retried_calls"] == 1
+
+
+def test_rollout_timeout_grades_and_truncates(tmp_path: Path, server: ReferencePolicyServer) -> None:
+    config = _config(latency={"act": 0.3})
+    tasks = default_tasks(config)[:1]
+    collect(tasks, _policy(server), out=tmp_path / "run", desktops=1, group=1, rollout_timeout=0.4,
+            backend="fake", desktop=config)  # fmt: skip
+    (record,) = _records(tmp_path / "run")
+    assert record["status"] == "truncated"
+    assert record["reward"] == 0.0  # graded where it stopped: the task was not finished
+    assert record["timing"]["eval_s"] is not None
+
+
+def test_unknown_backend_is_refused_before_anything_is_written(tmp_path: Path, server: ReferencePolicyServer) -> None:
+    with pytest.raises(ConfigError, match="nope"):
+        collect(default_tasks(_config())[:1], _policy(server), out=tmp_path / "run", backend="nope")
+    assert not (tmp_path / "run").exists()
+
+
+def test_resume_refuses_other_arguments(tmp_path: Path, server: ReferencePolicyServer) -> None:
+    config = _config()
+    tasks = default_tasks(config)[:1]
+    collect(tasks, _policy(server), out=tmp_path / "run", desktops=1, group=1, backend="fake", desktop=config)
+    with pytest.raises(ConfigError, match="group"):
+        collect(tasks, _policy(server), out=tmp_path / "run", desktops=1, group=2, backend="fake", desktop=config)
+
+
+_KILLED_COLLECT = textwrap.dedent(
+    """
+    import sys
+    from legato_gym import DesktopConfig
+    from legato_gym.backends.fake import default_tasks
+    from legato_rl.collect import collect
+    from legato_rl.policy import PolicyConfig
+
+    config = DesktopConfig(screen=(320, 240), options={"latency": {"act": 0.05}})
+    collect(default_tasks(config)[:4], PolicyConfig(sys.argv[1], sys.argv[2], version="v1"), out=sys.argv[3],
+            desktops=2, group=2, backend="fake", desktop=config)
+    """
+)
+
+
+def test_resume_after_sigkill(tmp_path: Path, server: ReferencePolicyServer) -> None:
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_COLLECT, server.url, server.model, str(run)])
+    try:
+        # wait until at least one attempt has been recorded, then kill without warning
+        rollouts = run / "rollouts.jsonl"
+        for _ in range(600):  # poll: up to 30 s
+            if (rollouts.exists() and rollouts.read_text().count("\n") >= 2) or proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    before = _records(run)
+    with rollouts.open("a") as f:  # a torn last line, as a kill mid-write leaves it
+        f.write('{"schema": "legato.rollout/v0", "rollout_id": "torn')
+    config = DesktopConfig(screen=(320, 240), options={"latency": {"act": 0.05}})
+    collect(default_tasks(config)[:4], PolicyConfig(server.url, server.model, version="v1"), out=run, desktops=2,
+            group=2, backend="fake", desktop=config)  # fmt: skip
+    after = _records(run)
+    assert [r["rollout_id"] for r in after[: len(before)]] == [r["rollout_id"] for r in before]
+    finals = _final_per_attempt(after)
+    assert len(finals) == 8 and set(finals.values()) == {1}, finals  # none lost, none duplicated
+    assert sum(r["status"] == "ok" for r in after) == 8
+
+
+def test_cli_collect_embedded_and_bad_backend(tmp_path: Path) -> None:
+    _register_commands()
+    runner = CliRunner()
+    result = runner.invoke(
+        app,
+        ["rl", "collect", "--backend", "fake", "--policy-url", "embedded", "--out", str(tmp_path / "run"),
+         "--group", "1", "--desktops", "2", "--quiet"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["success_rate"] == 1.0
+    result = runner.invoke(
+        app, ["rl", "collect", "--backend", "nope", "--policy-url", "embedded", "--out", str(tmp_path / "x")]
+    )
+    assert result.exit_code == 2
+    assert "unknown backend 'nope'" in result.output and "Traceback" not in result.output
