@@ -267,7 +267,9 @@ def _text(value: Any) -> str:
 def _int_list(value: Any) -> list[int] | None:
     if not isinstance(value, list):
         return None
-    return [int(v) for v in value]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise PolicyResponseError(f"token ids must be integers, got {str(value[:5])[:80]}")
+    return list(value)
 
 
 def _opt_int(value: Any) -> int | None:

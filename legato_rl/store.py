@@ -76,6 +76,7 @@ __all__ = [
     "StepRecord",
     "Timing",
     "check_manifest",
+    "check_run_dir",
     "is_being_written",
     "is_run_dir",
     "load_request",
@@ -763,6 +764,35 @@ def is_run_dir(run_dir: str | os.PathLike[str]) -> bool:
     return (root / MANIFEST_FILE).is_file() or (root / ROLLOUTS_FILE).is_file()
 
 
+def check_run_dir(run_dir: str | os.PathLike[str], *, allow_in_progress: bool = False) -> Path:
+    """Check that ``run_dir`` is a run with records that can be read now, and return it as a path.
+
+    Args:
+        run_dir: the ``--out`` directory of a ``legato rl collect`` run.
+        allow_in_progress: accept a run that a collect is still writing (its records so far are read).
+
+    Raises:
+        RecordError: ``run_dir`` does not exist, is not a directory, or holds no run or no records yet.
+        RunInProgressError: a collect still holds the run open and ``allow_in_progress`` is False.
+    """
+    root = Path(run_dir)
+    hint = "give the directory a legato rl collect run wrote (its --out)"
+    if not root.exists():
+        raise RecordError(f"{root} does not exist; {hint}")
+    if not root.is_dir():
+        raise RecordError(f"{root} is not a directory; {hint}")
+    if not (root / ROLLOUTS_FILE).is_file():
+        if (root / MANIFEST_FILE).is_file():
+            raise RecordError(f"{root} is a run with no records yet (no {ROLLOUTS_FILE}); let its collect run first")
+        raise RecordError(f"{root} is not a legato run: it has neither {MANIFEST_FILE} nor {ROLLOUTS_FILE}; {hint}")
+    if not allow_in_progress and is_being_written(root):
+        raise RunInProgressError(
+            f"{root} is still being written by a legato rl collect (it holds {root / _LOCK_FILE}); "
+            "wait for the collect to finish, or stop it (run it again later to resume), then retry"
+        )
+    return root
+
+
 def read_records(run_dir: str | os.PathLike[str]) -> Iterator[RolloutRecord]:
     """Stream the records of a run, in the order they were written.
 
@@ -965,6 +995,8 @@ def _write_atomic(path: Path, data: bytes) -> None:
             file.write(data)
             file.flush()
             os.fsync(file.fileno())
+        # mkstemp creates 0600; give the file the usual mode (or keep the mode of the file it replaces)
+        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

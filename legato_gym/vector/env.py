@@ -538,7 +538,14 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         try:
             proc.send(message, request.deadline)
         except (OSError, TimeoutError) as exc:
-            self._fail_worker(slot, DesktopCrashed(f"cannot send {request.op!r} to worker {proc.pid}: {exc}"))
+            self._unwatch(proc)
+            proc.kill()
+            self._fail_worker(
+                slot,
+                DesktopCrashed(
+                    f"worker {proc.pid} died (exit status {proc.proc.returncode}) before it got {request.op!r} ({exc})"
+                ),
+            )
 
     def _complete(self, slot: _Slot, request: _Request, result: _Result) -> None:
         if request.timer is not None:
@@ -708,7 +715,7 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         if error.remote_traceback is None:
             error.remote_traceback = proc.stderr_text() or None
         request, slot.current = slot.current, None
-        logger.warning("env %d: %s; starting a fresh desktop", slot.env_id, error)
+        logger.warning("%s; starting a fresh desktop", error)
         if request is not None and request.op == "init":
             self._start_failed(slot, error)
             return
@@ -955,7 +962,10 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
             if result.error is not None:
                 info["error"] = result.error
             _add_info(infos, info, row, count)
-            slot.last_screen, slot.last_instruction = screens[row], result.instruction
+            # Keep a view for reset(reset_mask) only from full batches: a row of a partial batch would keep
+            # that whole batch alive for as long as its desktop stays busy.
+            slot.last_screen = screens[row] if full else None
+            slot.last_instruction = result.instruction
         obs = {"screenshot": screens, "instruction": tuple(instructions)}
         return obs, rewards, terminated, truncated, infos
 

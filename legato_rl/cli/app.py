@@ -22,7 +22,7 @@ rl_app = typer.Typer(
 app.add_typer(rl_app, name="rl")
 
 #: Command modules under legato_rl/cli/, in the order `legato rl --help` lists them.
-COMMANDS: list[str] = ["probe", "collect"]
+COMMANDS: list[str] = ["probe", "collect", "export", "profile"]
 
 
 @app.callback()

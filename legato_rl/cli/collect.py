@@ -114,7 +114,7 @@ def collect_command(
             backend=backend,
             seed=seed,
         )
-        with _policy_urls(policy_url, model) as (urls, served_model):
+        with _policy_urls(policy_url, model, backend, task_list, config) as (urls, served_model):
             policy = PolicyConfig(
                 url=urls,
                 model=served_model,
@@ -145,7 +145,9 @@ def collect_command(
 
 
 @contextlib.contextmanager
-def _policy_urls(urls: list[str], model: str | None) -> Iterator[tuple[tuple[str, ...], str]]:
+def _policy_urls(
+    urls: list[str], model: str | None, backend: str, tasks: list[Task], config: DesktopConfig
+) -> Iterator[tuple[tuple[str, ...], str]]:
     if EMBEDDED not in urls:
         if model is None:
             raise typer.BadParameter("give the served model name with --model (vLLM --served-model-name)")
@@ -155,9 +157,26 @@ def _policy_urls(urls: list[str], model: str | None) -> Iterator[tuple[tuple[str
         raise typer.BadParameter("--policy-url embedded cannot be combined with other --policy-url values")
     from legato_rl.testing import ReferencePolicyServer, ScriptedSolver
 
-    with ReferencePolicyServer(brain=ScriptedSolver(), model=model or "legato/reference-policy") as server:
+    brain = ScriptedSolver(tasks, solution=_scripted_solution(backend))
+    with ReferencePolicyServer(brain=brain, model=model or "legato/reference-policy") as server:
         log.info("embedded reference policy server at %s (model %s)", server.url, server.model)
         yield (server.url,), server.model
+
+
+def _scripted_solution(backend: str) -> Any:
+    """The backend's scripted solutions, which the embedded server's brain answers with."""
+    if backend == "fake":
+        from legato_gym.backends.fake import fake_solution
+
+        return fake_solution
+    if backend == "local":
+        from legato_gym.backends.local import solution
+
+        return lambda task, screen: solution(task.task_id, screen)
+    raise typer.BadParameter(
+        f"--policy-url embedded knows the solutions of the fake and local task suites only, not of backend "
+        f"{backend!r}; point --policy-url at your model server"
+    )
 
 
 async def _run_with_progress(collector: Collector, console: Console, *, live: bool) -> Any:

@@ -273,16 +273,19 @@ def solve(task: Task, screen: tuple[int, int]) -> list[str]:
     return SOLUTIONS[task.task_id]
 
 
-def qwen_prompt(instruction: str, previous: list[str], step_lines: int = 0) -> list[dict[str, Any]]:
+def qwen_prompt(
+    instruction: str, previous: list[str], step_lines: int = 0, screen: tuple[int, int] = (64, 36)
+) -> list[dict[str, Any]]:
     steps = "\n".join(f"Step {i + 1}: Action: old" for i in range(step_lines)) or "None"
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a computer-use agent. # Tools ..."}]
     text = (
         "Please generate the next move according to the UI screenshot, instruction and previous actions.\n\n"
         f"Instruction: {instruction}\n\nPrevious actions:\n{steps}"
     )
-    messages.append(user(text, png_data_url(64, 36)))
+    shot = png_data_url(*screen)
+    messages.append(user(text, shot))
     for reply in previous:
-        messages += [{"role": "assistant", "content": reply}, user("", png_data_url(64, 36))]
+        messages += [{"role": "assistant", "content": reply}, user("", shot)]
     return messages
 
 
@@ -337,17 +340,25 @@ def test_scripted_solver_with_the_fake_backend() -> None:
     fake = pytest.importorskip("legato_gym.backends.fake", reason="the fake backend is not built yet")
     from legato_gym.config import DesktopConfig
 
-    config = DesktopConfig()
-    task = fake.default_tasks(config)[0]
-    plan = fake.fake_solution(task, config.screen)
+    screen = DesktopConfig().screen
     brain = ScriptedSolver()
-    previous: list[str] = []
-    for _ in plan:
-        reply = brain.respond(qwen_prompt(task.instruction, previous))
-        assert tool_calls(reply.content)
-        previous.append(reply.content)
-    last = brain.respond(qwen_prompt(task.instruction, previous))
-    assert tool_calls(last.content)[-1]["arguments"]["action"] == "terminate"
+    for task in fake.default_tasks(DesktopConfig()):
+        plan = fake.fake_solution(task, screen)
+        previous: list[str] = []
+        for step in plan:
+            reply = brain.respond(qwen_prompt(task.instruction, previous, screen=screen))
+            args = [c["arguments"] for c in tool_calls(reply.content)]
+            if step.kind == "click":  # the harness maps x*W/999 back to pixels: within 2 px of the target
+                (x, y) = args[0]["coordinate"]
+                assert abs(int(x * screen[0] / 999) - step.x) <= 2 and abs(int(y * screen[1] / 999) - step.y) <= 2
+            elif step.kind in ("done", "fail"):
+                status = "success" if step.kind == "done" else "failure"
+                assert args == [{"action": "terminate", "status": status}]
+            else:
+                assert args[0]["action"] == {"type": "type", "key": "key"}[step.kind]
+            previous.append(reply.content)
+        last = brain.respond(qwen_prompt(task.instruction, previous, screen=screen))
+        assert tool_calls(last.content)[-1]["arguments"]["action"] == "terminate"
 
 
 def test_random_brain_is_seeded_and_valid() -> None:

@@ -42,7 +42,9 @@ class DesktopClient:
         try:
             return self._http.request(method, path, timeout=timeout or self.timeout, **kwargs)
         except httpx.TimeoutException as exc:
-            raise DeadlineExceeded(f"desktop server: {method} {path} took longer than {timeout or self.timeout:g} s") from exc
+            raise DeadlineExceeded(
+                f"desktop server: {method} {path} took longer than {timeout or self.timeout:g} s"
+            ) from exc
         except httpx.TransportError as exc:
             raise DesktopCrashed(f"desktop server unreachable at {self.socket_path}: {exc}") from exc
 
@@ -72,9 +74,7 @@ class DesktopClient:
 
     def upload(self, path: str, data: bytes) -> None:
         """``POST /setup/upload`` (multipart ``file_path`` + ``file_data``)."""
-        response = self.request(
-            "POST", "/setup/upload", data={"file_path": path}, files={"file_data": ("file", data)}
-        )
+        response = self.request("POST", "/setup/upload", data={"file_path": path}, files={"file_data": ("file", data)})
         if response.status_code != 200:
             raise DesktopCrashed(f"upload of {path!r} failed: {response.status_code} {response.text[:200]}")
 

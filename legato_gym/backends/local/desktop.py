@@ -189,7 +189,9 @@ class LocalDesktop:
         if self._checked_python:
             return
         self._checked_python = True
-        check = self._client.execute(["python", "-c", "import pyautogui"], timeout=max(1.0, deadline - time.monotonic()))
+        check = self._client.execute(
+            ["python", "-c", "import pyautogui"], timeout=max(1.0, deadline - time.monotonic())
+        )
         if check.get("returncode") != 0:
             raise MissingDependencyError(
                 f"the desktop interpreter {self._spec.python} cannot import pyautogui: "
@@ -325,8 +327,8 @@ class LocalDesktop:
         if action not in SPECIAL_ACTIONS:
             prefix = ACTION_PREFIX
             if self.options.pyautogui_pause is not None:
-                pause = f"pyautogui.PAUSE = {float(self.options.pyautogui_pause)!r}; "
-                prefix = prefix.replace("{command}", pause + "{command}")
+                set_pause = f"pyautogui.PAUSE = {float(self.options.pyautogui_pause)!r}; "
+                prefix = prefix.replace("{command}", set_pause + "{command}")
             command = prefix.format(command=action)
             result = self.client.execute(["python", "-c", command], timeout=self.config.timeouts.act)
             if result.get("status") != "success":
@@ -351,7 +353,9 @@ class LocalDesktop:
         postconfig = list(task.evaluator.get("postconfig") or [])
         if postconfig:
             settle = self._settle_windows if self.config.ready_signal else None
-            runner = SetupRunner(self.client, self.state_dir / "cache" / task.task_id, self.config.screen, deadline, settle)
+            runner = SetupRunner(
+                self.client, self.state_dir / "cache" / task.task_id, self.config.screen, deadline, settle
+            )
             runner.launched = self._expected_windows
             runner.run(postconfig)
         if not self.config.ready_signal:

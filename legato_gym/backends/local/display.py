@@ -7,6 +7,7 @@ framebuffer file that ``Xvfb -fbdir`` memory-maps (no X client library, no copy 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
@@ -201,10 +202,8 @@ class Display:
         for proc in (self._wm, self._xvfb):
             if proc is None:
                 continue
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             proc.wait()
         self._wm = self._xvfb = None
         if self.number is not None:

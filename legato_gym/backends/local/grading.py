@@ -208,8 +208,9 @@ def evaluate(task: Task, client: DesktopClient, cache_dir: Path, actions: Sequen
     except FileNotFoundError:
         logger.info("task %s: result file not found", task.task_id)
         return 0.0
+    metric = METRICS[str(func)]
     opts = evaluator.get("options") or {}
     expected_spec = evaluator.get("expected")
     if expected_spec:
-        return float(METRICS[func](result, _get(client, cache_dir, expected_spec), **opts))
-    return float(METRICS[func](result, **opts))
+        return float(metric(result, _get(client, cache_dir, expected_spec), **opts))
+    return float(metric(result, **opts))

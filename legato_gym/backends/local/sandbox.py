@@ -2,38 +2,39 @@
 
 Isolation, per sandbox:
 
-* namespaces: user, pid, net, ipc, uts, cgroup, mount (``--unshare-all`` with ``--unshare-user``); the net
-  namespace has only ``lo``, so the sandbox reaches neither the network nor the host's loopback services;
-* identity: uid/gid 1000 (``user``) inside; when legato runs as root, bwrap itself is started as an
-  unprivileged host uid (``nobody`` by default) through ``setpriv``, so what runs inside holds no
-  capability on the host and cannot read root-only files;
+* namespaces: pid, net, ipc, uts, mount (and cgroup where available); the net namespace has only ``lo``,
+  so the sandbox reaches neither the network nor the host's loopback services;
+* identity: when legato runs as root, bwrap runs as root without a user namespace only to build the
+  mounts; its entry then drops, with ``setpriv``, to an unprivileged host uid (``nobody`` by default, shown
+  as ``user`` inside) with no capabilities, an empty bounding set and ``no_new_privs``, before anything
+  else runs. Without root, bwrap maps the caller's uid to 1000 in a user namespace;
 * filesystem: the host's ``/`` read-only; ``/root``, ``/home``, ``/tmp``, ``/var/tmp``, ``/run``, ``/mnt``,
-  ``/media``, ``/srv`` and ``/dev/shm`` replaced by empty tmpfs; ``/home/user`` a fresh tmpfs filled from the
-  home baseline (a tar) at every start, so nothing an episode wrote survives it;
+  ``/media``, ``/srv`` and ``/dev/shm`` replaced by empty tmpfs (the desktop interpreter's prefix is bound
+  back read-only when it lives under one of them); ``/home/user`` is a fresh tmpfs filled from the home
+  baseline (a tar) at every start, so nothing an episode wrote survives it;
 * lifecycle: ``--die-with-parent`` (the kernel kills the sandbox when legato's process dies) and
   ``--new-session``; resetting kills the pid namespace's init, which takes every process inside with it.
 
 The host reaches the in-desktop server through a unix socket in a directory bind-mounted from the host:
-a socket file works across network namespaces, needs no port, and cannot be reached by anything outside
-that directory (a TCP port would need a shared network namespace or a forwarder, which is what the
-sandbox exists to avoid). Sources are bind-mounted through file descriptors that legato opens, so the
-unprivileged bwrap never needs to traverse legato's private state directory.
+a socket file works across network namespaces, needs no port, and cannot be reached by anything that does
+not see that directory (a TCP port would need a shared network namespace or a forwarder, which is what
+the sandbox exists to avoid). The X server is reached the same way, through its socket file only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import pwd
-import shlex
 import select
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -228,7 +229,7 @@ class Sandbox:
             os.close(info_r)
             if info_w >= 0:
                 os.close(info_w)
-        self.init_pid = int(info["child-pid"])
+        self.init_pid = int(str(info["child-pid"]))
         try:
             self._pidns = os.stat(f"/proc/{self.init_pid}/ns/pid").st_ino
         except FileNotFoundError as exc:
@@ -286,10 +287,8 @@ class Sandbox:
     def kill(self, deadline: float) -> bool:
         """Kill every process of the sandbox; True when none survived before the deadline."""
         if self.init_pid is not None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(self.init_pid, signal.SIGKILL)  # pid 1 of the namespace: the kernel kills the rest
-            except ProcessLookupError:
-                pass
         if self._proc is not None:
             try:
                 self._proc.wait(timeout=max(0.0, deadline - time.monotonic()))
@@ -316,7 +315,3 @@ def default_host_uid(name: str = "nobody") -> int | None:
         return pwd.getpwnam(name).pw_uid
     except KeyError:
         return 65534
-
-
-def as_tuple(paths: Sequence[str]) -> tuple[str, ...]:
-    return tuple(str(p) for p in paths)

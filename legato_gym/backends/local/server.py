@@ -7,7 +7,7 @@ the VM), so OSWorld's controllers and getters can talk to it. Differences, all d
 * it listens on a unix socket (``--listen unix:PATH``; the sandbox has no network, so the socket file is
   how the host reaches it) or, outside a sandbox, on TCP (``--listen tcp:HOST:PORT``);
 * ``/screenshot`` reads the X server's framebuffer file (``Xvfb -fbdir``) instead of ``pyautogui``, so it
-  needs no third-party package; Xvfb draws the cursor into that buffer, as OSWorld pastes it;
+  needs no third-party package; unlike OSWorld's, the image has no mouse cursor pasted in;
 * ``/run_bash_script`` does not have OSWorld's undefined ``_append_event`` bug (it answers 200, not 500);
 * ``/accessibility`` answers 500 "Currently not implemented for platform ..." (no AT-SPI here) and
   ``/terminal`` answers ``{"output": null, "status": "success"}`` (no focused gnome-terminal), which is
@@ -186,9 +186,7 @@ class Handlers:
                 wait = time.monotonic() - start
                 return _json({"status": "success", **base, "verification": "passed", "wait_time": wait})
             time.sleep(interval)
-        return _json(
-            {"status": "verification_failed", **base, "verification": "failed", "wait_time": max_wait}, 500
-        )
+        return _json({"status": "verification_failed", **base, "verification": "failed", "wait_time": max_wait}, 500)
 
     def launch(self, data: dict[str, Any]) -> Response:
         command, shell = _expand_command(data)

@@ -43,7 +43,10 @@ def _local_tasks() -> list[Task]:
         "instruction": "In the text editor, type the line 'buy milk' into notes.txt and save the file.",
         "source": "legato",
         "config": [
-            {"type": "execute", "parameters": {"command": "mkdir -p ~/Documents && : > ~/Documents/notes.txt", "shell": True}},
+            {
+                "type": "execute",
+                "parameters": {"command": "mkdir -p ~/Documents && : > ~/Documents/notes.txt", "shell": True},
+            },
             {"type": "open", "parameters": {"path": "~/Documents/notes.txt"}},
         ],
         "related_apps": ["text editor"],
@@ -69,7 +72,12 @@ def _local_tasks() -> list[Task]:
         _terminal_task(
             "local-files-rename",
             "Rename the file draft.txt on the Desktop to final.txt.",
-            [{"type": "execute", "parameters": {"command": "mkdir -p ~/Desktop && echo report > ~/Desktop/draft.txt", "shell": True}}],
+            [
+                {
+                    "type": "execute",
+                    "parameters": {"command": "mkdir -p ~/Desktop && echo report > ~/Desktop/draft.txt", "shell": True},
+                }
+            ],
             {
                 "func": "check_include_exclude",
                 "result": {
@@ -106,7 +114,9 @@ def osworld_tasks(osworld_path: Path) -> list[Task]:
         path = osworld_path / "evaluation_examples" / "examples" / "os" / f"{task_id}.json"
         if path.is_file():
             config = json.loads(path.read_text())
-            tasks.append(Task(task_id=task_id, instruction=config["instruction"], config=config, domain="os", source=path))
+            tasks.append(
+                Task(task_id=task_id, instruction=config["instruction"], config=config, domain="os", source=path)
+            )
     return tasks
 
 
@@ -128,7 +138,8 @@ def solution(task_id: str, screen: tuple[int, int], *, correct: bool = True) -> 
     click = _CLICK_CENTRE.format(x=x, y=y)
     if task_id == "local-terminal-create-file":
         text = "Hello, legato!" if correct else "Hello legato"
-        return [click + f"pyautogui.typewrite({f'echo {text!r} > ~/hello.txt'!r} + '\\n')", "DONE"]
+        command = f"echo {text!r} > ~/hello.txt\n"
+        return [click + f"pyautogui.typewrite({command!r})", "DONE"]
     if task_id == "local-files-rename":
         verb = "mv" if correct else "cp"
         return [click + f"pyautogui.typewrite('{verb} ~/Desktop/draft.txt ~/Desktop/final.txt\\n')", "DONE"]

@@ -1,0 +1,191 @@
+"""Benchmarks of `legato rl collect`, each side by side with its baseline in one run.
+
+    python benchmarks/collect_bench.py stragglers    # batch wall time, --oversample 0.25 against 0
+    python benchmarks/collect_bench.py overhead      # legato's own CPU per step and desktop utilisation
+    python benchmarks/collect_bench.py disk          # bytes per step: content addressing against whole requests
+    python benchmarks/collect_bench.py all
+
+Fake desktops (no VM) and the reference policy server (loopback HTTP, vLLM's contract) stand in for the
+real things, so what is measured is legato itself. Results print as markdown tables (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from legato_gym import DesktopConfig, Timeouts
+from legato_gym.backends.fake import default_tasks
+from legato_rl.collect import collect
+from legato_rl.policy import PolicyConfig
+from legato_rl.store import load_request, read_record_dicts
+from legato_rl.testing import RandomBrain, ReferencePolicyServer, ScriptedSolver
+
+TIMEOUTS = Timeouts(reset=300, ready=60, act=60, evaluate=60)
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def stragglers(repeats: int, desktops: int, group: int) -> str:
+    """Heavy-tailed step latency: wall time of a batch with --oversample 0.25 against 0."""
+    latency = {"act": {"median": 0.5, "sigma": 1.0, "max": 30.0}, "reset": 0.2}
+    rows = []
+    walls: dict[float, list[float]] = defaultdict(list)
+    with ReferencePolicyServer(brain=ScriptedSolver()) as server, tempfile.TemporaryDirectory() as tmp:
+        policy = PolicyConfig(server.url, server.model, version="bench")
+        for rep in range(repeats):
+            for oversample in (0.0, 0.25):
+                config = DesktopConfig(screen=(640, 360), timeouts=TIMEOUTS, options={"latency": latency})
+                tasks = default_tasks(config)
+                out = Path(tmp) / f"s{rep}-{oversample}"
+                t0 = time.perf_counter()
+                summary = collect(tasks, policy, out=out, desktops=desktops, group=group, oversample=oversample,
+                                  backend="fake", desktop=config, seed=rep)  # fmt: skip
+                walls[oversample].append(time.perf_counter() - t0)
+                counts = summary["status_counts"]
+                rows.append((rep, oversample, walls[oversample][-1], counts))
+    base, over = statistics.median(walls[0.0]), statistics.median(walls[0.25])
+    lines = [
+        f"Stragglers: {len(default_tasks(DesktopConfig()))} fake tasks × group {group}, {desktops} desktops, "
+        f"action latency lognormal (median 0.5 s, sigma 1.0, capped 30 s); {repeats} repeats, seeds 0..{repeats - 1}.",
+        "",
+        "| oversample | batch wall time (median) | statuses (last repeat) |",
+        "|---|---|---|",
+    ]
+    for oversample in (0.0, 0.25):
+        last = [r for r in rows if r[1] == oversample][-1][3]
+        statuses = ", ".join(f"{k} {v}" for k, v in last.items() if v)
+        lines.append(f"| {oversample} | {statistics.median(walls[oversample]):.2f} s | {statuses} |")
+    lines += ["", f"**Ratio:** oversample 0.25 takes {over / base:.2f}× the wall time of oversample 0."]
+    return "\n".join(lines)
+
+
+def overhead(desktops: int, tasks_n: int, group: int, screen: tuple[int, int]) -> str:
+    """legato's own CPU per policy step and desktop utilisation at many desktops and an instant policy."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "legato_rl.testing.server", "--port", "0", "--brain", "scripted"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        config = DesktopConfig(screen=screen, timeouts=TIMEOUTS)
+        suite = default_tasks(config)
+        tasks = [suite[i % len(suite)] for i in range(tasks_n)]
+        tasks = [type(t)(f"{t.task_id}-{i}", t.instruction, t.config, t.domain) for i, t in enumerate(tasks)]
+        policy = PolicyConfig(url, "legato/reference-policy", version="bench")
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "run"
+            cpu0 = time.process_time()
+            t0 = time.perf_counter()
+            summary = collect(tasks, policy, out=out, desktops=desktops, group=group, backend="fake",
+                              desktop=config)  # fmt: skip
+            wall = time.perf_counter() - t0
+            cpu = time.process_time() - cpu0
+            records = list(read_record_dicts(out))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    steps = sum(r["n_steps"] for r in records)
+    actions = sum(len(s["actions"]) for r in records for s in r["steps"])
+    # utilisation: a desktop is busy from the start of an attempt to its end
+    by_desktop: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for r in records:
+        if r["desktop"] is not None:
+            by_desktop[r["desktop"]].append((r["started_at"], r["ended_at"]))
+    first = min(s for spans in by_desktop.values() for s, _ in spans)
+    last = max(e for spans in by_desktop.values() for _, e in spans)
+    busy = sum(e - s for spans in by_desktop.values() for s, e in spans)
+    utilisation = busy / (len(by_desktop) * (last - first))
+    # idle while work waited: gaps between consecutive attempts on a desktop, before the queue ran dry
+    gaps = []
+    for spans in by_desktop.values():
+        spans.sort()
+        gaps += [b[0] - a[1] for a, b in itertools.pairwise(spans)]
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return "\n".join(
+        [
+            f"legato's own cost: {desktops} fake desktops at {screen[0]}×{screen[1]}, zero desktop latency, the "
+            f"reference policy server in its own process (scripted, instant); {len(records)} attempts, "
+            f"{steps} policy steps, {actions} actions in {wall:.1f} s.",
+            "",
+            "| figure | value | target |",
+            "|---|---|---|",
+            f"| driver CPU per policy step (scheduler, harness incl. PNG encoding, HTTP client, store) | "
+            f"{1000 * cpu / steps:.2f} ms | < 2 ms |",
+            f"| desktop utilisation (busy share from first start to last end) | {100 * utilisation:.1f}% | ≥ 95% |",
+            f"| gap between a desktop's attempts (median / max) | "
+            f"{1000 * statistics.median(gaps):.1f} ms / {1000 * max(gaps):.1f} ms | |"
+            if gaps
+            else "| gaps | - | |",
+            f"| driver peak RSS | {rss_mb:.0f} MB | |",
+            f"| errors | {summary['errors']} | none |",
+        ]
+    )
+
+
+def disk(steps_list: list[int], rollouts: int, screen: tuple[int, int]) -> str:
+    """Bytes per step for `steps`-step rollouts: content-addressed store against whole requests."""
+    lines = [
+        f"Disk per step: {rollouts} rollouts at {screen[0]}×{screen[1]}, random policy that never stops early, "
+        "--image-max 20. 'whole' is every request body stored as sent (JSON with base64 images).",
+        "",
+        "| steps per rollout | legato.rollout/v0 (bytes/step) | whole requests (bytes/step) | ratio |",
+        "|---|---|---|---|",
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        for steps in steps_list:
+            config = DesktopConfig(screen=screen, timeouts=TIMEOUTS)
+            tasks = default_tasks(config)[:rollouts]
+            out = Path(tmp) / f"d{steps}"
+            with ReferencePolicyServer(brain=RandomBrain(seed=steps, terminate_prob=0.0)) as server:
+                policy = PolicyConfig(server.url, server.model, version="bench")
+                collect(tasks, policy, out=out, desktops=min(4, rollouts), group=1, max_steps=steps,
+                        backend="fake", desktop=config)  # fmt: skip
+            records = list(read_record_dicts(out))
+            n = sum(r["n_steps"] for r in records)
+            ours = _dir_bytes(out)
+            whole = sum(len(json.dumps(load_request(out, s["request"])).encode()) for r in records for s in r["steps"])
+            whole += (out / "rollouts.jsonl").stat().st_size  # the records themselves, minus nothing
+            lines.append(f"| {steps} | {ours / n:,.0f} | {whole / n:,.0f} | {whole / ours:.1f}× |")
+            shutil.rmtree(out)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("which", choices=["stragglers", "overhead", "disk", "all"])
+    parser.add_argument("--desktops", type=int, default=256, help="overhead: desktops")
+    parser.add_argument("--tasks", type=int, default=256, help="overhead: tasks (one group each)")
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    sections = []
+    if args.which in ("stragglers", "all"):
+        sections.append(stragglers(repeats=1 if args.quick else 3, desktops=55, group=4))
+    if args.which in ("overhead", "all"):
+        desktops = 8 if args.quick else args.desktops
+        sections.append(overhead(desktops, 16 if args.quick else args.tasks, 4, (1920, 1080)))
+    if args.which in ("disk", "all"):
+        sections.append(disk([5, 15] if args.quick else [5, 10, 15], 4, (1920, 1080)))
+    print("\n\n".join(sections))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""``legato rl export``: one training sample per policy step, with group advantages (JSONL or Parquet)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from legato_gym import LegatoError
+from legato_rl.cli.app import rl_app
+from legato_rl.export import FORMATS, export_steps
+
+__all__ = ["export_command"]
+
+
+@rl_app.command("export")
+def export_command(
+    run: Annotated[Path, typer.Argument(help="Run directory (the --out of legato rl collect).")],
+    out: Annotated[Path, typer.Option("--out", help="File to write: *.jsonl or *.parquet (replaced atomically).")],
+    inline_images: Annotated[
+        bool,
+        typer.Option(
+            "--inline-images", help="Screenshots as data:image/png;base64 URLs instead of legato-image://<sha>."
+        ),
+    ] = False,
+    format: Annotated[
+        str | None,
+        typer.Option("--format", help=f"{' or '.join(FORMATS)}; default: from the --out suffix."),
+    ] = None,
+) -> None:
+    """Write one line per policy step of every ok or truncated rollout, with reward and group advantage."""
+    console = Console(stderr=True, soft_wrap=True)
+    _configure_logging(console)
+    try:
+        stats = export_steps(run, out, inline_images=inline_images, format=format)
+    except LegatoError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from None
+    excluded = ", ".join(f"{status} {n}" for status, n in stats.excluded.items()) or "none"
+    console.print(
+        f"[green]exported[/green] {stats.rows} steps of {stats.rollouts} rollouts ({stats.groups} groups) as "
+        f"{stats.format}, {_size(stats.bytes)}; records left out: {excluded}"
+    )
+    typer.echo(str(stats.path))
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def _configure_logging(console: Console) -> None:
+    # Warnings (a torn last record) reach the user; nothing below that.
+    if not logging.getLogger().handlers:
+        from rich.logging import RichHandler
+
+        logging.basicConfig(
+            level=logging.WARNING, format="%(message)s", handlers=[RichHandler(console=console, show_path=False)]
+        )
