@@ -189,6 +189,7 @@ class Collector:
         self.book = GroupBook(self.tasks, group=options.group, oversample=options.oversample)
         self.progress = Progress(groups=len(self.book.groups), desktops=options.desktops)
         self._wake: asyncio.Event | None = None
+        self._idle = 0  # desktops waiting for work
         self._store_lock: asyncio.Lock | None = None
         self._store: RolloutStore | None = None
 
@@ -260,14 +261,18 @@ class Collector:
     async def _desktop_loop(self, env: DesktopVectorEnv, client: PolicyClient, env_id: int) -> None:
         assert self._wake is not None
         while True:
-            attempt = self.book.next_attempt()
+            attempt = self.book.next_attempt(env_id, avoid_failed=self._idle > 0)
             if attempt is None:
                 if self.book.all_ended:
                     self._wake.set()
                     return
-                # others may still queue a retry; wait until something changes
+                # others may still queue a retry (or leave one for this desktop); wait until something changes
                 self._wake.clear()
-                await self._wake.wait()
+                self._idle += 1
+                try:
+                    await self._wake.wait()
+                finally:
+                    self._idle -= 1
                 continue
             self.progress.busy += 1
             try:
@@ -286,7 +291,7 @@ class Collector:
             error = ErrorInfo.from_exception("env", exc)
             if attempt.try_index < self.options.env_retries:
                 await self._write(play.record(Status.RETRIED, error))
-                if self.book.requeue(attempt) is None:  # its group closed meanwhile
+                if self.book.requeue(attempt, failed_on=env_id) is None:  # its group closed meanwhile
                     await self._end(play, Status.SKIPPED)
                 return
             await self._end(play, Status.ERROR, error)

@@ -54,19 +54,25 @@ def attempts_per_group(group: int, oversample: float) -> int:
 
 @dataclass(frozen=True)
 class Attempt:
-    """One attempt at a task. ``try_index`` counts desktop-failure retries (0 for the first try)."""
+    """One attempt at a task.
+
+    ``try_index`` counts desktop-failure retries (0 for the first try); ``failed_on`` holds the desktops
+    where earlier tries failed, so a retry goes to another desktop when one is free.
+    """
 
     group_id: str
     task: Task
     index: int
     try_index: int = 0
+    failed_on: frozenset[int] = frozenset()
 
     @property
     def rollout_id(self) -> str:
         return f"{self.group_id}/a{self.index}/t{self.try_index}"
 
-    def retry(self) -> Attempt:
-        return Attempt(self.group_id, self.task, self.index, self.try_index + 1)
+    def retry(self, failed_on: int | None = None) -> Attempt:
+        seen = self.failed_on if failed_on is None else self.failed_on | {failed_on}
+        return Attempt(self.group_id, self.task, self.index, self.try_index + 1, seen)
 
 
 @dataclass
@@ -125,18 +131,21 @@ class GroupBook:
     def all_ended(self) -> bool:
         return all(g.finished for g in self.groups.values())
 
-    def next_attempt(self) -> Attempt | None:
-        """The next attempt to start, or ``None`` when the queue is empty. Marks it running."""
-        while self._queue:
-            attempt = self._queue.popleft()
-            group = self.groups[attempt.group_id]
-            if group.closed:  # closed groups drop their queue when they close; defensive
+    def next_attempt(self, desktop: int | None = None, *, avoid_failed: bool = False) -> Attempt | None:
+        """The next attempt to start on ``desktop``, or ``None``. Marks it running.
+
+        With ``avoid_failed`` (another desktop is free), attempts that already failed on ``desktop`` are
+        left for the others.
+        """
+        for position, attempt in enumerate(self._queue):
+            if avoid_failed and desktop in attempt.failed_on:
                 continue
-            group.running.add(attempt.index)
+            del self._queue[position]
+            self.groups[attempt.group_id].running.add(attempt.index)
             return attempt
         return None
 
-    def requeue(self, attempt: Attempt) -> Attempt | None:
+    def requeue(self, attempt: Attempt, failed_on: int | None = None) -> Attempt | None:
         """Queue the next try of an attempt after a desktop failure (at the front: it waited already).
 
         Returns the new try, or ``None`` when its group has closed meanwhile (the attempt then ends as
@@ -146,7 +155,7 @@ class GroupBook:
         group.running.discard(attempt.index)
         if group.closed:
             return None
-        nxt = attempt.retry()
+        nxt = attempt.retry(failed_on)
         self._queue.appendleft(nxt)
         return nxt
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import logging
 import selectors
@@ -146,12 +147,24 @@ class _Request:
         self.timer: asyncio.TimerHandle | None = None
 
 
+def _desktop_seed(seed: int | None, env_id: int, generation: int) -> int | None:
+    """Seed of a desktop's worker: ``seed + env_id`` for the first; a replacement gets a fresh one, so a
+    desktop whose seeded faults killed it does not die the same way again forever."""
+    if seed is None:
+        return None
+    if generation <= 1:
+        return seed + env_id
+    digest = hashlib.blake2b(f"{seed}:{env_id}:{generation}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") & 0x7FFFFFFF
+
+
 class _Slot:
     """One desktop: its current worker, the request in flight, and its episode's lifecycle state."""
 
     def __init__(self, env_id: int) -> None:
         self.env_id = env_id
         self.proc: WorkerProcess | None = None
+        self.generation = 0  # workers started for this desktop, the first one included
         self.ready = False
         self.current: _Request | None = None
         self.waiting: deque[_Request] = deque()
@@ -587,10 +600,11 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         )
         self._procs.add(proc)
         slot.proc, slot.ready = proc, False
+        slot.generation += 1
         args = {
             "backend": self.backend,
             "config": self._config_json,
-            "seed": None if self._seed is None else self._seed + slot.env_id,
+            "seed": _desktop_seed(self._seed, slot.env_id, slot.generation),
             "env_id": slot.env_id,
             "max_steps": self.max_steps,
             "shm_fd": proc.shm_fd_in_child,

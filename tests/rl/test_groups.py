@@ -68,3 +68,18 @@ def test_restore_after_interruption() -> None:
     assert [(a.group_id, a.index) for a in skipped] == [(g0, 2)]
     nxt = book.next_attempt()
     assert nxt is not None and (nxt.group_id, nxt.index, nxt.try_index) == (g1, 1, 2)
+
+
+def test_a_retry_avoids_the_desktop_it_failed_on_when_another_is_free() -> None:
+    book = GroupBook(_tasks(2), group=1, oversample=0.0)
+    first = book.next_attempt(0)
+    assert first is not None
+    book.requeue(first, failed_on=0)
+    other = book.next_attempt(0, avoid_failed=True)  # desktop 0 takes the other task's attempt instead
+    assert other is not None and other.group_id != first.group_id
+    retry = book.next_attempt(1, avoid_failed=True)
+    assert retry is not None and retry.group_id == first.group_id and retry.failed_on == {0}
+    # with no other desktop free, the failing one may take it again
+    book.requeue(retry, failed_on=1)
+    again = book.next_attempt(1, avoid_failed=False)
+    assert again is not None and again.failed_on == {0, 1} and again.try_index == 2
