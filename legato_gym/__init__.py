@@ -10,9 +10,10 @@ built) with Gymnasium::
     obs, info = env.reset(seed=0)
 """
 
+from typing import TYPE_CHECKING
+
 from legato_gym.backends import backend_names, get_backend, make_desktop
 from legato_gym.config import DesktopConfig, Timeouts
-from legato_gym.conformance import check_desktop
 from legato_gym.contract import SPECIAL_ACTIONS, ActResult, Desktop, Observation, Task, Waited
 from legato_gym.episode import Episode
 from legato_gym.errors import (
@@ -31,7 +32,11 @@ from legato_gym.errors import (
     UnknownTaskError,
     UnsupportedTaskError,
 )
-from legato_gym.tasks import load_tasks
+
+if TYPE_CHECKING:
+    from legato_gym.conformance import check_desktop
+    from legato_gym.env import DesktopEnv
+    from legato_gym.tasks import load_tasks
 
 __version__ = "0.1.0"
 
@@ -44,11 +49,21 @@ else:
 
 
 def __getattr__(name: str) -> object:
-    # DesktopEnv needs gymnasium; importing it lazily keeps this package importable without it.
+    # DesktopEnv needs gymnasium; importing it lazily keeps this package importable without it. The task
+    # loader and the conformance checker are lazy too: every desktop worker imports this package, and needs
+    # neither.
     if name == "DesktopEnv":
         from legato_gym.env import DesktopEnv
 
         return DesktopEnv
+    if name == "load_tasks":
+        from legato_gym.tasks import load_tasks
+
+        return load_tasks
+    if name == "check_desktop":
+        from legato_gym.conformance import check_desktop
+
+        return check_desktop
     raise AttributeError(f"module 'legato_gym' has no attribute {name!r}")
 
 

@@ -16,8 +16,9 @@ What is checked:
 * ``screen_size`` is ``(width, height)`` of positive ints, and the desktop matches the ``Desktop`` protocol;
 * ``observe``, ``act`` and ``evaluate`` before the first ``reset`` raise ``StateError``;
 * ``reset`` returns ``None``; ``wait_after_reset`` and ``wait_before_eval`` return ``Waited``; ``observe``
-  returns an ``Observation`` whose screenshot is a new ``(height, width, 3)`` ``uint8`` array and whose
-  instruction is the task's; ``act`` accepts ``WAIT``, pyautogui code, ``DONE`` and ``FAIL`` and returns an
+  returns an ``Observation`` whose screenshot is a new ``(height, width, 3)`` ``uint8`` array, whose
+  instruction is the task's and whose ``png``, when given, is PNG bytes of the screen's size; ``act`` accepts
+  ``WAIT``, pyautogui code, ``DONE`` and ``FAIL`` and returns an
   ``ActResult`` of non-negative seconds; ``evaluate`` returns a float in ``[0, 1]``;
 * with the default task (OSWorld's ``infeasible``): the score is 1 after ``FAIL`` and 0 after ``DONE``;
 * ``close`` is idempotent and calls after it raise ``StateError``.
@@ -35,6 +36,7 @@ import numpy as np
 
 from legato_gym.contract import ActResult, Desktop, Observation, Task, Waited
 from legato_gym.errors import ConformanceError, StateError
+from legato_gym.png import png_size
 
 __all__ = ["CONFORMANCE_TASK", "check_desktop"]
 
@@ -111,6 +113,13 @@ def _check_observation(c: _Checker, name: str, value: Any, size: tuple[int, int]
             f"{shot.shape} does not match screen_size {size}: expected (height, width, 3) = {(height, width, 3)}",
         )
         c.check(f"{name}.screenshot.dtype", shot.dtype == np.uint8, f"{shot.dtype} is not uint8")
+    png = getattr(value, "png", None)
+    if png is not None and c.check(f"{name}.png", isinstance(png, bytes), f"is {type(png).__name__}, not bytes"):
+        c.check(
+            f"{name}.png",
+            png_size(png) == size,
+            f"is not a PNG of the screen's size {size} (its header says {png_size(png)}); give None or the PNG",
+        )
     c.check(
         f"{name}.instruction",
         value.instruction == task.instruction,

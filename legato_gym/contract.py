@@ -111,10 +111,15 @@ class Observation:
     Attributes:
         screenshot: the screen as an ``(H, W, 3)`` ``uint8`` array (RGB).
         instruction: the task's instruction.
+        png: the same screenshot PNG-encoded, when the backend has it anyway (an OSWorld-protocol backend
+            gets it for free: the server's ``/screenshot`` answers with PNG bytes), else ``None``. It must
+            decode to exactly ``screenshot``. Vector env workers send it to the driver as it is
+            (``DesktopVectorEnv(png=True)``) instead of encoding the array again.
     """
 
     screenshot: Screenshot = field(repr=False)
     instruction: str
+    png: bytes | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

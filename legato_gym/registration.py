@@ -12,7 +12,11 @@ import gymnasium
 __all__ = ["ENV_IDS", "register_envs"]
 
 #: Every id registered by :func:`register_envs`, with its backend.
-ENV_IDS: dict[str, str] = {"legato/FakeDesktop-v0": "fake", "legato/LocalDesktop-v0": "local"}
+ENV_IDS: dict[str, str] = {
+    "legato/FakeDesktop-v0": "fake",
+    "legato/LocalDesktop-v0": "local",
+    "legato/OSWorld-v0": "osworld",
+}
 
 
 def register_envs() -> None:

@@ -6,8 +6,17 @@ writes trajectories (token ids, logprobs, rewards, group advantages, policy vers
 """
 
 from legato_gym import DesktopConfig
+from legato_rl.collect import collect
 from legato_rl.export import export_steps
 from legato_rl.policy import ChatResult, PolicyClient, PolicyConfig
 from legato_rl.store import load_request
 
-__all__ = ["ChatResult", "DesktopConfig", "PolicyClient", "PolicyConfig", "export_steps", "load_request"]
+__all__ = [
+    "ChatResult",
+    "DesktopConfig",
+    "PolicyClient",
+    "PolicyConfig",
+    "collect",
+    "export_steps",
+    "load_request",
+]

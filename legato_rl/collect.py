@@ -27,7 +27,7 @@ from typing import Any
 
 from legato_gym import ConfigError, DesktopConfig, DesktopError, LegatoError, Task, get_backend
 from legato_gym.tasks import load_tasks
-from legato_gym.vector import DesktopVectorEnv
+from legato_gym.vector import DesktopVectorEnv, RayPlacement, make_vector_env
 from legato_rl.errors import PolicyError
 from legato_rl.groups import Attempt, GroupBook, Status
 from legato_rl.harness import Harness, QwenHarness
@@ -167,6 +167,7 @@ class Collector:
         options: the batch's knobs.
         desktop: how to build desktops.
         harness: the prompt format; OSWorld's Qwen3-VL computer-use format by default.
+        ray: place the desktops on this Ray cluster (an address or a ``RayPlacement``); ``None``: this host.
     """
 
     def __init__(
@@ -177,6 +178,7 @@ class Collector:
         options: CollectOptions,
         desktop: DesktopConfig,
         harness: Harness | None = None,
+        ray: RayPlacement | str | None = None,
     ) -> None:
         if not tasks:
             raise ConfigError("no tasks to collect: give a tasks file with at least one entry")
@@ -185,6 +187,7 @@ class Collector:
         self.out = Path(out)
         self.options = options
         self.desktop_config = desktop
+        self.ray = ray
         self.harness: Harness = harness or QwenHarness(image_max=options.image_max)
         self.book = GroupBook(self.tasks, group=options.group, oversample=options.oversample)
         self.progress = Progress(groups=len(self.book.groups), desktops=options.desktops)
@@ -242,14 +245,19 @@ class Collector:
 
     async def _run_desktops(self) -> None:
         opts = self.options
-        env = DesktopVectorEnv(
+        env = make_vector_env(
             opts.desktops,
+            ray=self.ray,
             backend=opts.backend,
             config=self.desktop_config,
             # collect counts policy calls itself; the env's own step limit only guards runaway replies
             max_steps=opts.max_steps * 16,
             tasks=self.tasks,
             seed=opts.seed,
+            # workers PNG-encode screenshots (the driver's CPU is the scarce one), and the driver takes views of
+            # their shared buffers: a screenshot is only read before the desktop's next step
+            png=True,
+            copy=False,
         )
         try:
             async with PolicyClient(self.policy_config) as client:
@@ -312,6 +320,7 @@ class Collector:
         """Play one try on one desktop and return its status. Desktop failures raise DesktopError."""
         attempt, opts = play.attempt, self.options
         obs, info = await env.areset(play.desktop, attempt.task)
+        png: bytes | None = info.get("screenshot_png")
         play.add_timings(info.get("timings", {}))
         deadline = None if opts.rollout_timeout is None else time.monotonic() + opts.rollout_timeout
         conversation = self.harness.start(attempt.task.instruction, self.desktop_config.screen)
@@ -322,7 +331,7 @@ class Collector:
             if remaining is not None and remaining <= 0:
                 return await self._grade_now(env, play, Status.TRUNCATED)
             step_started = time.time()
-            messages = await asyncio.to_thread(conversation.messages, obs["screenshot"])
+            messages = await asyncio.to_thread(conversation.messages, obs["screenshot"], png=png)
             try:
                 result: ChatResult = await asyncio.wait_for(
                     client.chat(messages, rollout_id=attempt.rollout_id), remaining
@@ -338,6 +347,7 @@ class Collector:
             if not self.book.is_closed(attempt.group_id):
                 for action in reply.actions:
                     obs, reward, terminated, truncated, info = await env.astep(play.desktop, action)
+                    png = info.get("screenshot_png")
                     timings = info.get("timings", {})
                     play.add_timings(timings)
                     actions.append(ActionRecord.from_timings(action, timings))
@@ -420,6 +430,7 @@ def collect(
     backend: str = "osworld",
     harness: Harness | None = None,
     seed: int = 0,
+    ray: RayPlacement | str | None = None,
 ) -> dict[str, Any]:
     """Collect one batch of graded rollouts and return its summary (the contents of ``OUT/summary.json``).
 
@@ -439,6 +450,7 @@ def collect(
         backend: ``osworld``, ``local``, ``fake`` or ``package.module:Class``.
         harness: the prompt format (OSWorld's Qwen3-VL computer-use format by default).
         seed: seeds the desktops.
+        ray: run the desktops on a Ray cluster: its address (``"auto"``, ``"HEAD:6379"``) or a ``RayPlacement``.
 
     Example:
         >>> from legato.rl import collect, PolicyConfig  # doctest: +SKIP
@@ -469,5 +481,5 @@ def collect(
         seed=seed,
     )
     get_backend(backend)  # an unknown or unbuilt backend fails here, before anything is written
-    collector = Collector(task_list, policy, out, options, config, harness)
+    collector = Collector(task_list, policy, out, options, config, harness, ray=ray)
     return asyncio.run(collector.run()).to_json()

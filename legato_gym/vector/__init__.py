@@ -14,16 +14,19 @@ from legato_gym.errors import ConfigError
 
 if TYPE_CHECKING:
     from legato_gym.vector.env import Deadlines, DesktopVectorEnv
+    from legato_gym.vector.ray_env import RayDesktopVectorEnv, RayPlacement
 
-__all__ = ["Deadlines", "DesktopVectorEnv", "make_vector_env"]
+__all__ = ["Deadlines", "DesktopVectorEnv", "RayDesktopVectorEnv", "RayPlacement", "make_vector_env"]
 
 
 def make_vector_env(num_envs: int = 1, **kwargs: Any) -> DesktopVectorEnv:
     """The ``vector_entry_point`` of legato's Gymnasium ids: a :class:`DesktopVectorEnv`.
 
     Takes :class:`DesktopVectorEnv`'s arguments (``backend``, ``config``, ``max_steps``, ``tasks``, ``seed``,
-    ``deadlines``, ``worker_env``, ``screenshots``). ``gymnasium.make_vec`` also passes
-    ``max_episode_steps`` (used as ``max_steps``) and ``render_mode`` (only ``None``).
+    ``deadlines``, ``worker_env``, ``screenshots``, ``png``, ``copy``). ``gymnasium.make_vec`` also passes
+    ``max_episode_steps`` (used as ``max_steps``) and ``render_mode`` (only ``None``). ``ray`` (a cluster
+    address or a :class:`~legato_gym.vector.ray_env.RayPlacement`) places the desktops on a Ray cluster
+    (:class:`~legato_gym.vector.ray_env.RayDesktopVectorEnv`).
 
     Example::
 
@@ -43,6 +46,11 @@ def make_vector_env(num_envs: int = 1, **kwargs: Any) -> DesktopVectorEnv:
     if kwargs.get("desktop") is not None:
         raise ConfigError("desktop=: a vector env builds its desktops in worker processes; pass backend= instead")
     kwargs.pop("desktop", None)
+    ray = kwargs.pop("ray", None)
+    if ray is not None:  # desktops on a Ray cluster: same surface (legato_gym.vector.ray_env)
+        from legato_gym.vector.ray_env import RayDesktopVectorEnv
+
+        return RayDesktopVectorEnv(num_envs, placement=ray, **kwargs)
     return DesktopVectorEnv(num_envs, **kwargs)
 
 
@@ -51,4 +59,8 @@ def __getattr__(name: str) -> Any:
         from legato_gym.vector import env
 
         return getattr(env, name)
+    if name in ("RayDesktopVectorEnv", "RayPlacement"):
+        from legato_gym.vector import ray_env
+
+        return getattr(ray_env, name)
     raise AttributeError(f"module 'legato_gym.vector' has no attribute {name!r}")

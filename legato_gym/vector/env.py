@@ -15,6 +15,11 @@ Three ways to drive it, all on the same workers:
 
 In batched results a failed desktop's row has a zero screenshot, reward 0, ``truncated=True``, and its
 error in ``info["error"]`` (mask ``info["_error"]``); that desktop then needs a reset.
+
+With ``png=True`` every observation also comes with the screenshot PNG-encoded in ``info["screenshot_png"]``
+(``bytes``), encoded in the worker process (or passed through from the backend, see
+:attr:`Observation.png <legato_gym.contract.Observation.png>`), so a caller that sends screenshots to a model
+spends no CPU of its own on compression.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ from legato_gym.errors import (
 from legato_gym.tasks import suggest, task_from_config
 from legato_gym.vector.process import WorkerProcess
 from legato_gym.vector.protocol import PROTOCOL_VERSION, ProtocolError, config_to_json
+from legato_gym.vector.spaces import UniformBox
 
 __all__ = ["Deadlines", "DesktopVectorEnv"]
 
@@ -120,6 +126,7 @@ class _Result:
     value: Any = None
     error: LegatoError | None = None
     from_shm: bool = False
+    png: bytes | None = None
 
     def own_screen(self) -> None:
         """Copy the screenshot out of the worker's shared buffer (before the worker may overwrite it)."""
@@ -197,6 +204,13 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         worker_env: extra environment variables for the worker processes.
         screenshots: ``"shm"`` (a shared-memory buffer per worker) or ``"blob"`` (framed bytes on the socket,
             for workers that cannot share memory with the parent).
+        png: also deliver each observation's screenshot as PNG bytes in ``info["screenshot_png"]``, encoded
+            in the worker (or the backend's own, see ``Observation.png``).
+        copy: ``areset`` / ``astep`` return their own copy of the screenshot. ``False`` returns a read-only
+            view of the worker's shared buffer instead (as Gymnasium's ``AsyncVectorEnv(copy=False)``): it
+            stays valid until that desktop's next request, and saves a copy of the whole screen per step
+            for callers that are done with it by then (``legato rl collect``). Batched results are always
+            copies.
 
     One thread drives a vector env (asyncio callers: the thread running the event loop). It is a context
     manager; ``close()`` is idempotent, and workers left running at interpreter exit are killed.
@@ -225,6 +239,8 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         deadlines: Deadlines | None = None,
         worker_env: Mapping[str, str] | None = None,
         screenshots: Literal["shm", "blob"] = "shm",
+        png: bool = False,
+        copy: bool = True,
     ) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
             raise ConfigError(f"num_envs={num_envs!r} must be a positive integer")
@@ -240,6 +256,8 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         self.deadlines = deadlines or Deadlines.from_timeouts(self.config.timeouts)
         self.worker_env = dict(worker_env or {})
         self.screenshots = screenshots
+        self.png = bool(png)
+        self.copy = bool(copy)
         _, default_tasks = get_backend(backend)
         self.tasks: list[Task] = list(tasks) if tasks is not None else list(default_tasks(self.config))
         self._config_json = config_to_json(self.config)
@@ -250,13 +268,14 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         self._shape = (height, width, 3)
         self.single_observation_space = spaces.Dict(
             {
-                "screenshot": spaces.Box(0, 255, self._shape, np.uint8),
+                "screenshot": UniformBox(0, 255, self._shape, np.uint8),
                 "instruction": spaces.Text(INSTRUCTION_MAX_LENGTH, min_length=0, charset=TEXT_CHARSET),
             }
         )
         self.single_action_space = spaces.Text(ACTION_MAX_LENGTH, min_length=1, charset=TEXT_CHARSET)
-        self.observation_space = batch_space(self.single_observation_space, num_envs)
-        self.action_space = batch_space(self.single_action_space, num_envs)
+        # The batched spaces are built on first use: a batch of Text spaces is num_envs deep copies.
+        self._observation_space: spaces.Space[Any] | None = None
+        self._action_space: spaces.Space[Any] | None = None
 
         self._slots = [_Slot(i) for i in range(num_envs)]
         self._procs: set[WorkerProcess] = set()
@@ -284,6 +303,28 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         self._start_errors.clear()
 
     # ------------------------------------------------------------------ public: gymnasium surface
+
+    @property
+    def observation_space(self) -> spaces.Space[Any]:
+        """The batched observation space (its screenshot bounds are views of two scalars, see ``UniformBox``)."""
+        if self._observation_space is None:
+            self._observation_space = batch_space(self.single_observation_space, self.num_envs)
+        return self._observation_space
+
+    @observation_space.setter
+    def observation_space(self, space: spaces.Space[Any]) -> None:
+        self._observation_space = space
+
+    @property
+    def action_space(self) -> spaces.Space[Any]:
+        """The batched action space: one ``Text`` space per desktop."""
+        if self._action_space is None:
+            self._action_space = batch_space(self.single_action_space, self.num_envs)
+        return self._action_space
+
+    @action_space.setter
+    def action_space(self, space: spaces.Space[Any]) -> None:
+        self._action_space = space
 
     @property
     def worker_pids(self) -> list[int]:
@@ -582,7 +623,11 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         elif request.sink == "wait":
             slot.unconsumed = result
         elif request.sink == "future":
-            result.own_screen()
+            if self.copy:
+                result.own_screen()
+            elif result.screen is not None:
+                result.screen = result.screen.view()
+                result.screen.flags.writeable = False  # the worker's buffer: reading it is all a caller may do
             slot.busy = None
             future = request.future
             if future is not None and not future.done():
@@ -590,14 +635,20 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
 
     # ------------------------------------------------------------------ workers
 
-    def _spawn(self, slot: _Slot) -> None:
+    def _new_worker(self, env_id: int) -> WorkerProcess:
+        """Start a worker for desktop ``env_id``. :class:`~legato_gym.vector.ray_env.RayDesktopVectorEnv`
+        overrides this to start it on a Ray host instead; everything else (deadlines, replacement) is shared."""
         height, width, _ = self._shape
-        proc = WorkerProcess(
-            slot.env_id,
+        return WorkerProcess(
+            env_id,
             python=self.config.python,
             env=self.worker_env,
             screen_bytes=height * width * 3 if self.screenshots == "shm" else None,
         )
+
+    def _spawn(self, slot: _Slot) -> None:
+        height, width, _ = self._shape
+        proc = self._new_worker(slot.env_id)
         self._procs.add(proc)
         slot.proc, slot.ready = proc, False
         slot.generation += 1
@@ -609,6 +660,7 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
             "max_steps": self.max_steps,
             "shm_fd": proc.shm_fd_in_child,
             "shm_size": height * width * 3,
+            "png": self.png,
         }
         init = _Request(slot.env_id, "init", args, self.deadlines.start, "internal")
         init.deadline = time.monotonic() + self.deadlines.start
@@ -691,16 +743,25 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         obs = payload.get("obs")
         if obs is not None:
             shape = tuple(obs["shape"])
+            data = memoryview(blob if blob is not None else b"")
+            png_bytes = int(obs.get("png", 0))
+            if png_bytes:
+                if not 0 < png_bytes <= len(data):
+                    raise ProtocolError(f"observation announces {png_bytes} PNG bytes in a {len(data)}-byte blob")
+                result.png = bytes(data[len(data) - png_bytes :])
+                data = data[: len(data) - png_bytes]
             if obs["where"] == "shm":
                 assert proc.screens is not None
                 result.screen, result.from_shm = proc.screens.array(shape), True
             else:
-                result.screen = np.frombuffer(blob if blob is not None else b"", dtype=np.uint8).reshape(shape)
+                result.screen = np.frombuffer(data, dtype=np.uint8).reshape(shape)
             result.instruction = str(obs["instruction"])
         result.reward = float(payload.get("reward", 0.0))
         result.terminated = bool(payload.get("terminated", False))
         result.truncated = bool(payload.get("truncated", False))
         result.info = payload.get("info")
+        if result.png is not None:
+            result.info = {**(result.info or {}), "screenshot_png": result.png}
         result.value = payload.get("value")
         self._complete(slot, request, result)
         self._dispatch(slot)

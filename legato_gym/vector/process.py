@@ -29,6 +29,10 @@ STDERR_TAIL = 16 * 1024
 #: Socket buffer size; a large one moves a framed screenshot in few system calls.
 SOCKET_BUFFER = 8 * 1024 * 1024
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+#: One BLAS/OpenMP thread per worker unless the environment (or ``worker_env``) says otherwise: a desktop does
+#: no linear algebra, and OpenBLAS starting a thread per core in every worker costs ~50 ms of CPU at import
+#: (a third of a worker's start-up) and hundreds of idle threads at 256 desktops.
+_WORKER_THREADS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 #: ``python -m legato_gym.vector.worker`` without registering Gymnasium ids: importing ``legato_gym`` with
 #: gymnasium hidden takes its no-gymnasium path, so a worker imports only the stdlib, numpy and its backend
 #: (a backend that needs gymnasium, such as desktop-env, still imports it afterwards).
@@ -69,6 +73,8 @@ class WorkerProcess:
             except OSError:  # pragma: no cover - capped by the kernel
                 pass
         child_env = dict(os.environ)
+        for name, value in _WORKER_THREADS.items():
+            child_env.setdefault(name, value)
         child_env.update(env or {})
         path = child_env.get("PYTHONPATH")
         child_env["PYTHONPATH"] = _PACKAGE_ROOT + (os.pathsep + path if path else "")

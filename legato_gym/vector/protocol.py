@@ -21,8 +21,7 @@ Messages, in order:
    op         args                                                         result
    ========== ============================================================ ==============================
    init       backend, config (:func:`config_to_json`), seed, env_id,      ``{"screen_size": [w, h]}``
-              max_steps, screenshots (``"shm"`` | ``"blob"``), shm_fd,
-              shm_size
+              max_steps, shm_fd, shm_size, png (bool, optional)
    reset      task (:meth:`Task.to_json`)                                  info + observation
    step       action                                                       reward, terminated,
                                                                            truncated, info + observation
@@ -35,7 +34,12 @@ Messages, in order:
 3. worker → parent ``{"kind": "response", "id": int, "ok": true, "result": {...}}``. A result with an
    observation carries ``"obs": {"instruction": str, "shape": [h, w, 3], "where": "shm" | "blob"}``: the
    screenshot is in the worker's shared-memory buffer (``shm``: a ``memfd`` the parent created, mapped by
-   both; the parent copies it out before it sends the next request) or in the frame's blob.
+   both; the parent copies it out before it sends the next request, or hands out a read-only view valid
+   until then) or in the frame's blob. When ``init`` asked for ``png``, the observation also carries
+   ``"png": n``: the last ``n`` bytes of the frame's blob are the screenshot PNG-encoded (the backend's own
+   :attr:`Observation.png <legato_gym.contract.Observation.png>`, else encoded by the worker with
+   :func:`legato_gym.png.encode_png`), after the raw pixels in ``blob`` mode. A worker that ignores
+   ``png`` sends no ``"png"`` key; the parent then has no PNG for that observation.
    A failure is ``{"kind": "response", "id": int, "ok": false, "error": {"type": str, "message": str,
    "traceback": str}}`` where ``type`` names a :mod:`legato_gym.errors` class (or a foreign one).
 
@@ -95,10 +99,12 @@ def to_jsonable(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON-serializable: {value!r}")
 
 
-def encode_frame(message: Mapping[str, Any], blob: bytes | memoryview = b"") -> list[bytes | memoryview]:
-    """Encode one frame as buffers for ``socket.sendmsg`` (the blob is not copied)."""
+def encode_frame(message: Mapping[str, Any], *blobs: bytes | memoryview) -> list[bytes | memoryview]:
+    """Encode one frame as buffers for ``socket.sendmsg``; the blob is the concatenation of ``blobs`` (not copied)."""
     data = json.dumps(message, default=to_jsonable, separators=(",", ":")).encode()
-    return [HEADER.pack(len(data), len(blob)) + data, blob] if len(blob) else [HEADER.pack(len(data), 0) + data]
+    parts = [blob for blob in blobs if memoryview(blob).nbytes]
+    size = sum(memoryview(blob).nbytes for blob in parts)
+    return [HEADER.pack(len(data), size) + data, *parts]
 
 
 class FrameReader:

@@ -61,8 +61,8 @@ def _watch_parent(parent_pid: int, pdeathsig: bool) -> None:
         _die()
 
 
-def _send(sock: socket.socket, message: Mapping[str, Any], blob: memoryview | bytes = b"") -> None:
-    for part in encode_frame(message, blob):
+def _send(sock: socket.socket, message: Mapping[str, Any], *blobs: memoryview | bytes) -> None:
+    for part in encode_frame(message, *blobs):
         sock.sendall(part)
 
 
@@ -98,32 +98,41 @@ class _Worker:
         self.desktop: Any = None
         self.episode: Any = None
         self.screens: ScreenBuffer | None = None
+        self.png = False
 
     def handle(self, op: str, args: Mapping[str, Any]) -> tuple[dict[str, Any], memoryview | bytes]:
+        """Run one request; returns its result and the frame's blob."""
+        result, blobs = self.handle_parts(op, args)
+        if len(blobs) > 1:
+            return result, b"".join(blobs)
+        return result, blobs[0] if blobs else b""
+
+    def handle_parts(self, op: str, args: Mapping[str, Any]) -> tuple[dict[str, Any], list[memoryview | bytes]]:
+        """Run one request; returns its result and the parts of the frame's blob (sent without joining them)."""
         if op == "init":
-            return self._init(args), b""
+            return self._init(args), []
         if self.episode is None:
             raise RuntimeError(f"op {op!r} before 'init'")
         if op == "reset":
             from legato_gym.contract import Task
 
             obs, info = self.episode.reset(Task.from_json(args["task"]))
-            result, blob = self._observation(obs)
+            result, blobs = self._observation(obs)
             result["info"] = info
-            return result, blob
+            return result, blobs
         if op == "step":
             obs, reward, terminated, truncated, info = self.episode.step(str(args["action"]))
-            result, blob = self._observation(obs)
+            result, blobs = self._observation(obs)
             result.update(reward=float(reward), terminated=bool(terminated), truncated=bool(truncated), info=info)
-            return result, blob
+            return result, blobs
         if op == "truncate":
             reward = self.episode.truncate()
-            return {"reward": float(reward), "info": dict(self.episode.last_info)}, b""
+            return {"reward": float(reward), "info": dict(self.episode.last_info)}, []
         if op == "call":
             value = getattr(self.desktop, str(args["name"]))(*args.get("args", ()), **args.get("kwargs", {}))
-            return {"value": value}, b""
+            return {"value": value}, []
         if op == "get_attr":
-            return {"value": getattr(self.desktop, str(args["name"]))}, b""
+            return {"value": getattr(self.desktop, str(args["name"]))}, []
         raise ProtocolError(f"unknown op {op!r}")
 
     def _init(self, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -137,17 +146,28 @@ class _Worker:
         if args.get("shm_fd") is not None:
             self.screens = ScreenBuffer(int(args["shm_size"]), fd=int(args["shm_fd"]))
             self.screens.close_fd()
+        self.png = bool(args.get("png", False))
         width, height = self.desktop.screen_size
         return {"screen_size": [int(width), int(height)]}
 
-    def _observation(self, obs: Any) -> tuple[dict[str, Any], memoryview | bytes]:
+    def _observation(self, obs: Any) -> tuple[dict[str, Any], list[memoryview | bytes]]:
         image = np.ascontiguousarray(obs.screenshot, dtype=np.uint8)
         meta: dict[str, Any] = {"instruction": str(obs.instruction), "shape": list(image.shape)}
+        blobs: list[memoryview | bytes] = []
         if self.screens is not None and self.screens.write(image):
             meta["where"] = "shm"
-            return {"obs": meta}, b""
-        meta["where"] = "blob"
-        return {"obs": meta}, image.reshape(-1).data
+        else:
+            meta["where"] = "blob"
+            blobs.append(image.reshape(-1).data)
+        if self.png:
+            png = getattr(obs, "png", None)  # a backend's own PNG (OSWorld's server sends one) costs nothing
+            if not isinstance(png, bytes) or not png:
+                from legato_gym.png import encode_png
+
+                png = encode_png(image)
+            meta["png"] = len(png)
+            blobs.append(png)
+        return {"obs": meta}, blobs
 
     def close(self) -> None:
         if self.desktop is not None:
@@ -192,13 +212,13 @@ def serve(sock: socket.socket, parent_pid: int) -> int:
                 reply.update(ok=False, error=_error(exc))
             _send(sock, reply)
             return 0
-        blob: memoryview | bytes = b""
+        blobs: list[memoryview | bytes] = []
         try:
-            result, blob = worker.handle(op, message.get("args") or {})
+            result, blobs = worker.handle_parts(op, message.get("args") or {})
             reply.update(ok=True, result=result)
         except Exception as exc:
             reply.update(ok=False, error=_error(exc))
-        _send(sock, reply, blob)
+        _send(sock, reply, *blobs)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""The ``legato`` console script: ``legato rl probe|collect|export|profile``.
+"""The ``legato`` console script: ``legato rl probe|collect|export|profile`` and ``legato osworld setup|check``.
 
 Each command lives in its own module and is added here only when it works.
 """
@@ -22,7 +22,7 @@ rl_app = typer.Typer(
 app.add_typer(rl_app, name="rl")
 
 #: Command modules under legato_rl/cli/, in the order `legato rl --help` lists them.
-COMMANDS: list[str] = ["probe", "collect", "export", "profile"]
+COMMANDS: list[str] = ["probe", "collect", "export", "profile", "osworld"]
 
 
 @app.callback()

@@ -86,6 +86,14 @@ def collect_command(
     top_p: Annotated[float, typer.Option("--top-p", help="Nucleus sampling.")] = 1.0,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Generated tokens per call.")] = 2048,
     seed: Annotated[int, typer.Option("--seed", help="Seeds the desktops.")] = 0,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="Run the desktops on this Ray cluster ('auto', HEAD:6379 or ray://HEAD:10001); needs legatolabs[ray].",
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="No live display; log lines only.")] = False,
 ) -> None:
     """Collect one batch: every task × (group + oversample) attempts, graded, in legato.rollout/v0."""
@@ -95,6 +103,10 @@ def collect_command(
         config = DesktopConfig(ready_signal=ready_signal, fixed_wait=fixed_wait, fast_reset=fast_reset)
         if osworld is not None:
             config = replace(config, osworld_path=osworld.expanduser())
+        if backend == "osworld":  # its workers run in desktop-env's own interpreter (`legato osworld setup`)
+            from legato_gym.backends.osworld.remote import resolve_python
+
+            config = replace(config, python=resolve_python(config))
         _, default_tasks = get_backend(backend)
         task_list: list[Task]
         if tasks is not None:
@@ -126,7 +138,7 @@ def collect_command(
                 step_timeout=step_timeout,
                 retries=retries,
             )
-            collector = Collector(task_list, policy, out, options, config)
+            collector = Collector(task_list, policy, out, options, config, ray=ray)
             live = sys.stderr.isatty() and not quiet
             summary = asyncio.run(_run_with_progress(collector, console, live=live))
     except LegatoError as exc:

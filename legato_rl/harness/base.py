@@ -5,6 +5,8 @@ screenshots sent and the replies received) lives in a :class:`Conversation`, whi
 
     conversation = QwenHarness().start(instruction, screen_size=(1920, 1080))
     messages = conversation.messages(screenshot)        # the chat messages to send, images included
+    # or, with the PNG a vector env made in its worker (DesktopVectorEnv(png=True)):
+    messages = conversation.messages(screenshot, png=info["screenshot_png"])
     reply = conversation.record_reply(result.content)   # the actions to run, the ``Action:`` line
     for action in reply.actions:
         ...                                             # env.step(action)
@@ -88,6 +90,8 @@ class Harness(Protocol):
 
     To plug in another model's format, subclass :class:`BaseHarness` and implement ``name``,
     :meth:`encode_image`, :meth:`build_messages` and :meth:`parse_reply`; :meth:`start` comes with it.
+    :meth:`encode_image` gets the screenshot's PNG bytes too when the caller has them (a vector env's worker
+    encoded them); a harness that sends PNG should use them rather than encode the array again.
     A harness must be deterministic (the same inputs give the same messages, byte for byte) so that the
     record store can keep each message once and the server's prefix cache can hit.
     """
@@ -97,8 +101,8 @@ class Harness(Protocol):
         """A short name recorded in the run manifest (e.g. ``"qwen3vl"``)."""
         ...
 
-    def encode_image(self, screenshot: Screenshot) -> str:
-        """Encode an ``(H, W, 3)`` ``uint8`` screenshot as the image URL to send."""
+    def encode_image(self, screenshot: Screenshot, *, png: bytes | None = None) -> str:
+        """Encode an ``(H, W, 3)`` ``uint8`` screenshot as the image URL to send (``png``: the same, PNG-encoded)."""
         ...
 
     def build_messages(self, instruction: str, image_url: str, history: Sequence[Turn]) -> list[dict[str, Any]]:
@@ -129,8 +133,8 @@ class BaseHarness(ABC):
         """A short name recorded in the run manifest."""
 
     @abstractmethod
-    def encode_image(self, screenshot: Screenshot) -> str:
-        """Encode an ``(H, W, 3)`` ``uint8`` screenshot as the image URL to send."""
+    def encode_image(self, screenshot: Screenshot, *, png: bytes | None = None) -> str:
+        """Encode an ``(H, W, 3)`` ``uint8`` screenshot as the image URL to send (``png``: the same, PNG-encoded)."""
 
     @abstractmethod
     def build_messages(self, instruction: str, image_url: str, history: Sequence[Turn]) -> list[dict[str, Any]]:
@@ -193,8 +197,14 @@ class Conversation:
         """How many of the latest replies in a row could not be read."""
         return self._unparsable
 
-    def messages(self, screenshot: Screenshot) -> list[dict[str, Any]]:
+    def messages(self, screenshot: Screenshot, *, png: bytes | None = None) -> list[dict[str, Any]]:
         """The messages to send for this screenshot.
+
+        Args:
+            screenshot: the current screen, ``(H, W, 3)`` ``uint8``.
+            png: the same screenshot PNG-encoded, when the caller has it (``info["screenshot_png"]`` of a
+                ``DesktopVectorEnv(png=True)``): the harness then sends these bytes instead of encoding the
+                array itself, unless it has to resize the image.
 
         Raises:
             StateError: the previous prompt's reply was not recorded yet.
@@ -204,7 +214,10 @@ class Conversation:
                 "Conversation.messages() called twice; expected record_reply(content) for the previous prompt"
             )
         size = self.screen_size or (int(screenshot.shape[1]), int(screenshot.shape[0]))
-        image_url = self.harness.encode_image(screenshot)
+        if png is None:  # a harness written before encode_image took png= keeps working
+            image_url = self.harness.encode_image(screenshot)
+        else:
+            image_url = self.harness.encode_image(screenshot, png=png)
         self._pending = (image_url, size)
         return self.harness.build_messages(self.instruction, image_url, self._turns)
 

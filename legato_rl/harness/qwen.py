@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from legato_gym.errors import ConfigError
+from legato_gym.png import png_size
 from legato_rl.harness.base import BaseHarness, ParsedReply, Screenshot, Turn
 
 __all__ = [
@@ -316,30 +317,46 @@ class QwenHarness(BaseHarness):
 
     # -- prompt ---------------------------------------------------------------------------------------
 
-    def encode_image(self, screenshot: Screenshot) -> str:
+    def encode_image(self, screenshot: Screenshot, *, png: bytes | None = None) -> str:
         """The screenshot as a ``data:image/png;base64,...`` URL (resized first when ``resize`` is set).
 
-        Raises:
-            ConfigError: the array is not ``(H, W, 3)`` ``uint8``.
-        """
-        from PIL import Image
+        Args:
+            screenshot: the screen, ``(H, W, 3)`` ``uint8``.
+            png: the same screenshot PNG-encoded (a vector env worker's ``info["screenshot_png"]``). It is
+                sent as it is, unless ``resize`` changes the image's size: then the array is resized and
+                encoded here.
 
+        Raises:
+            ConfigError: the array is not ``(H, W, 3)`` ``uint8``, or ``png`` is not a PNG of its size.
+        """
         array = np.asarray(screenshot)
         if array.ndim != 3 or array.shape[2] != 3 or array.dtype != np.uint8:
             raise ConfigError(
                 f"a screenshot must be an (H, W, 3) uint8 array, got shape {array.shape} dtype {array.dtype}"
             )
-        image = Image.fromarray(array)
+        size: tuple[int, int] | None = None
         if self.resize:
-            height, width = smart_resize(
+            size = smart_resize(
                 array.shape[0],
                 array.shape[1],
                 factor=self.factor,
                 min_pixels=self.min_pixels,
                 max_pixels=self.max_pixels,
             )
-            if (height, width) != array.shape[:2]:
-                image = image.resize((width, height), Image.Resampling.BICUBIC)
+            if size == array.shape[:2]:
+                size = None
+        if png is not None and size is None:
+            if png_size(png) != (array.shape[1], array.shape[0]):
+                raise ConfigError(
+                    f"png= is not a PNG of the screenshot's size {array.shape[1]}x{array.shape[0]} (its header "
+                    f"says {png_size(png)}); pass the screenshot's own PNG bytes, or png=None"
+                )
+            return _PNG_PREFIX + base64.b64encode(png).decode("ascii")
+        from PIL import Image
+
+        image = Image.fromarray(array)
+        if size is not None:
+            image = image.resize((size[1], size[0]), Image.Resampling.BICUBIC)
         buffer = io.BytesIO()
         image.save(buffer, format="PNG", compress_level=self.png_compress_level)
         return _PNG_PREFIX + base64.b64encode(buffer.getvalue()).decode("ascii")

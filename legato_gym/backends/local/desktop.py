@@ -12,17 +12,21 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from legato_gym.backends.local import grading
 from legato_gym.backends.local.client import DesktopClient
 from legato_gym.backends.local.display import Display, require_tools
+from legato_gym.backends.local.forward import UnixForwarder
 from legato_gym.backends.local.sandbox import HIDDEN_PATHS, Sandbox, SandboxSpec, default_host_uid
 from legato_gym.backends.local.task_setup import SetupRunner, check_setup
 from legato_gym.backends.local.tasks import TASK_DATA
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import SPECIAL_ACTIONS, ActResult, Observation, Task, Waited
 from legato_gym.errors import ConfigError, DesktopCrashed, DesktopError, MissingDependencyError, StateError
+
+if TYPE_CHECKING:
+    from legato_gym.backends.osworld.session import OSWorldSession
 
 __all__ = ["LocalDesktop", "LocalOptions"]
 
@@ -52,6 +56,13 @@ class LocalOptions:
         pyautogui_pause: ``pyautogui.PAUSE`` for actions; ``None`` keeps pyautogui's default (0.1 s after
             every call, as in OSWorld, whose actions run in a fresh ``python -c`` too).
         state_dir: where desktops keep their private files (default: the system temp dir).
+        grader: ``"local"`` grades with :mod:`.grading` (OSWorld's semantics, re-implemented, no extra
+            interpreter); ``"osworld"`` runs setup, post-config and grading with desktop-env's own
+            ``SetupController``, getters and metrics (:mod:`legato_gym.backends.osworld.session`) over a
+            loopback TCP forwarder into the sandbox; the desktop must then run in desktop-env's interpreter
+            (``DesktopConfig.python`` from ``legato osworld setup``).
+        download_cache: with ``grader="osworld"``, the host cache for setup downloads, shared by all
+            desktops and kept across runs (default ``~/.cache/legato/osworld-downloads``).
     """
 
     python: str | None = None
@@ -63,6 +74,8 @@ class LocalOptions:
     kill_timeout: float = 5.0
     pyautogui_pause: float | None = None
     state_dir: str | None = None
+    grader: str = "local"
+    download_cache: str | None = None
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> LocalOptions:
@@ -76,6 +89,8 @@ class LocalOptions:
         if "hidden_paths" in values:
             values["hidden_paths"] = tuple(values["hidden_paths"])
         result = cls(**values)
+        if result.grader not in ("local", "osworld"):
+            raise ConfigError(f"local backend option grader={result.grader!r}: choose 'local' or 'osworld'")
         for name in ("settle_s", "poll_s", "window_timeout", "kill_timeout"):
             if not getattr(result, name) > 0:
                 raise ConfigError(f"local backend option {name}={getattr(result, name)!r} must be > 0 seconds")
@@ -132,6 +147,8 @@ class LocalDesktop:
         self._actions: list[str] = []
         self._closed = False
         self._checked_python = False
+        self._forwarder: UnixForwarder | None = None
+        self._osworld: OSWorldSession | None = None
         #: How the last reset went: ``"fast"``, ``"restart"`` (asked for) or ``"fallback"`` (survivors).
         self.last_reset_kind = ""
         try:
@@ -226,11 +243,39 @@ class LocalDesktop:
             self._display.stop()
         self._boot(deadline)
 
+    def tcp_endpoint(self) -> tuple[str, int]:
+        """``(host, port)`` of a loopback TCP forwarder to the in-desktop server (started on first use).
+
+        The port outlives fast resets and restarts; it is what OSWorld's controllers, which speak HTTP over
+        TCP, connect to (see :mod:`.forward`).
+        """
+        if self._closed:
+            raise StateError("tcp_endpoint() called after close(); create a new LocalDesktop")
+        if self._forwarder is None:
+            self._forwarder = UnixForwarder(self.state_dir / "run" / "server.sock")
+        return str(self._forwarder.host), int(self._forwarder.port)
+
+    def _osworld_session(self) -> OSWorldSession:
+        if self._osworld is None:
+            from legato_gym.backends.osworld.session import Endpoint, OSWorldSession
+
+            host, port = self.tcp_endpoint()
+            cache = self.options.download_cache or "~/.cache/legato/osworld-downloads"
+            self._osworld = OSWorldSession(
+                Endpoint(host, port),
+                screen=self.config.screen,
+                download_cache=Path(cache).expanduser(),
+                work_dir=self.state_dir / "osworld",
+            )
+        return self._osworld
+
     def close(self) -> None:
         """Kill the sandbox (its whole pid namespace), the window manager and the X server. Idempotent."""
         if self._closed:
             return
         self._closed = True
+        if self._forwarder is not None:
+            self._forwarder.close()
         try:
             self._kill_sandbox(time.monotonic() + self.options.kill_timeout)
         finally:
@@ -242,6 +287,8 @@ class LocalDesktop:
     # ------------------------------------------------------------------ the contract
     def check_task(self, task: Task) -> None:
         """Raise :class:`~legato_gym.errors.UnsupportedTaskError` if this backend cannot run ``task``."""
+        if self.options.grader == "osworld":
+            return  # desktop-env resolves the task's setup types, getters and metrics at reset
         check_setup(task)
         grading.check_evaluator(task)
 
@@ -265,6 +312,10 @@ class LocalDesktop:
                     logger.warning("processes or windows survived the sandbox kill; restarting the whole desktop")
                     self._restart(deadline)
                     self.last_reset_kind = "fallback"
+            if self.options.grader == "osworld":
+                self._osworld_reset(task)
+                self._task = task
+                return
             cache = self._cache_dir(task)
             runner = SetupRunner(
                 self.client,
@@ -280,6 +331,12 @@ class LocalDesktop:
             raise DesktopCrashed(f"reset for task {task.task_id} failed: {exc}") from exc
         self._expected_windows = runner.expected_windows
         self._task = task
+
+    def _osworld_reset(self, task: Task) -> None:
+        session = self._osworld_session()
+        session.begin(task.config, TASK_DATA / task.task_id)
+        session.setup(task.setup)
+        self._expected_windows = sum(1 for step in task.setup if step.get("type") in ("launch", "open"))
 
     def _cache_dir(self, task: Task) -> Path:
         cache = self.state_dir / "cache" / task.task_id
@@ -323,6 +380,8 @@ class LocalDesktop:
         """Run one ``pyautogui`` action inside the sandbox (``python -c``), then wait for the screen."""
         self._require_task("act")
         self._actions.append(action)
+        if self._osworld is not None:
+            self._osworld.record(action)
         start = time.monotonic()
         if action not in SPECIAL_ACTIONS:
             prefix = ACTION_PREFIX
@@ -351,7 +410,9 @@ class LocalDesktop:
         start = time.monotonic()
         deadline = start + self.config.timeouts.ready
         postconfig = list(task.evaluator.get("postconfig") or [])
-        if postconfig:
+        if self.options.grader == "osworld":
+            self._osworld_session().postconfig()
+        elif postconfig:
             settle = self._settle_windows if self.config.ready_signal else None
             runner = SetupRunner(
                 self.client, self.state_dir / "cache" / task.task_id, self.config.screen, deadline, settle
@@ -367,6 +428,8 @@ class LocalDesktop:
     def evaluate(self) -> float:
         """Grade the task with OSWorld's getter and metric semantics (see :mod:`.grading`)."""
         task = self._require_task("evaluate")
+        if self.options.grader == "osworld":
+            return self._osworld_session().evaluate()
         return grading.evaluate(task, self.client, self.state_dir / "cache" / task.task_id, self._actions)
 
     def _require_task(self, call: str) -> Task:

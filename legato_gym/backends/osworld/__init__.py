@@ -1,0 +1,56 @@
+"""The ``osworld`` backend: OSWorld VMs with fast reset, ready signals and OSWorld's own setup and grading.
+
+Each desktop is one VM (docker: OSWorld's image, 4 vCPU, 4 GB; or a local desktop standing in for one),
+kept up between rollouts and driven from desktop-env's own interpreter (``legato osworld setup`` builds
+it; desktop-env cannot share legato's environment). See :mod:`.desktop` for reset, ready signals and
+grading, :mod:`.vms` for the machines, :mod:`.session` for desktop-env's controllers and ``evaluate()``.
+
+Importing this package imports neither desktop-env nor docker.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from legato_gym.backends.osworld.desktop import REVERT_DOMAINS, OSWorldDesktop, OSWorldOptions
+from legato_gym.config import DesktopConfig
+from legato_gym.contract import Task
+from legato_gym.errors import ConfigError
+
+__all__ = ["REVERT_DOMAINS", "OSWorldDesktop", "OSWorldOptions", "default_tasks", "tasks_from_index"]
+
+
+def tasks_from_index(osworld_path: Path, index: str = "test_all.json") -> list[Task]:
+    """The tasks listed in ``evaluation_examples/<index>`` (``{domain: [task ids]}``) of a checkout."""
+    root = Path(osworld_path).expanduser() / "evaluation_examples"
+    try:
+        listing = json.loads((root / index).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"cannot read {root / index} ({exc}); give --osworld (DesktopConfig.osworld_path) an OSWorld checkout "
+            "holding evaluation_examples/"
+        ) from exc
+    tasks = []
+    for domain, ids in listing.items():
+        for task_id in ids:
+            path = root / "examples" / domain / f"{task_id}.json"
+            config = json.loads(path.read_text())
+            tasks.append(
+                Task(task_id=task_id, instruction=config["instruction"], config=config, domain=domain, source=path)
+            )
+    return tasks
+
+
+def default_tasks(config: DesktopConfig) -> list[Task]:
+    """Every task of ``test_all.json`` under ``config.osworld_path``.
+
+    Raises:
+        ConfigError: no ``osworld_path``; the message asks for ``--osworld`` or ``--tasks``.
+    """
+    if config.osworld_path is None:
+        raise ConfigError(
+            "the osworld backend's tasks come from an OSWorld checkout: give --osworld PATH (or set $LEGATO_OSWORLD, "
+            "DesktopConfig.osworld_path), or a tasks file with --tasks"
+        )
+    return tasks_from_index(config.osworld_path)

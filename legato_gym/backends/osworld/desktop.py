@@ -1,0 +1,548 @@
+"""``OSWorldDesktop``: one OSWorld VM, kept up between rollouts, with fast reset, ready signals and
+OSWorld's own setup and grading.
+
+In desktop-env's interpreter (``DesktopConfig.python`` from ``legato osworld setup``: the vector env's
+workers run there) the desktop is driven in-process. From any other interpreter (``gymnasium.make`` in
+legato's own), :class:`OSWorldDesktop` starts one worker process under desktop-env's interpreter and
+drives the same desktop there.
+
+Per rollout:
+
+* **reset.** Fast reset over the VM's server: kill every process of the VM user that was not there at
+  first boot, check that none survived and that the windows are those of first boot, restore the
+  ``/home/user`` captured at first boot (a tar kept in the VM and checked against its hash, re-uploaded
+  from the host copy when it changed), then run the task's setup with desktop-env's ``SetupController``.
+  ``os`` and ``multi_apps`` tasks (they change system state a home restore does not undo), any reset that
+  cannot be verified clean, a VM that stopped answering, and every reset with ``fast_reset=False`` use a
+  snapshot revert instead (docker: a new container from the image, cold boot).
+* **ready signals.** After reset: the server answers, the windows the setup launched are mapped (``wmctrl
+  -l`` over ``/execute``), and two consecutive ``/screenshot`` frames are equal. After each action: the
+  frames are equal. Before grading: the post-config has run and the frames are equal. Each wait has a
+  deadline (``Timeouts.ready``). ``ready_signal=False`` sleeps as OSWorld does instead: ``fixed_wait``
+  after each action (twice for ``WAIT``), 30× after reset and 10× before grading (60 s and 20 s at 2 s).
+* **grading.** desktop-env's ``DesktopEnv.evaluate`` (:mod:`.session`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import importlib.util
+import io
+import json
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from legato_gym.config import DesktopConfig
+from legato_gym.contract import SPECIAL_ACTIONS, ActResult, Observation, Task, Waited
+from legato_gym.errors import (
+    ConfigError,
+    DeadlineExceeded,
+    DesktopCrashed,
+    StateError,
+)
+
+__all__ = ["REVERT_DOMAINS", "OSWorldDesktop", "OSWorldOptions"]
+
+logger = logging.getLogger(__name__)
+
+#: Domains whose tasks change system state that a home restore does not undo: snapshot revert.
+REVERT_DOMAINS = frozenset({"os", "multi_apps"})
+BASELINE_TAR = "/tmp/.legato-home-baseline.tar"
+_ACTION_PREFIX = "import pyautogui; import time; pyautogui.FAILSAFE = False; {command}"
+
+#: Lists (or kills) the VM user's processes; ``keep`` pids, this process and its ancestors are spared.
+_PROCS_SCRIPT = r"""
+import json, os, signal, sys, time
+keep = set(json.loads(sys.argv[1])); kill = sys.argv[2] == "kill"; timeout = float(sys.argv[3])
+uid = os.getuid()
+spare = set()
+pid = os.getpid()
+while pid > 1:
+    spare.add(pid)
+    try:
+        pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    except Exception:
+        break
+def procs():
+    out = set()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{d}").st_uid != uid:
+                continue
+            state = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[0]
+        except Exception:
+            continue
+        if state not in "ZX":
+            out.add(int(d))
+    return out
+if not kill:
+    print(json.dumps({"pids": sorted(procs() - spare)}))
+    sys.exit(0)
+targets = procs() - keep - spare
+for p in targets:
+    try:
+        os.kill(p, signal.SIGKILL)
+    except Exception:
+        pass
+end = time.monotonic() + timeout
+while True:
+    now = procs()
+    left = sorted(now - keep - spare)
+    if not left or time.monotonic() > end:
+        break
+    time.sleep(0.02)
+print(json.dumps({"killed": len(targets), "survivors": left, "missing": sorted(keep - now)}))
+"""
+
+
+@dataclass(frozen=True)
+class OSWorldOptions:
+    """Options of the osworld backend, read from ``DesktopConfig.options``.
+
+    Attributes:
+        download_cache: host cache for setup downloads, shared by all desktops, kept across runs.
+        settle_s: the screen counts as settled when two frames this far apart are equal.
+        window_timeout: how long to wait for the setup's windows to map before giving up on that signal.
+        kill_timeout: how long fast reset waits for killed processes and their windows to be gone.
+        revert_domains: task domains that always use a snapshot revert.
+        docker: :class:`~legato_gym.backends.osworld.vms.DockerSettings` arguments (image, vm_path, ...).
+        local: options of the local stand-in (provider ``local``); see ``LocalOptions``.
+        client_password: the VM user's password.
+    """
+
+    download_cache: str = "~/.cache/legato/osworld-downloads"
+    settle_s: float = 0.2
+    window_timeout: float = 20.0
+    kill_timeout: float = 5.0
+    revert_domains: tuple[str, ...] = tuple(sorted(REVERT_DOMAINS))
+    docker: Mapping[str, Any] | None = None
+    local: Mapping[str, Any] | None = None
+    client_password: str = "password"
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any]) -> OSWorldOptions:
+        names = [f.name for f in fields(cls)]
+        for key in options:
+            if key not in names:
+                close = difflib.get_close_matches(key, names, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else f"; known options: {', '.join(names)}"
+                raise ConfigError(f"unknown osworld backend option {key!r}{hint}")
+        values = dict(options)
+        if "revert_domains" in values:
+            values["revert_domains"] = tuple(values["revert_domains"])
+        result = cls(**values)
+        for name in ("settle_s", "window_timeout", "kill_timeout"):
+            if not getattr(result, name) > 0:
+                raise ConfigError(f"osworld backend option {name}={getattr(result, name)!r} must be > 0 seconds")
+        return result
+
+
+def _decode_png(png: bytes) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as image:
+        return np.asarray(image.convert("RGB"), dtype=np.uint8)
+
+
+class _VMDesktop:
+    """The desktop, in desktop-env's interpreter. See the module docstring."""
+
+    def __init__(self, config: DesktopConfig) -> None:
+        from legato_gym.backends.osworld.session import import_desktop_env
+
+        import_desktop_env()  # fail early, with the fix, outside desktop-env's interpreter
+        self.config = config
+        self.options = OSWorldOptions.from_mapping(config.options)
+        self.work_dir = Path(tempfile.mkdtemp(prefix="legato-osworld-"))
+        self.download_cache = Path(self.options.download_cache).expanduser()
+        self.download_cache.mkdir(parents=True, exist_ok=True)
+        self._vm: Any = None
+        self._session: Any = None
+        self._http: httpx.Client | None = None
+        self._task: Task | None = None
+        self._expected_windows = 0
+        self._baseline_pids: list[int] = []
+        self._baseline_windows: set[str] = set()
+        self._baseline_hash = ""
+        self._baseline_copy = self.work_dir / "home-baseline.tar"
+        self._closed = False
+        #: How the last reset went: ``"fast"``, ``"revert"`` (asked for / domain) or ``"fallback"``.
+        self.last_reset_kind = ""
+        try:
+            deadline = time.monotonic() + config.timeouts.reset
+            self._boot(deadline, first=True)
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ machine
+    @property
+    def screen_size(self) -> tuple[int, int]:
+        return self.config.screen
+
+    @property
+    def vm(self) -> Any:
+        if self._vm is None:
+            raise StateError("the desktop is closed; create a new OSWorldDesktop")
+        return self._vm
+
+    def _boot(self, deadline: float, *, first: bool) -> None:
+        from legato_gym.backends.osworld.session import OSWorldSession
+        from legato_gym.backends.osworld.vms import make_vm, wait_server
+
+        if first:
+            self._vm = make_vm(self.config.provider, self.config, self.config.options, deadline)
+        else:
+            self.vm.revert(deadline)
+        endpoint = self.vm.endpoint
+        wait_server(endpoint, deadline)
+        if self._http is not None:
+            self._http.close()
+        self._http = httpx.Client(base_url=endpoint.url, timeout=self.config.timeouts.act)
+        self._session = OSWorldSession(
+            endpoint,
+            screen=self.config.screen,
+            download_cache=self.download_cache,
+            work_dir=self.work_dir / "tasks",
+            client_password=self.options.client_password,
+        )
+        self._capture_baseline(deadline)
+
+    def _execute(self, command: list[str] | str, *, shell: bool = False, timeout: float = 60.0) -> dict[str, Any]:
+        assert self._http is not None
+        try:
+            response = self._http.post("/execute", json={"command": command, "shell": shell}, timeout=timeout)
+        except httpx.TimeoutException as exc:
+            raise DeadlineExceeded(f"the VM's server took longer than {timeout:g} s to run a command") from exc
+        except httpx.HTTPError as exc:
+            raise DesktopCrashed(f"the VM's server stopped answering: {exc}") from exc
+        data = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
+        if response.status_code != 200 or not isinstance(data, dict):
+            raise DesktopCrashed(
+                f"the VM's server failed to run a command: {response.status_code} {response.text[:300]}"
+            )
+        return data
+
+    def _procs(self, keep: list[int], kill: bool) -> dict[str, Any]:
+        timeout = self.options.kill_timeout
+        result = self._execute(
+            ["python3", "-c", _PROCS_SCRIPT, json.dumps(keep), "kill" if kill else "list", str(timeout)],
+            timeout=timeout + 30,
+        )
+        try:
+            data = json.loads((result.get("output") or "").strip().splitlines()[-1])
+        except (ValueError, IndexError) as exc:
+            raise DesktopCrashed(f"process listing in the VM failed: {result.get('error', '')[-300:]}") from exc
+        return dict(data)
+
+    def _windows(self) -> set[str]:
+        result = self._execute(["wmctrl", "-l"], timeout=30)
+        return {line.split()[0] for line in (result.get("output") or "").splitlines() if line.strip()}
+
+    def _capture_baseline(self, deadline: float) -> None:
+        """Record the first-boot processes, windows and /home/user (a tar in the VM plus a host copy)."""
+        self._baseline_pids = list(self._procs([], kill=False)["pids"])
+        self._baseline_windows = self._windows()
+        # GNU tar exits 1 when a file changed while it was read (session logs): the copy is still usable.
+        made = self._execute(
+            f"tar --warning=no-file-changed -cf {BASELINE_TAR} -C /home/user . 2>&1; [ $? -le 1 ]",
+            shell=True,
+            timeout=300,
+        )
+        if made.get("returncode") != 0:
+            raise DesktopCrashed(f"could not capture the home baseline: {(made.get('output') or '')[-300:]}")
+        assert self._http is not None
+        response = self._http.post("/file", data={"file_path": BASELINE_TAR}, timeout=300)
+        if response.status_code != 200:
+            raise DesktopCrashed(f"could not fetch the home baseline: {response.status_code}")
+        self._baseline_copy.write_bytes(response.content)
+        self._baseline_hash = hashlib.sha256(response.content).hexdigest()
+
+    def _fast_reset(self, deadline: float) -> bool:
+        """Kill the task's apps, verify, restore the home baseline; False when the reset is not verifiable."""
+        result = self._procs(self._baseline_pids, kill=True)
+        if result["survivors"] or result["missing"]:
+            logger.warning(
+                "fast reset not verifiable (survivors %s, first-boot processes gone %s); reverting",
+                result["survivors"],
+                result["missing"],
+            )
+            return False
+        window_deadline = min(deadline, time.monotonic() + self.options.kill_timeout)
+        while (windows := self._windows()) != self._baseline_windows:
+            if time.monotonic() >= window_deadline:
+                logger.warning("windows %s differ from first boot %s; reverting", windows, self._baseline_windows)
+                return False
+            time.sleep(0.05)
+        restore = (
+            f'[ "$(sha256sum {BASELINE_TAR} | cut -c1-64)" = "{self._baseline_hash}" ] || exit 17; '
+            f"find /home/user -mindepth 1 -maxdepth 1 -exec rm -rf {{}} + && tar -xf {BASELINE_TAR} -C /home/user"
+        )
+        done = self._execute(restore, shell=True, timeout=300)
+        if done.get("returncode") == 17:  # the in-VM copy changed or vanished: upload the host copy
+            assert self._http is not None
+            self._http.post(
+                "/setup/upload",
+                data={"file_path": BASELINE_TAR},
+                files={"file_data": ("baseline.tar", self._baseline_copy.read_bytes())},
+                timeout=300,
+            )
+            done = self._execute(restore, shell=True, timeout=300)
+        if done.get("returncode") != 0:
+            logger.warning("home restore failed (%s); reverting", (done.get("error") or "")[-300:])
+            return False
+        return True
+
+    # ------------------------------------------------------------------ the contract
+    def reset(self, task: Task) -> None:
+        if self._closed:
+            raise StateError("reset() called after close(); create a new OSWorldDesktop")
+        deadline = time.monotonic() + self.config.timeouts.reset
+        self._task = None
+        try:
+            if not self.config.fast_reset or task.domain in self.options.revert_domains:
+                self._boot(deadline, first=False)
+                self.last_reset_kind = "revert"
+            elif not self.vm.alive():
+                logger.warning("the VM stopped; replacing it")
+                self._boot(deadline, first=False)
+                self.last_reset_kind = "fallback"
+            elif self._fast_reset(deadline):
+                self.last_reset_kind = "fast"
+            else:
+                self._boot(deadline, first=False)
+                self.last_reset_kind = "fallback"
+        except (httpx.HTTPError, OSError) as exc:
+            raise DesktopCrashed(f"reset for task {task.task_id} failed: {exc}") from exc
+        except DesktopCrashed:
+            logger.warning("the VM failed during reset; replacing it")
+            self._boot(deadline, first=False)
+            self.last_reset_kind = "fallback"
+        from legato_gym.backends.local.tasks import TASK_DATA
+
+        self._session.begin(task.config, TASK_DATA / task.task_id)
+        self._session.setup(task.setup)
+        self._expected_windows = sum(1 for step in task.setup if step.get("type") in ("launch", "open"))
+        self._task = task
+
+    def _screenshot(self) -> bytes:
+        assert self._http is not None
+        try:
+            response = self._http.get("/screenshot", timeout=30)
+        except httpx.HTTPError as exc:
+            raise DesktopCrashed(f"the VM's server stopped answering /screenshot: {exc}") from exc
+        if response.status_code != 200:
+            raise DesktopCrashed(f"/screenshot answered {response.status_code}")
+        return response.content
+
+    def _settle(self, deadline: float) -> bool:
+        previous = self._screenshot()
+        while time.monotonic() < deadline:
+            time.sleep(self.options.settle_s)  # the interval between two frames compared, not a wait
+            current = self._screenshot()
+            if current == previous:
+                return True
+            previous = current
+        return False
+
+    def _windows_mapped(self, deadline: float) -> bool:
+        want = len(self._baseline_windows) + self._expected_windows
+        while len(self._windows()) < want:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def _fixed(self, seconds: float) -> float:
+        start = time.monotonic()
+        if seconds > 0:
+            time.sleep(seconds)
+        return time.monotonic() - start
+
+    def wait_after_reset(self) -> Waited:
+        self._require("wait_after_reset")
+        if not self.config.ready_signal:
+            return Waited(seconds=self._fixed(30 * self.config.fixed_wait), ready=False)
+        start = time.monotonic()
+        deadline = start + self.config.timeouts.ready
+        mapped = self._windows_mapped(min(deadline, start + self.options.window_timeout))
+        settled = self._settle(deadline)
+        return Waited(seconds=time.monotonic() - start, ready=mapped and settled)
+
+    def observe_png(self) -> tuple[bytes, str]:
+        """The server's PNG screenshot and the instruction."""
+        task = self._require("observe")
+        return self._screenshot(), task.instruction
+
+    def observe(self) -> Observation:
+        png, instruction = self.observe_png()
+        return Observation(screenshot=_decode_png(png), instruction=instruction, png=png)
+
+    def act(self, action: str) -> ActResult:
+        self._require("act")
+        self._session.record(action)
+        start = time.monotonic()
+        if action not in SPECIAL_ACTIONS:
+            env = self._session.env
+            command = (
+                env._fix_pyautogui_less_than_bug(action) if hasattr(env, "_fix_pyautogui_less_than_bug") else action
+            )
+            result = self._execute(
+                ["python3", "-c", _ACTION_PREFIX.format(command=command)], timeout=self.config.timeouts.act
+            )
+            if result.get("returncode"):
+                logger.info("action exited with %s: %s", result.get("returncode"), (result.get("error") or "")[-300:])
+        act_s = time.monotonic() - start
+        if not self.config.ready_signal:
+            pause = self.config.fixed_wait * (2 if action == "WAIT" else 1)
+            return ActResult(act_s=act_s, wait_s=self._fixed(pause))
+        if action in ("DONE", "FAIL"):
+            return ActResult(act_s=act_s)
+        settle_start = time.monotonic()
+        self._settle(settle_start + self.config.timeouts.ready)
+        return ActResult(act_s=act_s, ready_s=time.monotonic() - settle_start)
+
+    def wait_before_eval(self) -> Waited:
+        self._require("wait_before_eval")
+        start = time.monotonic()
+        self._session.postconfig()
+        if not self.config.ready_signal:
+            self._fixed(10 * self.config.fixed_wait)
+            return Waited(seconds=time.monotonic() - start, ready=False)
+        ready = self._settle(start + self.config.timeouts.ready)
+        return Waited(seconds=time.monotonic() - start, ready=ready)
+
+    def evaluate(self) -> float:
+        self._require("evaluate")
+        return float(self._session.evaluate())
+
+    def _require(self, call: str) -> Task:
+        if self._closed:
+            raise StateError(f"{call}() called after close(); create a new OSWorldDesktop")
+        if self._task is None:
+            raise StateError(f"{call}() called before reset(task); call reset(task) first")
+        return self._task
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._http is not None:
+                self._http.close()
+            if self._vm is not None:
+                self._vm.close()
+        finally:
+            self._vm = None
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+
+def _desktop_env_here() -> bool:
+    return importlib.util.find_spec("desktop_env") is not None
+
+
+class OSWorldDesktop:
+    """One OSWorld VM as a legato desktop (see the module docstring).
+
+    Example::
+
+        from legato_gym import DesktopConfig
+        from legato_gym.backends.osworld import OSWorldDesktop, default_tasks
+
+        config = DesktopConfig(osworld_path="~/osworld")       # provider "docker"; python: `legato osworld setup`
+        with OSWorldDesktop(config) as desktop:
+            desktop.reset(default_tasks(config)[0])
+            desktop.wait_after_reset()
+            desktop.act("pyautogui.hotkey('ctrl', 'alt', 't')")
+
+    Args:
+        config: provider (``docker`` or ``local``), screen, waits, fast reset, deadlines, and ``options``
+            (see :class:`OSWorldOptions`).
+        seed: unused (a VM has no randomness to seed).
+    """
+
+    def __init__(self, config: DesktopConfig | None = None, *, seed: int | None = None) -> None:
+        self.config = config or DesktopConfig()
+        OSWorldOptions.from_mapping(self.config.options)
+        self._impl: Any
+        if _desktop_env_here():
+            self._impl = _VMDesktop(self.config)
+        else:
+            from legato_gym.backends.osworld.remote import RemoteDesktop
+
+            self._impl = RemoteDesktop(self.config, seed=seed)
+
+    def __enter__(self) -> OSWorldDesktop:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def screen_size(self) -> tuple[int, int]:
+        return self.config.screen
+
+    @property
+    def last_reset_kind(self) -> str:
+        """``"fast"``, ``"revert"`` or ``"fallback"``: how the last reset went."""
+        return str(self._impl.last_reset_kind)
+
+    def reset(self, task: Task | Mapping[str, Any]) -> None:
+        self._impl.reset(task if isinstance(task, Task) else Task.from_json(task))
+
+    def wait_after_reset(self) -> Waited:
+        result: Waited = self._impl.wait_after_reset()
+        return result
+
+    def observe(self) -> Observation:
+        result: Observation = self._impl.observe()
+        return result
+
+    def act(self, action: str) -> ActResult:
+        result: ActResult = self._impl.act(action)
+        return result
+
+    def wait_before_eval(self) -> Waited:
+        result: Waited = self._impl.wait_before_eval()
+        return result
+
+    def evaluate(self) -> float:
+        return float(self._impl.evaluate())
+
+    def close(self) -> None:
+        self._impl.close()
+
+    # --- JSON-friendly calls for a parent in another interpreter (see .remote)
+    def remote_reset(self, task: Mapping[str, Any]) -> str:
+        self.reset(task)
+        return self.last_reset_kind
+
+    def remote_wait_after_reset(self) -> list[Any]:
+        w = self.wait_after_reset()
+        return [w.seconds, w.ready]
+
+    def remote_observe(self) -> list[str]:
+        import base64
+
+        png, instruction = self._impl.observe_png()
+        return [base64.b64encode(png).decode(), instruction]
+
+    def remote_act(self, action: str) -> list[float]:
+        r = self.act(action)
+        return [r.act_s, r.ready_s, r.wait_s]
+
+    def remote_wait_before_eval(self) -> list[Any]:
+        w = self.wait_before_eval()
+        return [w.seconds, w.ready]

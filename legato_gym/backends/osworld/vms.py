@@ -1,0 +1,335 @@
+"""The machines behind the ``osworld`` backend: one VM (or stand-in) per desktop, started, reverted, closed.
+
+A :class:`VM` gives an :class:`~legato_gym.backends.osworld.session.Endpoint` where OSWorld's in-VM server
+answers, and a snapshot revert. Providers:
+
+* ``docker`` (:class:`DockerVM`): OSWorld's ``happysixd/osworld-docker`` image (QEMU inside Docker, KVM when
+  ``/dev/kvm`` exists) with desktop-env's settings (4 vCPU, 4 GB, the qcow2 read-only, ``NET_ADMIN``), but
+  legato's lifecycle: containers carry labels (:data:`LABEL`, owner pid, boot id), ports are published on
+  loopback and chosen by Docker (no port scan under a global file lock, so desktops start in parallel),
+  containers leaked by a killed run are removed at the next start, and a revert recreates the container.
+* ``local`` (:class:`LocalStandInVM`): a sandboxed local desktop (:mod:`legato_gym.backends.local`) behind
+  a loopback TCP forwarder, speaking the same protocol; a revert restarts it from its first-boot state. It
+  is the stand-in VM of the integration tests and of machines without KVM.
+
+Runs in desktop-env's interpreter (the docker provider needs the ``docker`` package installed there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+
+from legato_gym.backends.osworld.session import Endpoint
+from legato_gym.config import DesktopConfig
+from legato_gym.errors import ConfigError, DeadlineExceeded, DesktopCrashed, MissingDependencyError
+
+__all__ = ["LABEL", "VM", "DockerSettings", "DockerVM", "LocalStandInVM", "sweep_leaked", "wait_server"]
+
+logger = logging.getLogger(__name__)
+
+#: Label on every container legato starts; its value is the image's role (``osworld``).
+LABEL = "dev.legato.osworld"
+OWNER_LABEL = "dev.legato.owner-pid"
+BOOT_LABEL = "dev.legato.boot-id"
+_POLL_S = 0.05
+
+
+class VM(Protocol):
+    """One machine: where its server is, whether it lives, and how to revert or end it."""
+
+    @property
+    def endpoint(self) -> Endpoint: ...
+
+    def revert(self, deadline: float) -> None:
+        """Back to the clean snapshot; the endpoint may change."""
+        ...
+
+    def alive(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+def wait_server(endpoint: Endpoint, deadline: float, alive: Callable[[], bool] | None = None) -> None:
+    """Poll ``GET /screenshot`` until it answers 200 (desktop-env's docker ready check), or the deadline.
+
+    ``alive`` is asked between polls; a machine that died while booting fails at once.
+    """
+    with httpx.Client(timeout=5.0) as client:
+        while True:
+            if alive is not None and not alive():
+                raise DesktopCrashed(f"the machine behind {endpoint.url} died while booting")
+            try:
+                if client.get(f"{endpoint.url}/screenshot").status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() >= deadline:
+                raise DeadlineExceeded(f"the desktop server at {endpoint.url} did not answer before the deadline")
+            time.sleep(_POLL_S)
+
+
+# ------------------------------------------------------------------------------------- local stand-in
+
+
+class LocalStandInVM:
+    """A local sandboxed desktop standing in for a VM (same protocol, over a loopback TCP forwarder).
+
+    Args:
+        config: the osworld backend's config; ``screen``, ``timeouts`` and ``ready_signal`` are passed on.
+        local_options: options of the local backend (``DesktopConfig.options["local"]``).
+    """
+
+    def __init__(self, config: DesktopConfig, local_options: Mapping[str, Any]) -> None:
+        self._config = replace(config, options=dict(local_options), fast_reset=True)
+        self._desktop: Any = None
+        self._endpoint: Endpoint | None = None
+        self._start()
+
+    def _start(self) -> None:
+        from legato_gym.backends.local import LocalDesktop
+
+        self._desktop = LocalDesktop(self._config)
+        host, port = self._desktop.tcp_endpoint()
+        self._endpoint = Endpoint(host, port)
+
+    @property
+    def endpoint(self) -> Endpoint:
+        if self._endpoint is None:
+            raise DesktopCrashed("the stand-in desktop is closed")
+        return self._endpoint
+
+    @property
+    def pids(self) -> list[int]:
+        """Host pids of the stand-in (for tests that kill it)."""
+        return list(self._desktop.pids) if self._desktop is not None else []
+
+    def revert(self, deadline: float) -> None:
+        self.close()
+        self._start()
+        wait_server(self.endpoint, deadline)
+
+    def alive(self) -> bool:
+        desktop = self._desktop
+        if desktop is None or desktop._display is None or not desktop._display.alive():
+            return False
+        sandbox = desktop._sandbox
+        return sandbox is not None and sandbox.alive()
+
+    def close(self) -> None:
+        if self._desktop is not None:
+            self._desktop.close()
+        self._desktop = None
+        self._endpoint = None
+
+
+# --------------------------------------------------------------------------------------------- docker
+
+
+class DockerSettings:
+    """How :class:`DockerVM` runs containers.
+
+    Args:
+        image: the VM image (OSWorld's ``happysixd/osworld-docker``).
+        vm_path: the Ubuntu qcow2, bind-mounted read-only at ``/System.qcow2`` (``None``: desktop-env's
+            ``DockerVMManager.get_vm_path`` finds it, downloading it once into ``./docker_vm_data``).
+        cpus / memory / disk: the VM's ``CPU_CORES``, ``RAM_SIZE``, ``DISK_SIZE`` (desktop-env: 4, 4G, 32G).
+        command: override of the container's command (stand-in images).
+        vm_image: True for OSWorld's image (qcow2 mount, VM environment, ``NET_ADMIN``, ``/dev/kvm``);
+            False for a plain image whose own process is the server (stand-ins).
+        ports: container ports to publish: server, chromium, vnc, vlc.
+        network: the Docker network to attach to (default: Docker's default bridge).
+        volumes: extra read-only bind mounts, host path → container path (stand-ins).
+    """
+
+    def __init__(
+        self,
+        image: str = "happysixd/osworld-docker",
+        vm_path: str | None = None,
+        cpus: int = 4,
+        memory: str = "4G",
+        disk: str = "32G",
+        command: list[str] | None = None,
+        vm_image: bool = True,
+        ports: tuple[int, int, int, int] = (5000, 9222, 8006, 8080),
+        network: str | None = None,
+        volumes: Mapping[str, str] | None = None,
+    ) -> None:
+        self.image = image
+        self.vm_path = vm_path
+        self.cpus = cpus
+        self.memory = memory
+        self.disk = disk
+        self.command = command
+        self.vm_image = vm_image
+        self.ports = ports
+        self.network = network
+        self.volumes = dict(volumes or {})
+
+
+def _docker_client() -> Any:
+    try:
+        import docker
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "the docker provider needs the 'docker' package in desktop-env's interpreter; run `legato osworld setup`"
+        ) from exc
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:
+        raise DesktopCrashed(
+            f"cannot reach the Docker engine ({exc}); start dockerd, or set DOCKER_HOST to its socket"
+        ) from exc
+    return client
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def sweep_leaked(client: Any) -> list[str]:
+    """Remove legato's containers whose owner process is gone (a killed run); their names."""
+    removed = []
+    boot = _boot_id()
+    for container in client.containers.list(all=True, filters={"label": LABEL}):
+        labels = container.labels or {}
+        try:
+            owner = int(labels.get(OWNER_LABEL, "0"))
+        except ValueError:
+            owner = 0
+        same_boot = labels.get(BOOT_LABEL) == boot
+        if owner and same_boot and Path(f"/proc/{owner}").exists():
+            continue
+        with contextlib.suppress(Exception):
+            container.remove(force=True)
+            removed.append(container.name)
+    if removed:
+        logger.warning("removed %d container(s) leaked by a killed run: %s", len(removed), ", ".join(removed))
+    return removed
+
+
+class DockerVM:
+    """One OSWorld VM in a Docker container, with labels, loopback ports chosen by Docker, and revert.
+
+    Args:
+        settings: image and resources.
+        deadline: monotonic time by which the server must answer.
+        client: a ``docker.DockerClient`` (default: ``docker.from_env()``).
+    """
+
+    def __init__(self, settings: DockerSettings, deadline: float, client: Any = None) -> None:
+        self.settings = settings
+        self.client = client or _docker_client()
+        self.container: Any = None
+        self._endpoint: Endpoint | None = None
+        sweep_leaked(self.client)
+        self._start(deadline)
+
+    def _vm_path(self) -> str:
+        if self.settings.vm_path:
+            return os.path.abspath(os.path.expanduser(self.settings.vm_path))
+        from desktop_env.providers.docker.manager import DockerVMManager
+
+        return os.path.abspath(str(DockerVMManager().get_vm_path(os_type="Ubuntu", region=None)))
+
+    def _start(self, deadline: float) -> None:
+        s = self.settings
+        kwargs: dict[str, Any] = {
+            "detach": True,
+            "labels": {LABEL: "osworld", OWNER_LABEL: str(os.getpid()), BOOT_LABEL: _boot_id()},
+            # Docker picks free host ports (0) on loopback: no port scan, no global lock.
+            "ports": {f"{port}/tcp": ("127.0.0.1", None) for port in s.ports},
+        }
+        if s.network:
+            kwargs["network"] = s.network
+        if s.command:
+            kwargs["command"] = s.command
+        if s.volumes:
+            kwargs["volumes"] = {host: {"bind": inside, "mode": "ro"} for host, inside in s.volumes.items()}
+        if s.vm_image:
+            environment = {"DISK_SIZE": s.disk, "RAM_SIZE": s.memory, "CPU_CORES": str(s.cpus)}
+            devices = []
+            if os.path.exists("/dev/kvm"):
+                devices.append("/dev/kvm")
+            else:
+                environment["KVM"] = "N"
+                logger.warning("no /dev/kvm: the VM runs without hardware acceleration (very slow)")
+            kwargs.update(
+                environment=environment,
+                cap_add=["NET_ADMIN"],
+                devices=devices,
+                volumes={**kwargs.get("volumes", {}), self._vm_path(): {"bind": "/System.qcow2", "mode": "ro"}},
+            )
+        try:
+            self.container = self.client.containers.run(s.image, **kwargs)
+            self.container.reload()
+            published = self.container.attrs["NetworkSettings"]["Ports"]
+            host_ports = [int(published[f"{port}/tcp"][0]["HostPort"]) for port in s.ports]
+        except Exception as exc:
+            self._remove()
+            raise DesktopCrashed(f"could not start a container from image {s.image!r}: {exc}") from exc
+        self._endpoint = Endpoint("127.0.0.1", *host_ports)
+        try:
+            wait_server(self._endpoint, deadline, self.alive)
+        except (DeadlineExceeded, DesktopCrashed):
+            self._remove()
+            raise
+
+    @property
+    def endpoint(self) -> Endpoint:
+        if self._endpoint is None:
+            raise DesktopCrashed("the VM container is gone")
+        return self._endpoint
+
+    @property
+    def name(self) -> str:
+        return str(self.container.name) if self.container is not None else ""
+
+    def alive(self) -> bool:
+        if self.container is None:
+            return False
+        try:
+            self.container.reload()
+        except Exception:
+            return False
+        return bool(self.container.status == "running")
+
+    def revert(self, deadline: float) -> None:
+        """Recreate the container: a fresh copy-on-write disk (the image's snapshot), new ports."""
+        self._remove()
+        self._start(deadline)
+
+    def _remove(self) -> None:
+        if self.container is not None:
+            with contextlib.suppress(Exception):
+                self.container.remove(force=True)
+        self.container = None
+        self._endpoint = None
+
+    def close(self) -> None:
+        self._remove()
+
+
+def make_vm(provider: str, config: DesktopConfig, options: Mapping[str, Any], deadline: float) -> VM:
+    """The VM for a provider name (``docker`` or ``local``)."""
+    if provider == "local":
+        return LocalStandInVM(config, options.get("local") or {})
+    if provider == "docker":
+        settings = DockerSettings(**dict(options.get("docker") or {}))
+        return DockerVM(settings, deadline)
+    raise ConfigError(
+        f"osworld backend: provider={provider!r} is not supported here; use 'docker' (OSWorld's image, KVM "
+        "host) or 'local' (a local desktop standing in for a VM)"
+    )

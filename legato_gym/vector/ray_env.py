@@ -1,0 +1,494 @@
+"""RayDesktopVectorEnv: the desktop vector env with its desktops on the hosts of a Ray cluster.
+
+The same :class:`~legato_gym.vector.env.DesktopVectorEnv` (Gymnasium surface, partial batches, per-desktop
+awaitables, deadlines, replacement of failed desktops), with one difference: a desktop's worker runs on a
+Ray host, inside a long-lived :class:`~legato_gym.vector.ray_host.HostAgent` actor that hosts a group of
+desktops, instead of as a child of this process. The scheduler, the policy client and the store stay on
+the driver.
+
+Placement: an agent asks Ray for its group's resources, per desktop ``cpus``, ``memory`` and the custom
+resources a host advertises for the backend (:meth:`RayPlacement.for_backend`): ``{"legato_kvm": 1,
+"legato_docker": 1}`` for osworld, ``{"legato_xvfb": 1}`` for local, none for fake. A host offers desktops by
+advertising those resources, e.g. ``ray start --address HEAD:6379 --resources '{"legato_kvm": 16,
+"legato_docker": 16}'`` for a host that runs 16 VMs. Agents are spread over the hosts that fit
+(``SPREAD``).
+
+Failures: a lost agent, node or partition ends the requests in flight on it as a dead worker does
+locally: :class:`~legato_gym.errors.DesktopCrashed` (or :class:`~legato_gym.errors.DeadlineExceeded` when
+the network just stops answering) carrying ``env_id``. The desktop is started again on a new agent, which
+Ray places wherever resources exist, including a host that joined after the batch started.
+
+Example::
+
+    from legato_gym.vector.ray_env import RayDesktopVectorEnv, RayPlacement
+
+    env = RayDesktopVectorEnv(64, "fake", placement=RayPlacement(address="auto"))
+    obs, info = env.reset()
+    env.close()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import subprocess
+import threading
+from collections import deque
+from collections.abc import Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+from legato_gym.errors import ConfigError, MissingDependencyError
+from legato_gym.vector.env import DesktopVectorEnv
+from legato_gym.vector.process import WorkerProcess
+from legato_gym.vector.protocol import FrameReader
+from legato_gym.vector.ray_host import Codec, HostAgent, decode_screen
+
+__all__ = ["RayDesktopVectorEnv", "RayPlacement", "import_ray"]
+
+logger = logging.getLogger(__name__)
+
+GiB = 1024**3
+
+#: Per-desktop requests by backend: (cpus, memory bytes, custom resources).
+_BACKEND_NEEDS: dict[str, tuple[float, int, dict[str, float]]] = {
+    "osworld": (4.0, 4 * GiB, {"legato_kvm": 1.0, "legato_docker": 1.0}),
+    "local": (1.0, 1 * GiB, {"legato_xvfb": 1.0}),
+    "fake": (0.0, 0, {}),
+}
+
+
+def import_ray() -> Any:
+    """Import Ray, or say which extra installs it.
+
+    Raises:
+        MissingDependencyError: Ray is not installed.
+    """
+    try:
+        import ray
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "desktops on a Ray cluster need Ray: pip install 'legatolabs[ray]' (ray[default] on the driver and "
+            f"on every host) ({exc})"
+        ) from exc
+    return ray
+
+
+@dataclass(frozen=True)
+class RayPlacement:
+    """Where and how desktops are placed on a Ray cluster.
+
+    Attributes:
+        address: the cluster (``"auto"``, ``"HOST:6379"``, ``"ray://HOST:10001"``); ``None`` joins the Ray
+            instance this process already runs, or starts a local one.
+        group: desktops per host agent (one actor); an agent asks for ``group`` times the per-desktop
+            resources, so a host of 16 desktops runs two agents of 8.
+        cpus: CPUs per desktop (``None``: the backend's default, 4 for osworld).
+        memory: bytes of memory per desktop (``None``: the backend's default, 4 GiB for osworld).
+        resources: custom resources per desktop (``None``: the backend's, e.g. ``{"legato_xvfb": 1}``).
+        codec: how screenshots cross the network: ``"auto"`` sends the worker's PNG alone when the env asked
+            for PNGs (``png=True``: it stands for the pixels too) and zlib-compressed pixels otherwise;
+            ``"zlib"``, ``"png"`` or ``"raw"`` force one.
+        hosting: ``"process"`` (a worker process per desktop) or ``"inproc"`` (desktops inside the agent;
+            no hang can be killed: fake desktops and benchmarks only).
+        namespace: the Ray namespace of the agents.
+        runtime_env: Ray ``runtime_env`` of the agents (e.g. ``{"pip": ["legatolabs[ray]==0.1.0"]}``).
+    """
+
+    address: str | None = None
+    group: int = 8
+    cpus: float | None = None
+    memory: int | None = None
+    resources: Mapping[str, float] | None = None
+    codec: Codec = "auto"
+    hosting: Literal["process", "inproc"] = "process"
+    namespace: str | None = None
+    runtime_env: Mapping[str, Any] | None = field(default=None, hash=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.group, bool) or not isinstance(self.group, int) or self.group < 1:
+            raise ConfigError(f"RayPlacement.group={self.group!r} must be a positive number of desktops per agent")
+        if self.cpus is not None and self.cpus < 0:
+            raise ConfigError(f"RayPlacement.cpus={self.cpus!r} must be >= 0")
+        if self.memory is not None and self.memory < 0:
+            raise ConfigError(f"RayPlacement.memory={self.memory!r} must be >= 0 bytes")
+        if self.codec not in ("auto", "zlib", "png", "raw"):
+            raise ConfigError(f"RayPlacement.codec={self.codec!r}; choose 'auto', 'zlib', 'png' or 'raw'")
+        if self.hosting not in ("process", "inproc"):
+            raise ConfigError(f"RayPlacement.hosting={self.hosting!r}; choose 'process' or 'inproc'")
+        for name, amount in (self.resources or {}).items():
+            if not amount >= 0:
+                raise ConfigError(f"RayPlacement.resources[{name!r}]={amount!r} must be >= 0")
+
+    @classmethod
+    def coerce(cls, value: RayPlacement | str) -> RayPlacement:
+        """A placement from an address string (``--ray ADDRESS``) or a placement."""
+        if isinstance(value, RayPlacement):
+            return value
+        if isinstance(value, str) and value:
+            return cls(address=value)
+        raise ConfigError(f"ray={value!r}: give a cluster address such as 'auto' or 'HEAD:6379', or a RayPlacement")
+
+    def for_backend(self, backend: str) -> tuple[float, int, dict[str, float]]:
+        """Per-desktop ``(cpus, memory, resources)``: the given values, else the backend's defaults."""
+        cpus, memory, resources = _BACKEND_NEEDS.get(backend, _BACKEND_NEEDS["fake"])
+        return (
+            cpus if self.cpus is None else float(self.cpus),
+            memory if self.memory is None else int(self.memory),
+            dict(resources if self.resources is None else self.resources),
+        )
+
+
+class _Host:
+    """One host agent: its actor handle, its capacity and the desktops it hosts."""
+
+    def __init__(self, actor: Any, capacity: int, index: int) -> None:
+        self.actor = actor
+        self.capacity = capacity
+        self.index = index
+        self.keys: set[int] = set()
+        self.lost = False  # no new desktops go here
+        self.dead = False  # the actor, its node or the way to it failed: its desktops fail at once
+        self.why = ""
+        self.started = False  # a worker started on it: the actor was placed and runs
+        self.node_id: str | None = None
+
+
+class _Hosts:
+    """Places desktops on host agents, creates agents as needed and retires lost ones. Thread-safe."""
+
+    def __init__(self, ray: Any, placement: RayPlacement, backend: str, agent_args: tuple[Any, ...]) -> None:
+        self.ray = ray
+        self.placement = placement
+        self.cpus, self.memory, self.resources = placement.for_backend(backend)
+        self.agent_args = agent_args
+        self.remote_cls = ray.remote(HostAgent)
+        self.hosts: list[_Host] = []
+        self.lock = threading.Lock()
+        self.expected = 0  # desktops about to be placed (sizes new agents)
+        self.group = placement.group
+        self._keys = 0
+
+    def place(self) -> tuple[_Host, int]:
+        """A host agent with room for one more desktop (a new agent if none has room), and a fresh key."""
+        with self.lock:
+            self._keys += 1
+            for host in self.hosts:
+                if not host.lost and len(host.keys) < host.capacity:
+                    break
+            else:
+                host = self._new_host(max(1, min(self.group, self.expected)))
+            host.keys.add(self._keys)
+            self.expected = max(0, self.expected - 1)
+            return host, self._keys
+
+    def _new_host(self, capacity: int) -> _Host:
+        options: dict[str, Any] = {
+            "num_cpus": self.cpus * capacity,
+            "resources": {name: amount * capacity for name, amount in self.resources.items() if amount},
+            "max_restarts": 0,
+            "max_concurrency": max(16, 2 * capacity + 4),
+            "scheduling_strategy": "SPREAD",
+        }
+        if self.memory:
+            options["memory"] = self.memory * capacity
+        if self.placement.namespace is not None:
+            options["namespace"] = self.placement.namespace
+        if self.placement.runtime_env is not None:
+            options["runtime_env"] = dict(self.placement.runtime_env)
+        actor = self.remote_cls.options(**options).remote(*self.agent_args, capacity)
+        host = _Host(actor, capacity, len(self.hosts))
+        self.hosts.append(host)
+        logger.info("host agent %d: %d desktops, %s per desktop", host.index, capacity, self._describe())
+        return host
+
+    def _describe(self) -> str:
+        parts = [f"{self.cpus:g} CPU", f"{self.memory / GiB:g} GiB"] + [f"{k}={v:g}" for k, v in self.resources.items()]
+        return ", ".join(parts)
+
+    def lose(self, host: _Host, why: str, *, dead: bool) -> None:
+        """No more desktops go to ``host`` (``dead``: its desktops fail too); they will be replaced elsewhere."""
+        with self.lock:
+            host.dead = host.dead or dead
+            if host.lost:
+                return
+            host.why = why
+            host.lost = True
+            self.expected += len(host.keys)
+            if not host.started:  # it never ran: maybe no host fits a group this size
+                self.group = max(1, self.group // 2)
+        logger.warning("host agent %d (node %s) lost: %s", host.index, host.node_id or "?", why)
+
+    def release(self, host: _Host, key: int) -> None:
+        """Desktop ``key`` left ``host``: kill its worker there; a lost agent with no desktops is killed."""
+        with self.lock:
+            host.keys.discard(key)
+            drop = host.lost and not host.keys
+        if drop:
+            with contextlib.suppress(Exception):
+                self.ray.kill(host.actor, no_restart=True)
+        elif not host.lost:
+            with contextlib.suppress(Exception):
+                host.actor.kill.remote(key)
+
+    def shutdown(self) -> None:
+        """Kill every agent (their workers die with them)."""
+        with self.lock:
+            hosts, self.hosts = list(self.hosts), []
+        refs = []
+        for host in hosts:
+            if not host.lost:
+                with contextlib.suppress(Exception):
+                    refs.append(host.actor.shutdown.remote())
+        if refs:
+            with contextlib.suppress(Exception):
+                self.ray.wait(refs, num_returns=len(refs), timeout=10.0)
+        for host in hosts:
+            with contextlib.suppress(Exception):
+                self.ray.kill(host.actor, no_restart=True)
+
+
+class _RemoteExit:
+    """Stands in for ``Popen`` in the vector env's messages: the remote worker's exit status."""
+
+    returncode: int | None = None
+
+
+class RayWorker(WorkerProcess):
+    """The driver's handle on a desktop worker hosted by a :class:`HostAgent`; a :class:`WorkerProcess` to
+    the vector env. Replies arrive through Ray futures; a local socket pair wakes the env's selector or
+    event loop, so the env watches it exactly as it watches a local worker."""
+
+    def __init__(self, env_id: int, hosts: _Hosts, ray: Any) -> None:
+        # Not a local process: WorkerProcess.__init__ is not called; the attributes the env reads are set here.
+        self.env_id = env_id
+        self.frames = FrameReader()
+        self.stderr_tail: deque[bytes] = deque()
+        self._stderr_bytes = 0
+        self.screens = None
+        self.shm_fd_in_child = None
+        self.pid = -1
+        self.alive = True
+        self._reaped = False
+        self.proc = cast("subprocess.Popen[bytes]", _RemoteExit())
+        self.node_id: str | None = None
+        self.bytes_in = 0  # encoded screenshot and reply bytes received (for the benchmark)
+        self._ray = ray
+        self._hosts = hosts
+        self._lock = threading.Lock()
+        self._inbox: deque[tuple[dict[str, Any], bytes]] = deque()
+        self._lost: str | None = None
+        self._closed = False
+        self._started = False
+        self._closing: Future[Any] | None = None
+        self.sock, self._wake = socket.socketpair()
+        self.sock.setblocking(False)
+        self._wake.setblocking(False)
+        read_end, write_end = os.pipe()
+        os.close(write_end)  # the remote stderr arrives with a failure; this end reads EOF at once
+        self.stderr_fd = read_end
+        self.host, self.key = hosts.place()
+        self._watch(self.host.actor.start.remote(self.key))
+
+    # ------------------------------------------------------------------ what the vector env calls
+
+    def send(self, message: Mapping[str, Any], deadline: float) -> None:
+        """Relay one request to the worker; returns at once (the reply arrives through :meth:`read`)."""
+        if self._lost is not None or not self.alive or self.host.dead:
+            why = f"host agent {self.host.index} on node {self.host.node_id or '?'} lost: {self.host.why}"
+            if not self.stderr_tail:
+                self._tail(why)
+            raise OSError(why)
+        future = self._watch(self.host.actor.request.remote(self.key, dict(message)))
+        if message.get("op") == "close":
+            self._closing = future
+
+    def read(self) -> bool:
+        """Move the replies that arrived into :attr:`frames`; ``False`` once the worker or its host is lost."""
+        with contextlib.suppress(BlockingIOError, OSError):
+            while self.sock.recv(4096):
+                pass
+        with self._lock:
+            items = list(self._inbox)
+            self._inbox.clear()
+            lost = self._lost
+        for message, payload in items:
+            self.frames.frames.append(self._frame(message, payload))
+        return lost is None
+
+    def read_stderr(self) -> bool:
+        """Remote stderr arrives with a failure (:meth:`stderr_text`); the local pipe is at EOF."""
+        return False
+
+    def kill(self) -> None:
+        """Stop the worker on its host (the agent kills its process group) and close the local ends."""
+        if self._reaped:
+            return
+        self._reaped, self.alive = True, False
+        with self._lock:
+            self._closed = True
+            for fd_owner in (self.sock, self._wake):
+                fd_owner.close()
+        with contextlib.suppress(OSError):
+            os.close(self.stderr_fd)
+        if not self._started and self._lost is None and not self.host.started:
+            # nothing ever started on this agent: it may be unplaceable (no host has its group's resources)
+            self._hosts.lose(self.host, "no desktop started on it before its deadline", dead=False)
+        self._hosts.release(self.host, self.key)
+
+    def wait_exit(self, timeout: float) -> bool:
+        """Wait for the worker to answer ``close`` (it exits on its host); then release it."""
+        closing, ok = self._closing, False
+        if closing is not None:
+            with contextlib.suppress(Exception):
+                closing.result(timeout=max(0.0, timeout))
+                ok = True
+        self._started = True  # a slow close is not the agent's failure
+        self.kill()
+        return ok
+
+    # ------------------------------------------------------------------ internals
+
+    def _watch(self, ref: Any) -> Future[Any]:
+        future: Future[Any] = ref.future()
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, future: Future[Any]) -> None:
+        """Runs on a Ray thread: queue the reply (or the loss) and wake the env."""
+        lost: str | None = None
+        try:
+            value = future.result()
+        except Exception as exc:  # a lost actor, node or object: the host is gone for this desktop
+            lost = f"host agent {self.host.index} on node {self.host.node_id or '?'} lost: {type(exc).__name__}: {exc}"
+            self._hosts.lose(self.host, f"{type(exc).__name__}: {str(exc)[:200]}", dead=True)
+        else:
+            message, payload = value if isinstance(value, tuple) else (value, b"")
+            if message.get("kind") == "eof":
+                status = message.get("status")
+                lost = str(message.get("stderr") or "") + f"\n(worker exited with status {status} on its host)"
+                self.proc.returncode = status
+        with self._lock:
+            if self._closed:
+                return
+            if lost is None:
+                self._inbox.append((message, payload))
+            elif self._lost is None:
+                self._lost = lost
+                self._tail(lost)
+            with contextlib.suppress(OSError):
+                self._wake.send(b"\0")
+
+    def _tail(self, text: str) -> None:
+        self.stderr_tail.append(text.encode())
+
+    def _frame(self, message: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytearray | None]:
+        """A reply as the vector env expects it from a worker: the screenshot decoded into a raw blob."""
+        self.bytes_in += len(payload)
+        kind = message.get("kind")
+        if kind == "hello":
+            self._started = True
+            self.host.started = True
+            self.pid = int(message.get("pid", -1))
+            self.node_id = self.host.node_id = message.get("node_id") or self.host.node_id
+            return message, None
+        result = message.get("result")
+        obs = result.get("obs") if isinstance(result, dict) else None
+        if isinstance(obs, dict) and "wire" in obs:
+            return message, _unwire(obs, payload)
+        return message, bytearray(payload) if payload else None
+
+
+def _unwire(obs: dict[str, Any], payload: bytes) -> bytearray:
+    """The worker's blob (raw pixels, then its PNG if any) from a payload a :class:`HostAgent` encoded."""
+    shape = tuple(int(n) for n in obs["shape"])
+    wire = str(obs.pop("wire"))
+    view = memoryview(payload)
+    png_bytes = int(obs.get("png", 0) or 0)
+    pixels_part = view if wire == "png-tail" else view[: len(view) - png_bytes]
+    blob = decode_screen(pixels_part, shape, "png" if wire == "png-tail" else wire, extra=png_bytes)
+    if png_bytes:
+        blob[len(blob) - png_bytes :] = view[len(view) - png_bytes :]
+    return blob
+
+
+class RayDesktopVectorEnv(DesktopVectorEnv):
+    """:class:`DesktopVectorEnv` with its desktops on a Ray cluster; the same surface and the same failures.
+
+    Args:
+        num_envs, backend, config, ...: as :class:`DesktopVectorEnv` (``screenshots`` is always framed bytes).
+        placement: the cluster and per-desktop resources (a :class:`RayPlacement`, or an address string).
+
+    Raises:
+        MissingDependencyError: Ray is not installed.
+
+    Attributes:
+        worker_nodes: the Ray node id of each desktop's current host (``None`` while it starts).
+    """
+
+    def __init__(self, num_envs: int, *args: Any, placement: RayPlacement | str = "auto", **kwargs: Any) -> None:
+        ray = import_ray()
+        self.placement = RayPlacement.coerce(placement)
+        kwargs["screenshots"] = "blob"
+        self._ray = ray
+        self._owns_ray = False
+        self._hosts: _Hosts | None = None
+        if not ray.is_initialized():
+            init: dict[str, Any] = {"address": self.placement.address, "log_to_driver": False}
+            if self.placement.namespace is not None:
+                init["namespace"] = self.placement.namespace
+            try:
+                ray.init(**init)
+            except (ConnectionError, ValueError, RuntimeError) as exc:
+                raise ConfigError(
+                    f"cannot connect to the Ray cluster at {self.placement.address!r}: {exc}; "
+                    "give --ray the head's address (HOST:6379, ray://HOST:10001, or 'auto' on a cluster node)"
+                ) from exc
+            self._owns_ray = True
+        self._pending_expected = num_envs
+        try:
+            super().__init__(num_envs, *args, **kwargs)
+        except BaseException:
+            self._shutdown_ray()
+            raise
+
+    def _new_worker(self, env_id: int) -> WorkerProcess:
+        if self._hosts is None:
+            height, width, _ = self._shape
+            shape = height * width * 3
+            args = (self.placement.hosting, self.placement.codec, shape, self.config.python, self.worker_env)
+            self._hosts = _Hosts(self._ray, self.placement, self.backend, args)
+            self._hosts.expected = self._pending_expected
+        return RayWorker(env_id, self._hosts, self._ray)
+
+    @property
+    def worker_nodes(self) -> list[str | None]:
+        """The Ray node id of each desktop's current host, by env index (``None`` while none is running)."""
+        nodes: list[str | None] = []
+        for slot in self._slots:
+            proc = slot.proc
+            nodes.append(proc.node_id if isinstance(proc, RayWorker) and proc.alive else None)
+        return nodes
+
+    @property
+    def bytes_received(self) -> int:
+        """Encoded screenshot and reply bytes received from the current workers (for benchmarks)."""
+        return sum(s.proc.bytes_in for s in self._slots if isinstance(s.proc, RayWorker))
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Close every desktop, then stop the host agents (and Ray, when this env started it)."""
+        try:
+            super().close_extras(**kwargs)
+        finally:
+            if self._hosts is not None:
+                self._hosts.shutdown()
+            self._shutdown_ray()
+
+    def _shutdown_ray(self) -> None:
+        if self._owns_ray:
+            self._owns_ray = False
+            with contextlib.suppress(Exception):
+                self._ray.shutdown()

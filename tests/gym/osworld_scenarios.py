@@ -1,0 +1,216 @@
+"""Scenarios run *inside desktop-env's interpreter* by tests/gym/test_osworld_backend.py.
+
+Usage: python osworld_scenarios.py NAME '{"json": "args"}'; prints one JSON line with the results.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from legato_gym import DesktopConfig, Task, Timeouts
+from legato_gym.backends.local import LocalDesktop, default_tasks, solution
+from legato_gym.backends.osworld import OSWorldDesktop
+
+SCREEN = (1024, 768)
+
+
+def _config(args: dict[str, Any], **extra: Any) -> DesktopConfig:
+    options = {"download_cache": args["cache"], **extra.pop("options", {})}
+    return DesktopConfig(
+        screen=SCREEN,
+        osworld_path=Path(args["osworld"]) if args.get("osworld") else None,
+        python=sys.executable,
+        options=options,
+        **extra,
+    )
+
+
+def _run(desktop: Any, task: Task, actions: list[str]) -> float:
+    desktop.reset(task)
+    desktop.wait_after_reset()
+    for action in actions:
+        desktop.act(action)
+    desktop.wait_before_eval()
+    return float(desktop.evaluate())
+
+
+def local_grader(args: dict[str, Any]) -> dict[str, Any]:
+    """The local backend graded by desktop-env: every local task and runnable OSWorld os task, right and wrong."""
+    config = _config(args, options={"grader": "osworld"})
+    scores = {}
+    with LocalDesktop(config) as desktop:
+        for task in default_tasks(config):
+            right = _run(desktop, task, solution(task.task_id, SCREEN, correct=True))
+            wrong = _run(desktop, task, solution(task.task_id, SCREEN, correct=False))
+            scores[task.task_id] = [right, wrong]
+    import desktop_env.desktop_env as de
+
+    return {"scores": scores, "desktop_env": de.__file__}
+
+
+def lifecycle(args: dict[str, Any]) -> dict[str, Any]:
+    """The osworld backend on a local stand-in VM: dead VM replaced, unverifiable reset reverted."""
+    config = _config(args, provider="local", options={"local": {"python": sys.executable}})
+    task = next(t for t in default_tasks(config) if t.task_id == "local-files-rename")
+    out: dict[str, Any] = {}
+    with OSWorldDesktop(config) as desktop:
+        out["first"] = [_run(desktop, task, solution(task.task_id, SCREEN)), desktop.last_reset_kind]
+        impl = desktop._impl
+        impl._baseline_pids.append(2**22 + 7)  # a first-boot process that is gone: the reset cannot be verified
+        out["unverifiable"] = [_run(desktop, task, solution(task.task_id, SCREEN)), desktop.last_reset_kind]
+        for pid in impl.vm.pids:  # the VM dies under us
+            os.kill(pid, signal.SIGKILL)
+        out["dead"] = [_run(desktop, task, solution(task.task_id, SCREEN)), desktop.last_reset_kind]
+        out["again"] = [_run(desktop, task, solution(task.task_id, SCREEN, correct=False)), desktop.last_reset_kind]
+    return out
+
+
+def _docker_config(args: dict[str, Any], **extra: Any) -> DesktopConfig:
+    docker = {
+        "image": args["image"],
+        "vm_image": False,
+        "ports": [5000],
+        "network": args["network"],
+        "volumes": {"/usr": "/usr"},
+    }
+    return DesktopConfig(
+        screen=SCREEN,
+        python=sys.executable,
+        provider="docker",
+        timeouts=Timeouts(reset=90, ready=30),
+        options={"download_cache": args["cache"], "docker": docker},
+        **extra,
+    )
+
+
+def _made_file_task() -> Task:
+    config = {
+        "id": "legato-docker-made",
+        "instruction": "Do nothing.",
+        "config": [{"type": "execute", "parameters": {"command": "echo hi > ~/made.txt", "shell": True}}],
+        "evaluator": {
+            "func": "exact_match",
+            "result": {"type": "vm_command_line", "command": "cat ~/made.txt", "shell": True},
+            "expected": {"type": "rule", "rules": {"expected": "hi\n"}},
+        },
+    }
+    return Task("legato-docker-made", "Do nothing.", config, domain="local")
+
+
+def _no_made_file_task() -> Task:
+    config = {
+        "id": "legato-docker-clean",
+        "instruction": "Do nothing.",
+        "config": [],
+        "evaluator": {
+            "func": "exact_match",
+            "result": {"type": "vm_command_line", "command": "ls -A ~ | grep -c made.txt", "shell": True},
+            "expected": {"type": "rule", "rules": {"expected": "0\n"}},
+        },
+    }
+    return Task("legato-docker-clean", "Do nothing.", config, domain="local")
+
+
+def docker_desktop(args: dict[str, Any]) -> dict[str, Any]:
+    """The osworld backend on containers: labels, loopback ports, fast reset, a dead container replaced."""
+    import docker
+
+    client = docker.from_env()
+    out: dict[str, Any] = {}
+    with OSWorldDesktop(_docker_config(args)) as desktop:
+        vm = desktop._impl.vm
+        first = vm.container
+        out["labels"] = first.labels
+        out["ports"] = first.attrs["NetworkSettings"]["Ports"]
+        out["made"] = [_run(desktop, _made_file_task(), ["DONE"]), desktop.last_reset_kind]
+        out["clean"] = [_run(desktop, _no_made_file_task(), ["DONE"]), desktop.last_reset_kind]
+        first.kill()
+        out["replaced"] = [_run(desktop, _made_file_task(), ["DONE"]), desktop.last_reset_kind]
+        out["new_container"] = vm.container.name != first.name
+        out["old_gone"] = not client.containers.list(all=True, filters={"name": first.name})
+        last = vm.container.name
+    out["closed_gone"] = not client.containers.list(all=True, filters={"name": last})
+    return out
+
+
+def docker_many(args: dict[str, Any]) -> dict[str, Any]:
+    """Several containers started at once from threads: each gets its own ports, none waits on a global lock."""
+    import threading
+    import time
+
+    from legato_gym.backends.osworld.vms import DockerSettings, DockerVM
+
+    settings = DockerSettings(
+        image=args["image"], vm_image=False, ports=(5000,), network=args["network"], volumes={"/usr": "/usr"}
+    )
+    vms: list[Any] = []
+    barrier = threading.Barrier(args["count"])
+
+    def start() -> None:
+        barrier.wait()
+        vms.append(DockerVM(settings, time.monotonic() + 60))
+
+    threads = [threading.Thread(target=start) for _ in range(args["count"])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ports = sorted(vm.endpoint.server_port for vm in vms)
+    for vm in vms:
+        vm.close()
+    return {"ports": ports, "started": len(vms)}
+
+
+def docker_leak(args: dict[str, Any]) -> dict[str, Any]:
+    """Start a container and hang: the test SIGKILLs this process to leak it."""
+    import time
+
+    from legato_gym.backends.osworld.vms import DockerSettings, DockerVM
+
+    settings = DockerSettings(
+        image=args["image"], vm_image=False, ports=(5000,), network=args["network"], volumes={"/usr": "/usr"}
+    )
+    vm = DockerVM(settings, time.monotonic() + 60)
+    sys.stdout.write(json.dumps({"name": vm.name}) + "\n")
+    sys.stdout.flush()
+    time.sleep(600)
+    return {}
+
+
+def docker_sweep(args: dict[str, Any]) -> dict[str, Any]:
+    """A new VM's start removes containers leaked by a killed run."""
+    import time
+
+    import docker
+
+    from legato_gym.backends.osworld.vms import DockerSettings, DockerVM
+
+    settings = DockerSettings(
+        image=args["image"], vm_image=False, ports=(5000,), network=args["network"], volumes={"/usr": "/usr"}
+    )
+    vm = DockerVM(settings, time.monotonic() + 60)
+    client = docker.from_env()
+    leaked_left = bool(client.containers.list(all=True, filters={"name": args["leaked"]}))
+    vm.close()
+    return {"leaked_left": leaked_left}
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    name, raw = sys.argv[1], sys.argv[2]
+    scenarios = {
+        "local_grader": local_grader,
+        "lifecycle": lifecycle,
+        "docker_desktop": docker_desktop,
+        "docker_many": docker_many,
+        "docker_leak": docker_leak,
+        "docker_sweep": docker_sweep,
+    }
+    result = scenarios[name](json.loads(raw))
+    sys.stdout.write("\n" + json.dumps(result) + "\n")

@@ -1,0 +1,125 @@
+"""The osworld backend's parts that need neither desktop-env nor a desktop: shim, venv records, options, tasks, CLI."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from legato_gym import DesktopConfig
+from legato_gym.backends import get_backend
+from legato_gym.backends.osworld import OSWorldOptions, default_tasks, shim, tasks_from_index
+from legato_gym.backends.osworld.remote import resolve_python
+from legato_gym.backends.osworld.venv import MARKER, REQUIREMENTS, VENV_ENV_VAR, check_venv, recorded_python
+from legato_gym.errors import ConfigError, MissingDependencyError
+from legato_gym.registration import ENV_IDS
+
+
+@pytest.fixture
+def fake_optional(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    name = "legato_absent_ocr"
+    monkeypatch.setitem(shim.OPTIONAL, name, "legato-absent-ocr")
+    shim.install()
+    yield name
+    for key in [k for k in sys.modules if k.split(".")[0] == name]:
+        del sys.modules[key]
+
+
+def test_shim_lets_absent_optional_library_import_and_fails_on_use(fake_optional: str) -> None:
+    module = importlib.import_module(fake_optional)
+    reader_cls = module.Reader  # `from easyocr import Reader` at a metric module's top level
+    sub = importlib.import_module(f"{fake_optional}.color")  # `from skimage.color import rgb2lab`
+    assert fake_optional in shim.stubbed()
+    with pytest.raises(MissingDependencyError, match=r"legato-absent-ocr.*pip install"):
+        reader_cls(["en"])
+    with pytest.raises(MissingDependencyError, match="legato-absent-ocr"):
+        sub.rgb2lab([1, 2, 3])
+    with pytest.raises(MissingDependencyError):
+
+        class Derived(module.Base):  # type: ignore[misc,name-defined]
+            pass
+
+
+def test_shim_never_shadows_installed_modules_or_their_missing_submodules() -> None:
+    shim.install()
+    assert not isinstance(importlib.import_module("json"), shim.StubModule)
+    with pytest.raises(ImportError):
+        importlib.import_module("numpy.legato_no_such_module")  # numpy is real: no stub for its submodules
+    with pytest.raises(ImportError):
+        importlib.import_module("legato_not_optional_at_all")
+
+
+def test_uses_stub_names_the_absent_library_a_metric_needs(fake_optional: str) -> None:
+    module = importlib.import_module(fake_optional)
+    namespace = {"__name__": "legato_fake_metrics", "ocr": module}
+    exec("def compare_image_text(a, b):\n    return ocr.Reader(['en'])\ndef exact(a, b):\n    return a == b", namespace)
+    fake_metrics = type(sys)("legato_fake_metrics")
+    fake_metrics.__dict__.update(namespace)
+    sys.modules["legato_fake_metrics"] = fake_metrics
+    try:
+        assert shim.uses_stub(namespace["compare_image_text"]) == [fake_optional]
+        assert shim.uses_stub(namespace["exact"]) == []
+    finally:
+        del sys.modules["legato_fake_metrics"]
+
+
+def test_requirements_leave_out_torch_and_keep_desktop_env_pins() -> None:
+    names = {r.split("<")[0].split(">")[0].split("~")[0].split("=")[0].lower() for r in REQUIREMENTS}
+    assert not names & {"torch", "transformers", "easyocr", "librosa"}
+    assert "numpy>=1.26,<2" in REQUIREMENTS and "gymnasium~=0.28.1" in REQUIREMENTS
+
+
+def test_recorded_python_reads_the_marker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(VENV_ENV_VAR, str(tmp_path))
+    assert recorded_python() is None
+    python = tmp_path / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("")
+    (tmp_path / MARKER).write_text(json.dumps({"python": str(python)}))
+    assert recorded_python() == str(python)
+    assert resolve_python(DesktopConfig()) == str(python)
+    assert resolve_python(DesktopConfig(python="/opt/py")) == "/opt/py"
+
+
+def test_missing_interpreter_says_to_run_setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(VENV_ENV_VAR, str(tmp_path / "none"))
+    with pytest.raises(MissingDependencyError, match="legato osworld setup"):
+        resolve_python(DesktopConfig())
+    with pytest.raises(MissingDependencyError, match="legato osworld setup"):
+        check_venv(tmp_path / "none")
+
+
+def test_cli_check_fails_with_the_fix_when_there_is_no_venv(tmp_path: Path) -> None:
+    from legato_rl.cli.app import _register_commands, app
+
+    _register_commands()
+    result = CliRunner().invoke(app, ["osworld", "check", "--venv", str(tmp_path / "none")])
+    assert result.exit_code == 1
+    assert "legato osworld setup" in result.output
+
+
+def test_options_unknown_key_suggests_the_close_one() -> None:
+    with pytest.raises(ConfigError, match="did you mean 'settle_s'"):
+        OSWorldOptions.from_mapping({"settle": 0.1})
+    with pytest.raises(ConfigError, match="kill_timeout"):
+        OSWorldOptions.from_mapping({"kill_timeout": 0})
+
+
+def test_default_tasks_need_a_checkout_and_read_test_all(osworld_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--osworld"):
+        default_tasks(DesktopConfig(osworld_path=None))
+    tasks = default_tasks(DesktopConfig(osworld_path=osworld_path))
+    assert len(tasks) == 369
+    assert {t.domain for t in tasks} >= {"os", "chrome", "multi_apps"}
+    assert len(tasks_from_index(osworld_path, "test_small.json")) == 39
+
+
+def test_backend_and_gym_id_are_registered() -> None:
+    cls, tasks_fn = get_backend("osworld")
+    assert cls.__name__ == "OSWorldDesktop" and tasks_fn is default_tasks
+    assert ENV_IDS["legato/OSWorld-v0"] == "osworld"

@@ -1,0 +1,268 @@
+"""Desktops on a real multi-node Ray cluster on this machine (``ray.cluster_utils.Cluster``), fake backend.
+
+One cluster per module (Ray start-up is slow): a head that hosts no desktops and two nodes with distinct
+custom resources. Tests that kill or add nodes bring their own, under resource names nobody else asks for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+ray = pytest.importorskip("ray", reason="needs ray: pip install 'legatolabs[ray]'")
+cluster_utils = pytest.importorskip("ray.cluster_utils", reason="needs ray's test utilities")
+
+from legato_gym.backends.fake import default_tasks, fake_solution  # noqa: E402
+from legato_gym.config import DesktopConfig, Timeouts  # noqa: E402
+from legato_gym.errors import DesktopCrashed, DesktopError  # noqa: E402
+from legato_gym.vector import Deadlines, DesktopVectorEnv, RayDesktopVectorEnv, RayPlacement  # noqa: E402
+from legato_rl.cli.app import _register_commands, app  # noqa: E402
+from legato_rl.collect import collect  # noqa: E402
+from legato_rl.policy import PolicyConfig  # noqa: E402
+from legato_rl.store import read_record_dicts  # noqa: E402
+from legato_rl.testing import ReferencePolicyServer, ScriptedSolver  # noqa: E402
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+SCREEN = (320, 240)
+CONFIG = DesktopConfig(screen=SCREEN, timeouts=Timeouts(reset=60, ready=10, act=10, evaluate=10))
+DEADLINES = Deadlines(start=90, reset=30, step=30, truncate=30, call=30, close=10)
+FINAL = {"ok", "truncated", "cancelled", "skipped", "surplus", "error"}
+NODE = {"num_cpus": 1, "object_store_memory": 80 * 1024**2}
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    head = cluster_utils.Cluster(
+        initialize_head=True,
+        head_node_args={
+            **NODE,
+            # notice a dead node in about a second, not the default half a minute
+            "_system_config": {
+                "health_check_initial_delay_ms": 0,
+                "health_check_period_ms": 300,
+                "health_check_failure_threshold": 3,
+            },
+        },
+    )
+    head.nodes_by_name = {
+        "a": head.add_node(**NODE, resources={"legato_fake": 4, "zone_a": 4, "legato_kill": 2}),
+        "b": head.add_node(**NODE, resources={"legato_fake": 4, "zone_b": 4, "legato_kill": 2}),
+    }
+    ray.init(address=head.address, log_to_driver=False)
+    try:
+        yield head
+    finally:
+        ray.shutdown()
+        head.shutdown()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ReferencePolicyServer]:
+    with ReferencePolicyServer(brain=ScriptedSolver()) as srv:
+        yield srv
+
+
+def _actions(task: Any, steps: int) -> list[str]:
+    actions = [s.action for s in fake_solution(task, SCREEN)]
+    return (actions + ["WAIT"] * steps)[:steps]
+
+
+def _dead(node_id: str) -> bool:
+    return any(n["NodeID"] == node_id and not n["Alive"] for n in ray.nodes())
+
+
+def _poll(condition: Callable[[], bool], limit: float) -> bool:
+    end = time.monotonic() + limit
+    while not condition():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_same_trajectories_as_local_workers(cluster: Any) -> None:
+    tasks = default_tasks(CONFIG)[:3]
+    placement = RayPlacement(group=2, resources={"legato_fake": 1})
+    local = DesktopVectorEnv(3, "fake", CONFIG, seed=5, tasks=tasks)
+    remote = RayDesktopVectorEnv(3, "fake", CONFIG, seed=5, tasks=tasks, deadlines=DEADLINES, placement=placement)
+    try:
+        ids = {cluster.nodes_by_name[n].node_id for n in "ab"}
+        assert set(remote.worker_nodes) <= ids  # fake desktops asked for legato_fake: never on the head
+        assert all(pid > 0 for pid in remote.worker_pids)
+        options = {"tasks": dict(enumerate(tasks))}
+        (lobs, _), (robs, rinfo) = local.reset(seed=5, options=options), remote.reset(seed=5, options=options)
+        assert np.array_equal(lobs["screenshot"], robs["screenshot"]) and lobs["instruction"] == robs["instruction"]
+        assert list(rinfo["task_id"]) == [t.task_id for t in tasks]
+        plans = [_actions(t, 6) for t in tasks]
+        for k in range(6):
+            actions = [plan[k] for plan in plans]
+            lo, lr, lt, ltr, _ = local.step(actions)
+            ro, rr, rt, rtr, rinfo = remote.step(actions)
+            assert np.array_equal(lo["screenshot"], ro["screenshot"])
+            assert lr.tolist() == rr.tolist() and lt.tolist() == rt.tolist() and ltr.tolist() == rtr.tolist()
+            if lt.all() or ltr.all():
+                break
+        assert rr.tolist() == [1.0, 1.0, 1.0]  # the scripted solutions solved every task, remotely too
+    finally:
+        local.close()
+        remote.close()
+
+
+def test_desktops_go_where_their_resources_are(cluster: Any) -> None:
+    placement = RayPlacement(group=1, resources={"zone_b": 1})
+    with RayDesktopVectorEnv(3, "fake", CONFIG, seed=0, deadlines=DEADLINES, placement=placement) as env:
+        assert env.worker_nodes == [cluster.nodes_by_name["b"].node_id] * 3
+
+        async def one_episode() -> float:
+            task = env.tasks[0]
+            await env.areset(1, task)
+            reward = 0.0
+            for action in _actions(task, 6):
+                _, reward, terminated, _, _ = await env.astep(1, action)
+                if terminated:
+                    break
+            return reward
+
+        assert asyncio.run(one_episode()) == 1.0
+
+
+def test_lost_node_fails_its_desktops_with_env_id_and_a_joining_node_takes_them(cluster: Any) -> None:
+    first = cluster.add_node(**NODE, resources={"legato_join": 2})
+    placement = RayPlacement(group=2, resources={"legato_join": 1})
+    env = RayDesktopVectorEnv(2, "fake", CONFIG, seed=0, deadlines=DEADLINES, placement=placement)
+    try:
+        env.reset()
+        assert env.worker_nodes == [first.node_id] * 2
+        old_pids = env.worker_pids
+        cluster.remove_node(first, allow_graceful=False)
+        assert _poll(lambda: _dead(first.node_id), 60), "Ray never noticed the node was gone"
+        _, rewards, _, truncated, info = env.step(["WAIT", "WAIT"])
+        assert truncated.tolist() == [True, True] and info["_error"].tolist() == [True, True]
+        assert rewards.tolist() == [0.0, 0.0]
+        for env_id, error in enumerate(info["error"]):
+            assert isinstance(error, DesktopCrashed) and error.env_id == env_id
+            assert "lost" in (error.remote_traceback or "") and "ActorDiedError" in (error.remote_traceback or "")
+        # nowhere to go until a host with legato_join joins; then the replacements start there
+        second = cluster.add_node(**NODE, resources={"legato_join": 2})
+        env.reset()
+        assert env.worker_nodes == [second.node_id] * 2
+        assert env.worker_pids != old_pids
+        _, _, _, truncated, info = env.step(["WAIT", "WAIT"])
+        assert "error" not in info and not truncated.any()
+    finally:
+        env.close()
+    cluster.remove_node(second)
+
+
+def test_cli_ray_option(cluster: Any, server: ReferencePolicyServer, tmp_path: Path) -> None:
+    tasks_file = tmp_path / "tasks.json"
+    tasks_file.write_text(json.dumps([{"task_id": t.task_id, "config": t.config} for t in default_tasks(CONFIG)[:2]]))
+    _register_commands()
+    out = tmp_path / "run"
+    result = CliRunner().invoke(
+        app,
+        ["rl", "collect", "--out", str(out), "--policy-url", server.url, "--model", server.model,
+         "--tasks", str(tasks_file), "--backend", "fake", "--desktops", "2", "--group", "1",
+         "--ray", cluster.address, "--quiet"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    statuses = Counter(r["status"] for r in read_record_dicts(out))
+    assert statuses == {"ok": 2}
+
+
+def test_desktop_error_is_the_local_one(cluster: Any) -> None:
+    # a worker that dies on its host is the same failure as a local worker's death, with env_id
+    config = DesktopConfig(screen=SCREEN, options={"faults": {"crash": 1.0, "crash_mode": "exit", "phases": ["act"]}})
+    placement = RayPlacement(group=2, resources={"legato_fake": 1})
+    with RayDesktopVectorEnv(2, "fake", config, seed=0, deadlines=DEADLINES, placement=placement) as env:
+        before = env.worker_pids
+
+        async def crash() -> DesktopError:
+            await env.areset(1, env.tasks[0])
+            with pytest.raises(DesktopError) as caught:
+                await env.astep(1, "WAIT")
+            return caught.value
+
+        error = asyncio.run(crash())
+        assert isinstance(error, DesktopCrashed) and error.env_id == 1
+        assert "status 70" in str(error) and "status 70" in (error.remote_traceback or "")
+        env.reset()  # the replacement started on a host; the other desktop was never touched
+        assert env.worker_pids[0] == before[0] and env.worker_pids[1] not in (-1, before[1])
+
+
+def test_collect_survives_a_killed_node_and_uses_a_node_that_joins(
+    cluster: Any, server: ReferencePolicyServer, tmp_path: Path
+) -> None:
+    # Runs last: it kills node "a". Two agents of two desktops (legato_kill 1 each) fill nodes a and b.
+    doomed = cluster.nodes_by_name["a"]
+    config = DesktopConfig(
+        screen=SCREEN,
+        options={"latency": {"reset": 0.2, "act": 0.25}},
+        timeouts=Timeouts(reset=60, ready=10, act=10, evaluate=10),
+    )
+    tasks = default_tasks(config)[:6]
+    run = tmp_path / "run"
+    outcome: dict[str, Any] = {}
+
+    def batch() -> None:
+        try:
+            outcome["summary"] = collect(
+                tasks,
+                PolicyConfig(server.url, server.model, version="v1"),
+                out=run,
+                desktops=4,
+                group=2,
+                env_retries=3,
+                backend="fake",
+                desktop=config,
+                ray=RayPlacement(group=2, resources={"legato_kill": 1}),
+            )
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    # the batch runs in a thread: Ray starts nodes from the main thread only
+    thread = threading.Thread(target=batch, daemon=True)
+    thread.start()
+
+    def finals() -> int:
+        return sum(r["status"] in FINAL for r in read_record_dicts(run)) if (run / "rollouts.jsonl").exists() else 0
+
+    assert _poll(lambda: finals() >= 1 or not thread.is_alive(), 120), "the batch never got going"
+    killed_after = finals()
+    cluster.remove_node(doomed, allow_graceful=False)
+    joined = cluster.add_node(**NODE, resources={"legato_kill": 2})
+    thread.join(timeout=300)
+    assert not thread.is_alive(), "the batch did not finish"
+    assert "error" not in outcome, outcome
+    summary = outcome["summary"]
+    records = list(read_record_dicts(run))
+    finals = Counter((r["group_id"], r["attempt"]) for r in records if r["status"] in FINAL)
+    assert len(finals) == 12 and set(finals.values()) == {1}  # every attempt ended exactly once
+    statuses = Counter(r["status"] for r in records)
+    assert statuses["ok"] == 12, statuses  # nothing lost: the batch completed on the other hosts
+    retried = [r for r in records if r["status"] == "retried"]
+    assert retried, f"killing a host after {killed_after} attempts ended must fail the ones it held"
+    errors = [(r["error"]["type"], r["error"]["message"]) for r in retried]
+    assert all(r["error"]["kind"] == "env" for r in retried)
+    # the tries on the killed host: DesktopCrashed; a replacement that waited too long for a host to join:
+    # DeadlineExceeded (its start deadline), both desktop failures
+    assert {t for t, _ in errors} <= {"DesktopCrashed", "DeadlineExceeded"}, errors
+    assert any(t == "DesktopCrashed" for t, _ in errors), errors
+    by_attempt = {(r["group_id"], r["attempt"]): r["try"] for r in records if r["status"] == "ok"}
+    assert sum(by_attempt.values()) == len(retried)  # every retried try was followed by exactly one more
+    assert summary["status_counts"]["ok"] == 12
+    from ray.util.state import list_actors
+
+    agents = list_actors(filters=[("class_name", "=", "HostAgent")], limit=1000)
+    assert any(a.node_id == joined.node_id for a in agents), "the node that joined mid-batch got no desktops"
