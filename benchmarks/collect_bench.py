@@ -126,7 +126,7 @@ def overhead(desktops: int, tasks_n: int, group: int, screen: tuple[int, int]) -
             "",
             "| figure | value | target |",
             "|---|---|---|",
-            f"| driver CPU per policy step (scheduler, harness incl. PNG encoding, HTTP client, store) | "
+            f"| driver CPU per policy step (scheduler, harness, HTTP client, store; workers PNG-encode) | "
             f"{1000 * cpu / steps:.2f} ms | < 2 ms |",
             f"| desktop utilisation (busy share from first start to last end) | {100 * utilisation:.1f}% | ≥ 95% |",
             f"| gap between a desktop's attempts (median / max) | "

@@ -32,7 +32,6 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 import ray
 from ray.cluster_utils import Cluster
@@ -143,7 +142,8 @@ def main() -> None:
             assert env._hosts is not None
             agent_pids = ray.get([h.actor.info.remote() for h in env._hosts.hosts])
             agents_mb = sum(_pss_mb(a["pid"]) for a in agent_pids)
-            workers_mb = sum(_pss_mb(pid) for pid in set(env.worker_pids) if pid > 0) if args.hosting == "process" else 0
+            pids = set(env.worker_pids) if args.hosting == "process" else set()
+            workers_mb = sum(_pss_mb(pid) for pid in pids if pid > 0)
             driver_mb = _pss_mb(os.getpid())
         finally:
             env.close()

@@ -193,7 +193,10 @@ class Collector:
         self.progress = Progress(groups=len(self.book.groups), desktops=options.desktops)
         self._wake: asyncio.Event | None = None
         self._idle = 0  # desktops waiting for work
-        self._store_lock: asyncio.Lock | None = None
+        # The store writes requests (messages, images) and records from worker threads, one at a time per kind:
+        # the two touch separate files and state, so a record never waits behind other desktops' requests.
+        self._request_lock: asyncio.Lock | None = None
+        self._record_lock: asyncio.Lock | None = None
         self._store: RolloutStore | None = None
 
     def manifest(self) -> RunManifest:
@@ -215,7 +218,8 @@ class Collector:
         """Collect the batch; returns its summary (also written to ``OUT/summary.json``)."""
         resumed = open_run(self.out, self.manifest())
         self._wake = asyncio.Event()
-        self._store_lock = asyncio.Lock()
+        self._request_lock = asyncio.Lock()
+        self._record_lock = asyncio.Lock()
         with RolloutStore(self.out) as store:
             self._store = store
             if resumed:
@@ -397,13 +401,13 @@ class Collector:
         return replace(record, desktop=None, timing=Timing())
 
     async def _put_request(self, body: Mapping[str, Any]) -> RequestRef:
-        assert self._store is not None and self._store_lock is not None
-        async with self._store_lock:
+        assert self._store is not None and self._request_lock is not None
+        async with self._request_lock:
             return await asyncio.to_thread(self._store.put_request, body)
 
     async def _write(self, record: RolloutRecord) -> None:
-        assert self._store is not None and self._store_lock is not None
-        async with self._store_lock:
+        assert self._store is not None and self._record_lock is not None
+        async with self._record_lock:
             await asyncio.to_thread(self._store.append, record)
         self.progress.status_counts[record.status] += 1
 

@@ -120,6 +120,8 @@ class GroupBook:
                 raise ConfigError(f"task {task.task_id!r} is listed twice at index {i}; list each task once")
             self.groups[gid] = Group(gid, task, group, n)
             self._queue.extend(Attempt(gid, task, a) for a in range(n))
+        # Groups with attempts still to end: every idle desktop asks all_ended each time an attempt ends.
+        self._unfinished = {gid for gid, g in self.groups.items() if not g.finished}
 
     # -- queue ---------------------------------------------------------------------------------------
     @property
@@ -129,7 +131,7 @@ class GroupBook:
 
     @property
     def all_ended(self) -> bool:
-        return all(g.finished for g in self.groups.values())
+        return not self._unfinished
 
     def next_attempt(self, desktop: int | None = None, *, avoid_failed: bool = False) -> Attempt | None:
         """The next attempt to start on ``desktop``, or ``None``. Marks it running.
@@ -182,6 +184,8 @@ class GroupBook:
         dropped: list[Attempt] = []
         if not group.closed and (group.completed >= group.size or group.finished):
             dropped = self._close(group)
+        if group.finished:
+            self._unfinished.discard(group.group_id)
         return status, dropped
 
     def _close(self, group: Group) -> list[Attempt]:
@@ -220,6 +224,7 @@ class GroupBook:
         for group in self.groups.values():
             if group.completed >= group.size or (group.finished and not group.closed):
                 group.closed = True
+        self._unfinished = {gid for gid, g in self.groups.items() if not g.finished}
 
     def close_remaining(self) -> list[Attempt]:
         """Drop queued attempts of groups already closed at resume time; they are recorded ``skipped``."""
@@ -227,4 +232,5 @@ class GroupBook:
         for attempt in dropped:
             self.groups[attempt.group_id].ended += 1
         self._queue = deque(a for a in self._queue if not self.groups[a.group_id].closed)
+        self._unfinished = {gid for gid, g in self.groups.items() if not g.finished}
         return dropped

@@ -39,6 +39,7 @@ import json
 import logging
 import os
 import random
+import ssl
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -436,6 +437,7 @@ class PolicyClient:
         self.config = config
         self._key = config.resolved_api_key()
         self._transport = transport
+        self._ssl_context: ssl.SSLContext | None = None  # one for every pool: loading the CA store costs ~20 ms
         # Connection pools, opened as calls need them (see POOL_CALLS), and the calls in flight on each.
         self._pools: list[httpx.AsyncClient] = [self._new_pool()]
         self._pool_calls: list[int] = [0]
@@ -491,7 +493,11 @@ class PolicyClient:
             max_keepalive_connections=None if cap is None else cap + 4,
         )
         timeout = httpx.Timeout(self.config.step_timeout)
-        return httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits, transport=self._transport)
+        if self._transport is not None:
+            return httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits, transport=self._transport)
+        if self._ssl_context is None:
+            self._ssl_context = httpx.create_ssl_context()
+        return httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits, verify=self._ssl_context)
 
     def _pick_pool(self) -> int:
         """The pool for the next call: the least busy one, or a new one when every pool is full."""

@@ -505,7 +505,9 @@ class RolloutStore:
     """Writes one run directory: message and image files as requests happen, a record when a try ends.
 
     Opening a store takes the run's writer lock (a second writer is refused) and cuts off a torn last line
-    left by a killed writer. Use it as a context manager, or call :meth:`close`.
+    left by a killed writer. Use it as a context manager, or call :meth:`close`. :meth:`put_request` and
+    :meth:`append` touch separate files and state, so one thread may run each at the same time; neither may
+    run in two threads at once.
 
     Args:
         run_dir: the run directory (created if missing).

@@ -171,6 +171,7 @@ class _Hosts:
         self.expected = 0  # desktops about to be placed (sizes new agents)
         self.group = placement.group
         self._keys = 0
+        self._agents = 0
 
     def place(self) -> tuple[_Host, int]:
         """A host agent with room for one more desktop (a new agent if none has room), and a fresh key."""
@@ -200,7 +201,8 @@ class _Hosts:
         if self.placement.runtime_env is not None:
             options["runtime_env"] = dict(self.placement.runtime_env)
         actor = self.remote_cls.options(**options).remote(*self.agent_args, capacity)
-        host = _Host(actor, capacity, len(self.hosts))
+        host = _Host(actor, capacity, self._agents)
+        self._agents += 1
         self.hosts.append(host)
         logger.info("host agent %d: %d desktops, %s per desktop", host.index, capacity, self._describe())
         return host
@@ -227,6 +229,8 @@ class _Hosts:
         with self.lock:
             host.keys.discard(key)
             drop = host.lost and not host.keys
+            if drop and host in self.hosts:
+                self.hosts.remove(host)
         if drop:
             with contextlib.suppress(Exception):
                 self.ray.kill(host.actor, no_restart=True)

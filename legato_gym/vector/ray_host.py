@@ -47,6 +47,8 @@ logger = logging.getLogger(__name__)
 Codec = Literal["auto", "zlib", "png", "raw"]
 #: How long a closing worker may take to exit after it answered ``close`` (seconds).
 _CLOSE_EXIT_S = 10.0
+#: How long a request may wait for room in a worker's socket buffer (it is read at once unless hung).
+_SEND_S = 30.0
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -192,7 +194,11 @@ class HostAgent:
                 "numpy": np.__version__,
             }
         else:
-            proc = WorkerProcess(key, python=self.python, env=self.worker_env, screen_bytes=self.screen_bytes)
+            try:
+                proc = WorkerProcess(key, python=self.python, env=self.worker_env, screen_bytes=self.screen_bytes)
+            except Exception as exc:  # e.g. no such interpreter on this host: the desktop's failure, not ours
+                why = f"{type(exc).__name__}: {exc}"
+                return {"kind": "eof", "status": None, "stderr": why, "node_id": self.node_id}
             hosted = _Hosted(key, proc, None)
             self._hosted[key] = hosted
             loop = asyncio.get_running_loop()
@@ -218,7 +224,7 @@ class HostAgent:
         if message.get("op") == "init":  # the worker's screenshot buffer lives on this host
             message = dict(message, args=dict(args, shm_fd=proc.shm_fd_in_child, shm_size=self.screen_bytes))
         try:
-            proc.send(message, time.monotonic() + 30.0)
+            proc.send(message, time.monotonic() + _SEND_S)
         except (OSError, TimeoutError):
             return self._eof(hosted), b""
         reply = await hosted.replies.get()

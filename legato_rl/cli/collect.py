@@ -91,7 +91,7 @@ def collect_command(
         typer.Option(
             "--ray",
             metavar="ADDRESS",
-            help="Run the desktops on this Ray cluster ('auto', HEAD:6379 or ray://HEAD:10001); needs legatolabs[ray].",
+            help="Run the desktops on this Ray cluster ('auto', HEAD:6379 or ray://HEAD:10001); needs the ray extra.",
         ),
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="No live display; log lines only.")] = False,

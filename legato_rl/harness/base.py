@@ -31,6 +31,7 @@ carries the ``error`` for the record.
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -186,6 +187,11 @@ class Conversation:
         self._turns: list[Turn] = []
         self._pending: tuple[str, tuple[int, int]] | None = None
         self._unparsable = 0
+        # A harness written before encode_image took png= still works: it encodes the array itself.
+        try:
+            self._takes_png = "png" in inspect.signature(harness.encode_image).parameters
+        except (TypeError, ValueError):
+            self._takes_png = False
 
     @property
     def turns(self) -> tuple[Turn, ...]:
@@ -214,7 +220,7 @@ class Conversation:
                 "Conversation.messages() called twice; expected record_reply(content) for the previous prompt"
             )
         size = self.screen_size or (int(screenshot.shape[1]), int(screenshot.shape[0]))
-        if png is None:  # a harness written before encode_image took png= keeps working
+        if png is None or not self._takes_png:
             image_url = self.harness.encode_image(screenshot)
         else:
             image_url = self.harness.encode_image(screenshot, png=png)

@@ -32,7 +32,7 @@ from legato_rl.policy import PolicyConfig  # noqa: E402
 from legato_rl.store import read_record_dicts  # noqa: E402
 from legato_rl.testing import ReferencePolicyServer, ScriptedSolver  # noqa: E402
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = pytest.mark.ray
 
 SCREEN = (320, 240)
 CONFIG = DesktopConfig(screen=SCREEN, timeouts=Timeouts(reset=60, ready=10, act=10, evaluate=10))

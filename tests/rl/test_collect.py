@@ -175,7 +175,7 @@ def test_hung_desktop_is_killed_and_reported(tmp_path: Path, server: ReferencePo
     config = DesktopConfig(
         screen=SCREEN,
         options={"faults": {"hang": 1.0, "hang_seconds": 600, "phases": ["act"]}},
-        timeouts=Timeouts(reset=60, ready=10, act=1.0, evaluate=10),
+        timeouts=Timeouts(reset=60, ready=1.0, act=1.0, evaluate=1.0),
     )
     tasks = default_tasks(config)[:1]
     collect(tasks, _policy(server), out=tmp_path / "run", desktops=1, group=1, env_retries=0, backend="fake",

@@ -422,8 +422,8 @@ def test_a_custom_harness_plugs_into_the_conversation() -> None:
     conversation = harness.start("go")
     assert conversation.messages(screenshot(5)) == [{"role": "user", "content": "go img:5 0"}]
     assert conversation.record_reply("bad").actions == ("WAIT",)
-    assert conversation.messages(screenshot(6)) == [{"role": "user", "content": "go img:6 1"}]
-    assert conversation.record_reply("DONE").actions == ("DONE",)
+    assert conversation.messages(screenshot(6), png=b"\x89PNG...") == [{"role": "user", "content": "go img:6 1"}]
+    assert conversation.record_reply("DONE").actions == ("DONE",)  # png= given to a harness that takes none
 
 
 # --- smart_resize -------------------------------------------------------------------------------------------
@@ -459,3 +459,41 @@ def test_resize_option_resizes_the_sent_image() -> None:
 def test_encode_image_refuses_non_rgb_arrays() -> None:
     with pytest.raises(ConfigError, match="uint8"):
         QwenHarness().encode_image(np.zeros((4, 4), np.uint8))
+
+
+# --- pre-encoded screenshots (a vector env worker's PNG) ------------------------------------------------------
+
+
+def test_a_given_png_is_sent_as_it_is() -> None:
+    from legato_gym.png import encode_png
+
+    shot = screenshot(3)
+    png = encode_png(shot)
+    conversation = QwenHarness().start("task")
+    messages = conversation.messages(shot, png=png)
+    assert images(messages) == ["data:image/png;base64," + base64.b64encode(png).decode("ascii")]
+    conversation.record_reply(call("wait"))
+    shot2, png2 = screenshot(4), encode_png(screenshot(4))
+    messages = conversation.messages(shot2, png=png2)
+    assert images(messages)[-1] == "data:image/png;base64," + base64.b64encode(png2).decode("ascii")
+    assert images(messages)[0] == "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def test_a_png_of_another_size_is_refused() -> None:
+    from legato_gym.png import encode_png
+
+    with pytest.raises(ConfigError, match="not a PNG of the screenshot's size 64x36"):
+        QwenHarness().encode_image(screenshot(1), png=encode_png(screenshot(1, (32, 36))))
+    with pytest.raises(ConfigError, match="not a PNG"):
+        QwenHarness().encode_image(screenshot(1), png=b"GIF89a not a png at all")
+
+
+def test_resizing_encodes_the_array_instead_of_the_given_png() -> None:
+    from legato_gym.png import encode_png
+
+    shot = np.zeros((1080, 1920, 3), np.uint8)
+    harness = QwenHarness(resize=True)
+    assert harness.encode_image(shot, png=encode_png(shot)) == harness.encode_image(shot)
+    same_size = screenshot(2, (64, 64))  # already on the factor: nothing to resize, the PNG is used
+    png = encode_png(same_size)
+    assert harness.encode_image(same_size, png=png).endswith(base64.b64encode(png).decode("ascii"))
