@@ -40,36 +40,43 @@ def _dir_bytes(path: Path) -> int:
 
 
 def stragglers(repeats: int, desktops: int, group: int) -> str:
-    """Heavy-tailed step latency: wall time of a batch with --oversample 0.25 against 0."""
+    """Heavy-tailed step latency: how long a batch takes with --oversample 0.25 against 0."""
     latency = {"act": {"median": 0.5, "sigma": 1.0, "max": 30.0}, "reset": 0.2}
-    rows = []
-    walls: dict[float, list[float]] = defaultdict(list)
+    spans: dict[float, list[float]] = defaultdict(list)  # first dispatch to last record: the batch's data
+    calls: dict[float, list[float]] = defaultdict(list)  # the whole collect() call: start-up and teardown too
+    last_counts: dict[float, dict[str, int]] = {}
     with ReferencePolicyServer(brain=ScriptedSolver()) as server, tempfile.TemporaryDirectory() as tmp:
         policy = PolicyConfig(server.url, server.model, version="bench")
         for rep in range(repeats):
             for oversample in (0.0, 0.25):
                 config = DesktopConfig(screen=(640, 360), timeouts=TIMEOUTS, options={"latency": latency})
-                tasks = default_tasks(config)
                 out = Path(tmp) / f"s{rep}-{oversample}"
                 t0 = time.perf_counter()
-                summary = collect(tasks, policy, out=out, desktops=desktops, group=group, oversample=oversample,
-                                  backend="fake", desktop=config, seed=rep)  # fmt: skip
-                walls[oversample].append(time.perf_counter() - t0)
-                counts = summary["status_counts"]
-                rows.append((rep, oversample, walls[oversample][-1], counts))
-    base, over = statistics.median(walls[0.0]), statistics.median(walls[0.25])
+                summary = collect(default_tasks(config), policy, out=out, desktops=desktops, group=group,
+                                  oversample=oversample, backend="fake", desktop=config, seed=rep)  # fmt: skip
+                calls[oversample].append(time.perf_counter() - t0)
+                records = list(read_record_dicts(out))
+                first = min(r["started_at"] for r in records if r["started_at"] is not None)
+                spans[oversample].append(max(r["ended_at"] for r in records) - first)
+                last_counts[oversample] = summary["status_counts"]
+    ratio = statistics.median(spans[0.25]) / statistics.median(spans[0.0])
     lines = [
-        f"Stragglers: {len(default_tasks(DesktopConfig()))} fake tasks × group {group}, {desktops} desktops, "
-        f"action latency lognormal (median 0.5 s, sigma 1.0, capped 30 s); {repeats} repeats, seeds 0..{repeats - 1}.",
+        f"Stragglers: {len(default_tasks(DesktopConfig()))} fake tasks × group {group} on {desktops} desktops, "
+        "action latency lognormal (median 0.5 s, sigma 1.0, capped 30 s), reset 0.2 s; "
+        f"{repeats} repeats (seeds 0..{repeats - 1}), medians. *Batch time* runs from the first dispatch to the "
+        "last record written (when the batch's data is complete); *collect() call* adds starting and stopping "
+        "the desktop workers.",
         "",
-        "| oversample | batch wall time (median) | statuses (last repeat) |",
-        "|---|---|---|",
+        "| oversample | batch time | collect() call | statuses (last repeat) |",
+        "|---|---|---|---|",
     ]
     for oversample in (0.0, 0.25):
-        last = [r for r in rows if r[1] == oversample][-1][3]
-        statuses = ", ".join(f"{k} {v}" for k, v in last.items() if v)
-        lines.append(f"| {oversample} | {statistics.median(walls[oversample]):.2f} s | {statuses} |")
-    lines += ["", f"**Ratio:** oversample 0.25 takes {over / base:.2f}× the wall time of oversample 0."]
+        statuses = ", ".join(f"{k} {v}" for k, v in last_counts[oversample].items() if v)
+        lines.append(
+            f"| {oversample} | {statistics.median(spans[oversample]):.2f} s | "
+            f"{statistics.median(calls[oversample]):.2f} s | {statuses} |"
+        )
+    lines += ["", f"**Ratio:** with oversample 0.25 a batch takes {ratio:.2f}× the time it takes with 0."]
     return "\n".join(lines)
 
 
@@ -112,6 +119,11 @@ def overhead(desktops: int, tasks_n: int, group: int, screen: tuple[int, int]) -
     last = max(e for spans in by_desktop.values() for _, e in spans)
     busy = sum(e - s for spans in by_desktop.values() for s, e in spans)
     utilisation = busy / (len(by_desktop) * (last - first))
+    # while work waited: up to the moment the last attempt was handed to a desktop, every desktop should
+    # be busy; after it, the batch drains and idle desktops are inherent to any batch
+    drained = max(s for spans in by_desktop.values() for s, _ in spans)
+    busy_queued = sum(max(0.0, min(e, drained) - s) for spans in by_desktop.values() for s, e in spans)
+    utilisation_queued = busy_queued / (len(by_desktop) * (drained - first))
     # idle while work waited: gaps between consecutive attempts on a desktop, before the queue ran dry
     gaps = []
     for spans in by_desktop.values():
@@ -128,7 +140,9 @@ def overhead(desktops: int, tasks_n: int, group: int, screen: tuple[int, int]) -
             "|---|---|---|",
             f"| driver CPU per policy step (scheduler, harness, HTTP client, store; workers PNG-encode) | "
             f"{1000 * cpu / steps:.2f} ms | < 2 ms |",
-            f"| desktop utilisation (busy share from first start to last end) | {100 * utilisation:.1f}% | ≥ 95% |",
+            f"| desktop utilisation while attempts were queued (first start to last dispatch) | "
+            f"{100 * utilisation_queued:.1f}% | ≥ 95% |",
+            f"| desktop utilisation over the whole batch, drain included | {100 * utilisation:.1f}% | |",
             f"| gap between a desktop's attempts (median / max) | "
             f"{1000 * statistics.median(gaps):.1f} ms / {1000 * max(gaps):.1f} ms | |"
             if gaps

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 import ray
+from ray._private import ray_constants
 from ray.cluster_utils import Cluster
 
 from legato_gym import DesktopConfig
@@ -113,6 +114,9 @@ def main() -> None:
     width, height = (int(v) for v in args.screen.lower().split("x"))
     group = args.group or -(-args.desktops // args.nodes)
 
+    # the simulated cluster stays on 127.0.0.1 (Ray's single-machine switch, named for Windows/macOS)
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
     t_start = time.perf_counter()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": 100 * 2**20})
     for _ in range(args.nodes):

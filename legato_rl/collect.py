@@ -17,13 +17,15 @@ Failures stay with the attempt they hit:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from legato_gym import ConfigError, DesktopConfig, DesktopError, LegatoError, Task, get_backend
 from legato_gym.tasks import load_tasks
@@ -53,6 +55,8 @@ from legato_rl.summary import Summary, summarize_run, write_summary
 __all__ = ["CollectOptions", "Collector", "Progress", "collect"]
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -157,6 +161,16 @@ class _Play:
         )
 
 
+class _GroupClosed(Exception):
+    """The attempt's group closed while the attempt waited on a call."""
+
+
+def close_awaitable(call: Awaitable[Any]) -> None:
+    """Close a coroutine that will never be awaited (no 'never awaited' warning)."""
+    if inspect.iscoroutine(call):
+        call.close()
+
+
 class Collector:
     """Plays every attempt of a batch on a pool of desktops. :func:`collect` is the usual way in.
 
@@ -193,6 +207,8 @@ class Collector:
         self.progress = Progress(groups=len(self.book.groups), desktops=options.desktops)
         self._wake: asyncio.Event | None = None
         self._idle = 0  # desktops waiting for work
+        self._closed: dict[str, asyncio.Event] = {}  # set when a group closes
+        self._detached: dict[int, asyncio.Future[Any]] = {}  # a desktop call left running by a cancelled attempt
         # The store writes requests (messages, images) and records from worker threads, one at a time per kind:
         # the two touch separate files and state, so a record never waits behind other desktops' requests.
         self._request_lock: asyncio.Lock | None = None
@@ -218,6 +234,7 @@ class Collector:
         """Collect the batch; returns its summary (also written to ``OUT/summary.json``)."""
         resumed = open_run(self.out, self.manifest())
         self._wake = asyncio.Event()
+        self._closed = {gid: asyncio.Event() for gid in self.book.groups}
         self._request_lock = asyncio.Lock()
         self._record_lock = asyncio.Lock()
         with RolloutStore(self.out) as store:
@@ -268,11 +285,19 @@ class Collector:
                 loops = [self._desktop_loop(env, client, i) for i in range(opts.desktops)]
                 await asyncio.gather(*loops)
         finally:
+            # stragglers of closed groups do not hold the batch: their desktops are shut down mid-action
+            for pending in self._detached.values():
+                pending.cancel()
+            await asyncio.gather(*self._detached.values(), return_exceptions=True)
             env.close()
 
     async def _desktop_loop(self, env: DesktopVectorEnv, client: PolicyClient, env_id: int) -> None:
         assert self._wake is not None
         while True:
+            pending = self._detached.pop(env_id, None)
+            if pending is not None:  # a cancelled attempt's last call: the desktop is free when it returns
+                with contextlib.suppress(Exception):
+                    await pending
             attempt = self.book.next_attempt(env_id, avoid_failed=self._idle > 0)
             if attempt is None:
                 if self.book.all_ended:
@@ -298,6 +323,8 @@ class Collector:
         play = _Play(attempt, env_id, stamp)
         try:
             status = await self._play(env, client, play)
+        except _GroupClosed:
+            status = Status.CANCELLED
         except DesktopError as exc:
             log.warning("%s: desktop %d failed: %s", attempt.rollout_id, env_id, exc)
             error = ErrorInfo.from_exception("env", exc)
@@ -323,7 +350,8 @@ class Collector:
     async def _play(self, env: DesktopVectorEnv, client: PolicyClient, play: _Play) -> Status:
         """Play one try on one desktop and return its status. Desktop failures raise DesktopError."""
         attempt, opts = play.attempt, self.options
-        obs, info = await env.areset(play.desktop, attempt.task)
+        desktop, gid = play.desktop, attempt.group_id
+        obs, info = await self._unless_closed(gid, env.areset(desktop, attempt.task), desktop=desktop)
         png: bytes | None = info.get("screenshot_png")
         play.add_timings(info.get("timings", {}))
         deadline = None if opts.rollout_timeout is None else time.monotonic() + opts.rollout_timeout
@@ -337,8 +365,8 @@ class Collector:
             step_started = time.time()
             messages = await asyncio.to_thread(conversation.messages, obs["screenshot"], png=png)
             try:
-                result: ChatResult = await asyncio.wait_for(
-                    client.chat(messages, rollout_id=attempt.rollout_id), remaining
+                result: ChatResult = await self._unless_closed(
+                    gid, asyncio.wait_for(client.chat(messages, rollout_id=attempt.rollout_id), remaining)
                 )
             except asyncio.TimeoutError:
                 return await self._grade_now(env, play, Status.TRUNCATED)
@@ -350,7 +378,8 @@ class Collector:
             ended = False
             if not self.book.is_closed(attempt.group_id):
                 for action in reply.actions:
-                    obs, reward, terminated, truncated, info = await env.astep(play.desktop, action)
+                    step = await self._unless_closed(gid, env.astep(desktop, action), desktop=desktop)
+                    obs, reward, terminated, truncated, info = step
                     png = info.get("screenshot_png")
                     timings = info.get("timings", {})
                     play.add_timings(timings)
@@ -379,6 +408,34 @@ class Collector:
             return Status.CANCELLED
         return await self._grade_now(env, play, Status.OK)  # the step limit
 
+    async def _unless_closed(self, group_id: str, call: Awaitable[_T], *, desktop: int | None = None) -> _T:
+        """Await ``call`` unless the attempt's group closes first (then raise :class:`_GroupClosed`).
+
+        A policy call is cancelled. A desktop call (``desktop`` given) cannot be abandoned halfway, so it is
+        left to finish in the background and that desktop takes no new attempt until it has; the batch
+        itself does not wait for it.
+        """
+        closed = self._closed[group_id]
+        if closed.is_set():
+            close_awaitable(call)
+            raise _GroupClosed
+        task = asyncio.ensure_future(call)
+        watcher = asyncio.ensure_future(closed.wait())
+        try:
+            await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            task.cancel()
+            raise
+        finally:
+            watcher.cancel()
+        if task.done():
+            return task.result()
+        if desktop is None:
+            task.cancel()
+        else:
+            self._detached[desktop] = task
+        raise _GroupClosed
+
     async def _grade_now(self, env: DesktopVectorEnv, play: _Play, status: Status) -> Status:
         reward, info = await env.atruncate(play.desktop)
         play.add_timings(info.get("timings", {}))
@@ -388,6 +445,8 @@ class Collector:
     # -- records -------------------------------------------------------------------------------------
     async def _end(self, play: _Play, status: Status, error: ErrorInfo | None = None) -> None:
         final, dropped = self.book.finish(play.attempt, status)
+        if self.book.is_closed(play.attempt.group_id):
+            self._closed[play.attempt.group_id].set()
         await self._write(play.record(final, error))
         for attempt in dropped:
             await self._write(self._skipped(attempt))

@@ -442,6 +442,8 @@ class RayDesktopVectorEnv(DesktopVectorEnv):
         self._hosts: _Hosts | None = None
         if not ray.is_initialized():
             init: dict[str, Any] = {"address": self.placement.address, "log_to_driver": False}
+            if self.placement.address is None:  # a Ray of our own on this machine: keep it on loopback
+                init["_node_ip_address"] = "127.0.0.1"
             if self.placement.namespace is not None:
                 init["namespace"] = self.placement.namespace
             try:

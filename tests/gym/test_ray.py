@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import time
 from collections import Counter
@@ -21,6 +22,7 @@ from typer.testing import CliRunner
 
 ray = pytest.importorskip("ray", reason="needs ray: pip install 'legatolabs[ray]'")
 cluster_utils = pytest.importorskip("ray.cluster_utils", reason="needs ray's test utilities")
+ray_constants = pytest.importorskip("ray._private.ray_constants", reason="needs ray's constants")
 
 from legato_gym.backends.fake import default_tasks, fake_solution  # noqa: E402
 from legato_gym.config import DesktopConfig, Timeouts  # noqa: E402
@@ -41,8 +43,19 @@ FINAL = {"ok", "truncated", "cancelled", "skipped", "surplus", "error"}
 NODE = {"num_cpus": 1, "object_store_memory": 80 * 1024**2}
 
 
+def keep_on_loopback() -> None:
+    """Every node, raylet and driver of the test cluster on 127.0.0.1: its traffic never leaves loopback.
+
+    Ray binds to the machine's interface address unless it believes it runs a single-machine cluster; its
+    switch for that is named for Windows and macOS but applies everywhere.
+    """
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # inherited by the nodes Cluster starts
+    ray_constants.ENABLE_RAY_CLUSTER = False  # already read when ray was imported
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
+    keep_on_loopback()
     head = cluster_utils.Cluster(
         initialize_head=True,
         head_node_args={
