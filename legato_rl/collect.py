@@ -193,6 +193,7 @@ class Collector:
         desktop: DesktopConfig,
         harness: Harness | None = None,
         ray: RayPlacement | str | None = None,
+        progress: Progress | None = None,
     ) -> None:
         if not tasks:
             raise ConfigError("no tasks to collect: give a tasks file with at least one entry")
@@ -204,7 +205,8 @@ class Collector:
         self.ray = ray
         self.harness: Harness = harness or QwenHarness(image_max=options.image_max)
         self.book = GroupBook(self.tasks, group=options.group, oversample=options.oversample)
-        self.progress = Progress(groups=len(self.book.groups), desktops=options.desktops)
+        self.progress = progress if progress is not None else Progress()
+        self.progress.groups, self.progress.desktops = len(self.book.groups), options.desktops
         self._wake: asyncio.Event | None = None
         self._idle = 0  # desktops waiting for work
         self._closed: dict[str, asyncio.Event] = {}  # set when a group closes
@@ -494,6 +496,7 @@ def collect(
     harness: Harness | None = None,
     seed: int = 0,
     ray: RayPlacement | str | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Collect one batch of graded rollouts and return its summary (the contents of ``OUT/summary.json``).
 
@@ -514,6 +517,7 @@ def collect(
         harness: the prompt format (OSWorld's Qwen3-VL computer-use format by default).
         seed: seeds the desktops.
         ray: run the desktops on a Ray cluster: its address (``"auto"``, ``"HEAD:6379"``) or a ``RayPlacement``.
+        progress: a :class:`Progress` that the run keeps up to date, for a display in another thread.
 
     Example:
         >>> from legato.rl import collect, PolicyConfig  # doctest: +SKIP
@@ -522,6 +526,10 @@ def collect(
     """
     base = desktop or DesktopConfig()
     config = replace(base, ready_signal=ready_signal, fixed_wait=fixed_wait, fast_reset=fast_reset)
+    if backend == "osworld":  # its workers run in desktop-env's own interpreter (`legato osworld setup`)
+        from legato_gym.backends.osworld.remote import resolve_python
+
+        config = replace(config, python=resolve_python(config))
     overrides: dict[str, Any] = {}
     if max_inflight is not None:
         overrides["max_inflight"] = max_inflight
@@ -544,5 +552,5 @@ def collect(
         seed=seed,
     )
     get_backend(backend)  # an unknown or unbuilt backend fails here, before anything is written
-    collector = Collector(task_list, policy, out, options, config, harness, ray=ray)
+    collector = Collector(task_list, policy, out, options, config, harness, ray=ray, progress=progress)
     return asyncio.run(collector.run()).to_json()

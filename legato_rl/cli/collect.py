@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import sys
+import threading
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,7 +18,7 @@ from rich.table import Table
 from legato_gym import DesktopConfig, LegatoError, Task, get_backend
 from legato_gym.tasks import load_tasks
 from legato_rl.cli.app import rl_app
-from legato_rl.collect import CollectOptions, Collector, Progress
+from legato_rl.collect import Progress, collect
 from legato_rl.groups import Status
 from legato_rl.policy import PolicyConfig
 
@@ -100,13 +99,7 @@ def collect_command(
     console = Console(stderr=True)
     _configure_logging(console)
     try:
-        config = DesktopConfig(ready_signal=ready_signal, fixed_wait=fixed_wait, fast_reset=fast_reset)
-        if osworld is not None:
-            config = replace(config, osworld_path=osworld.expanduser())
-        if backend == "osworld":  # its workers run in desktop-env's own interpreter (`legato osworld setup`)
-            from legato_gym.backends.osworld.remote import resolve_python
-
-            config = replace(config, python=resolve_python(config))
+        config = DesktopConfig() if osworld is None else DesktopConfig(osworld_path=osworld.expanduser())
         _, default_tasks = get_backend(backend)
         task_list: list[Task]
         if tasks is not None:
@@ -115,39 +108,28 @@ def collect_command(
             task_list = list(default_tasks(config))
             if not task_list:
                 raise typer.BadParameter(f"backend {backend!r} has no task suite of its own; give --tasks FILE")
-        options = CollectOptions(
-            desktops=desktops,
-            group=group,
-            oversample=oversample,
-            max_steps=max_steps,
-            rollout_timeout=rollout_timeout,
-            env_retries=env_retries,
-            image_max=image_max,
-            backend=backend,
-            seed=seed,
-        )
-        with _policy_urls(policy_url, model, backend, task_list, config) as (urls, served_model):
+        progress = Progress()
+        with (
+            _policy_urls(policy_url, model, backend, task_list, config) as (urls, served_model),
+            _show(progress, console, live=sys.stderr.isatty() and not quiet),
+        ):
             policy = PolicyConfig(
-                url=urls,
-                model=served_model,
-                version=version,
-                temperature=temperature,
-                top_p=top_p,
+                url=urls, model=served_model, version=version, temperature=temperature, top_p=top_p,
                 max_tokens=max_tokens,
-                max_inflight=max_inflight,
-                step_timeout=step_timeout,
-                retries=retries,
-            )
-            collector = Collector(task_list, policy, out, options, config, ray=ray)
-            live = sys.stderr.isatty() and not quiet
-            summary = asyncio.run(_run_with_progress(collector, console, live=live))
+            )  # fmt: skip
+            data = collect(
+                task_list, policy, out=out, desktops=desktops, group=group, oversample=oversample,
+                max_steps=max_steps, max_inflight=max_inflight, step_timeout=step_timeout, retries=retries,
+                rollout_timeout=rollout_timeout, env_retries=env_retries, ready_signal=ready_signal,
+                fixed_wait=fixed_wait, fast_reset=fast_reset, image_max=image_max, desktop=config,
+                backend=backend, seed=seed, ray=ray, progress=progress,
+            )  # fmt: skip
     except LegatoError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted.[/yellow] Run the same command again to resume into {out}.")
         raise typer.Exit(130) from None
-    data = summary.to_json()
     counts = ", ".join(f"{k} {v}" for k, v in data["status_counts"].items() if v)
     console.print(
         f"[green]done[/green]: {out} — {counts}; success rate {_fmt(data['success_rate'])}, "
@@ -191,19 +173,26 @@ def _scripted_solution(backend: str) -> Any:
     )
 
 
-async def _run_with_progress(collector: Collector, console: Console, *, live: bool) -> Any:
-    task = asyncio.create_task(collector.run())
+@contextlib.contextmanager
+def _show(progress: Progress, console: Console, *, live: bool) -> Iterator[None]:
+    """Show ``progress`` while the block runs: a live table at a terminal, else a log line every 10 s."""
     if live:
-        with Live(_table(collector.progress), console=console, refresh_per_second=4, transient=False) as view:
-            while not task.done():
-                await asyncio.wait({task}, timeout=0.25)
-                view.update(_table(collector.progress))
-    else:
-        while not task.done():
-            await asyncio.wait({task}, timeout=10.0)
-            if not task.done():
-                log.info("progress: %s", _line(collector.progress))
-    return task.result()
+        with Live(get_renderable=lambda: _table(progress), console=console, refresh_per_second=4):
+            yield
+        return
+    done = threading.Event()
+
+    def report() -> None:
+        while not done.wait(10.0):
+            log.info("progress: %s", _line(progress))
+
+    thread = threading.Thread(target=report, name="legato-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def _table(p: Progress) -> Table:
@@ -217,7 +206,8 @@ def _table(p: Progress) -> Table:
 
 
 def _line(p: Progress) -> str:
-    statuses = " ".join(f"{k}={v}" for k, v in sorted(p.status_counts.items()))
+    counts = dict(p.status_counts)  # a copy: the collecting thread writes it
+    statuses = " ".join(f"{k}={v}" for k, v in sorted(counts.items()))
     return (
         f"groups {p.groups_closed}/{p.groups} busy {p.busy}/{p.desktops} {statuses} "
         f"rollouts/h {_fmt(p.rollouts_per_hour, 0)} model p50 {_fmt(p.latency_p50(), 2)}s"
