@@ -30,15 +30,20 @@ def profile_command(
         ),
     ] = None,
     plots: Annotated[
-        bool, typer.Option("--plots/--no-plots", help="Draw the pictures and the report (needs matplotlib).")
-    ] = True,
+        bool | None,
+        typer.Option(
+            "--plots/--no-plots",
+            help="Draw the pictures and the report (needs matplotlib). Default: when matplotlib is installed.",
+        ),
+    ] = None,
 ) -> None:
     """Status counts, success rate, throughput, time by phase, latencies; a timeline per desktop and histograms."""
     err = Console(stderr=True, soft_wrap=True)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    draw = plots if plots is not None else _have_matplotlib()
     try:
-        profile = profile_run(run, out=out, plots=plots)
+        profile = profile_run(run, out=out, plots=draw)
     except LegatoError as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None
@@ -60,6 +65,19 @@ def profile_command(
             console.print(table)
     for name, path in profile.files.items():
         err.print(f"{name}: {escape(str(path))}")
+    if not draw and plots is None:
+        err.print(
+            "[yellow]note:[/yellow] no pictures or report: matplotlib is not installed "
+            + escape("(pip install 'legatolabs[plots]')")
+        )
+
+
+def _have_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _tables(profile: Profile) -> list[Table]:

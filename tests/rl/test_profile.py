@@ -164,7 +164,11 @@ def test_missing_matplotlib_names_the_extra(tmp_path: Path, monkeypatch: pytest.
     with pytest.raises(MissingDependencyError, match=r"legatolabs\[plots\]"):
         profile_run(tmp_path / "run")
     assert profile_run(tmp_path / "run", plots=False).summary.n_records == 1
+    # by default the CLI prints the figures and says how to get the pictures
     result = _cli(str(tmp_path / "run"))
+    assert result.exit_code == 0 and "legatolabs[plots]" in result.output and "success rate" in result.output
+    # asked for pictures explicitly, it refuses with the extra named
+    result = _cli(str(tmp_path / "run"), "--plots")
     assert result.exit_code == 2 and "legatolabs[plots]" in result.output and "Traceback" not in result.output
 
 
