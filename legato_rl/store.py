@@ -350,11 +350,11 @@ class StepRecord:
             "index": self.index,
             "started_at": self.started_at,
             "request": self.request.to_json(),
-            "response": _plain(asdict(self.response)),
-            "model": asdict(self.model),
+            "response": _plain(_shallow(self.response)),
+            "model": _shallow(self.model),
             "description": self.description,
             "parse_error": self.parse_error,
-            "actions": [asdict(action) for action in self.actions],
+            "actions": [_shallow(action) for action in self.actions],
         }
 
     @classmethod
@@ -450,12 +450,12 @@ class RolloutRecord:
             "attempt": self.attempt,
             "try": self.try_index,
             "desktop": self.desktop,
-            "policy": asdict(self.policy),
+            "policy": _shallow(self.policy),
             "status": self.status,
             "reward": self.reward,
-            "error": asdict(self.error) if self.error is not None else None,
+            "error": _shallow(self.error) if self.error is not None else None,
             "n_steps": self.n_steps,
-            "timing": asdict(self.timing),
+            "timing": _shallow(self.timing),
             "started_at": self.started_at,
             "ended_at": self.ended_at,
             "steps": [step.to_json() for step in self.steps],
@@ -1097,6 +1097,19 @@ def is_being_written(run_dir: str | os.PathLike[str]) -> bool:
 
 def _tuple(value: Sequence[Any] | None) -> tuple[Any, ...] | None:
     return None if value is None else tuple(value)
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _shallow(value: Any) -> dict[str, Any]:
+    """A flat dataclass as a dict, in field order. Unlike ``dataclasses.asdict`` it deep-copies nothing:
+    the values are immutable (numbers, strings, tuples of them)."""
+    cls = type(value)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(value))
+    return {name: getattr(value, name) for name in names}
 
 
 def _plain(data: dict[str, Any]) -> dict[str, Any]:
