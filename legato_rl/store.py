@@ -51,6 +51,7 @@ from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 from legato_gym import Task
 from legato_gym.errors import ConfigError, LegatoError
+from legato_rl.groups import Status
 
 if TYPE_CHECKING:
     from legato_rl.policy import ChatResult
@@ -100,7 +101,7 @@ MANIFEST_SCHEMA = "legato.run/v0"
 #: The prefix of an image reference inside a stored message.
 IMAGE_SCHEME = "legato-image://"
 #: Every ``status`` a record can have.
-STATUSES = ("ok", "truncated", "cancelled", "skipped", "surplus", "retried", "error")
+STATUSES = tuple(status.value for status in Status)
 #: Every ``error.kind``.
 ERROR_KINDS = ("policy", "env")
 #: Top-level request keys recorded under ``request.sampling``; the rest (bar model and messages) are extras.

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from legato_rl.groups import COMPLETED_STATUSES
 from legato_rl.store import (
     STATUSES,
     SUMMARY_FILE,
@@ -60,7 +61,7 @@ __all__ = [
 #: The schema of ``summary.json``.
 SUMMARY_SCHEMA = "legato.summary/v0"
 #: Statuses of completed attempts: they count towards their group and carry a usable reward.
-COMPLETED = frozenset({"ok", "truncated"})
+COMPLETED = frozenset(status.value for status in COMPLETED_STATUSES)
 #: ``phase_share`` keys, in order.
 PHASE_KEYS = (*(name[: -len("_s")] for name in Timing.PHASES), "other")
 
