@@ -17,12 +17,11 @@ Failures stay with the attempt they hit:
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import inspect
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -161,14 +160,70 @@ class _Play:
         )
 
 
-class _GroupClosed(Exception):
-    """The attempt's group closed while the attempt waited on a call."""
+class _Inline:
+    """Run a function on the event loop while it stays cheap, in a thread once it does not.
+
+    Per-step work (building a prompt from a PNG the worker made, storing a request's new messages) takes
+    well under a millisecond, less than handing it to a thread and back, which also contends for the GIL
+    with the loop. When the calls' moving average exceeds ``budget`` seconds (a harness that resizes every
+    image, a slow disk), every later call of this kind runs in a thread. One slow call (a garbage
+    collection) does not move it; a call as slow as five budgets does at once.
+    """
+
+    def __init__(self, what: str, budget: float = 0.005) -> None:
+        self.what, self.budget, self.inline = what, budget, True
+        self._average = 0.0
+
+    async def __call__(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+        if not self.inline:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        started = time.thread_time()  # CPU, not wall time: a busy machine's preemption is not the call's cost
+        result = fn(*args, **kwargs)
+        took = time.thread_time() - started
+        self._average += 0.2 * (took - self._average)
+        if self._average > self.budget:
+            self.inline = False
+            log.info("%s takes %.1f ms; it runs in a thread from now on", self.what, 1000 * took)
+        return result
 
 
-def close_awaitable(call: Awaitable[Any]) -> None:
-    """Close a coroutine that will never be awaited (no 'never awaited' warning)."""
-    if inspect.iscoroutine(call):
-        call.close()
+class _StoreWriter:
+    """The run's store, written from one thread in submission order, so that no step waits for the disk.
+
+    A request's messages are hashed on the loop (cheap, and the step record needs the reference); the files
+    they need and the records go to the thread in order, so a record is written after every file it refers
+    to, and :meth:`RolloutStore.append` makes those durable before the record. Nothing waits for a write.
+    The first failure (a full disk) is raised by the next call and by :meth:`aclose`.
+    """
+
+    def __init__(self, store: RolloutStore) -> None:
+        self.store = store
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="legato-store")
+        self._error: BaseException | None = None
+
+    def put_request(self, body: Mapping[str, Any]) -> RequestRef:
+        self._raise()
+        ref, files = self.store.prepare_request(body)
+        if files:
+            self._thread.submit(self.store.write_files, files).add_done_callback(self._done)
+        return ref
+
+    def append(self, record: RolloutRecord) -> None:
+        self._raise()
+        self._thread.submit(self.store.append, record).add_done_callback(self._done)
+
+    async def aclose(self) -> None:
+        """Wait for every write; raise the first failure."""
+        await asyncio.to_thread(self._thread.shutdown, True)
+        self._raise()
+
+    def _done(self, future: Future[None]) -> None:
+        if self._error is None and not future.cancelled() and future.exception() is not None:
+            self._error = future.exception()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
 
 
 class Collector:
@@ -209,13 +264,10 @@ class Collector:
         self.progress.groups, self.progress.desktops = len(self.book.groups), options.desktops
         self._wake: asyncio.Event | None = None
         self._idle = 0  # desktops waiting for work
-        self._closed: dict[str, asyncio.Event] = {}  # set when a group closes
-        self._detached: dict[int, asyncio.Future[Any]] = {}  # a desktop call left running by a cancelled attempt
-        # The store writes requests (messages, images) and records from worker threads, one at a time per kind:
-        # the two touch separate files and state, so a record never waits behind other desktops' requests.
-        self._request_lock: asyncio.Lock | None = None
-        self._record_lock: asyncio.Lock | None = None
-        self._store: RolloutStore | None = None
+        # The attempt each desktop is playing (its group id and task): a group that closes cancels the others.
+        self._running: dict[int, tuple[str, asyncio.Task[None]]] = {}
+        self._build_prompt = _Inline("building a prompt")  # on the loop while that is cheap (see _Inline)
+        self._store: _StoreWriter | None = None
 
     def manifest(self) -> RunManifest:
         """The arguments that define this batch (checked on resume)."""
@@ -236,19 +288,19 @@ class Collector:
         """Collect the batch; returns its summary (also written to ``OUT/summary.json``)."""
         resumed = open_run(self.out, self.manifest())
         self._wake = asyncio.Event()
-        self._closed = {gid: asyncio.Event() for gid in self.book.groups}
-        self._request_lock = asyncio.Lock()
-        self._record_lock = asyncio.Lock()
         with RolloutStore(self.out) as store:
-            self._store = store
-            if resumed:
-                self._restore()
-            for attempt in self.book.close_remaining():
-                await self._write(self._skipped(attempt))
-            self.progress.groups_closed = sum(g.closed for g in self.book.groups.values())
-            self.progress.attempts = sum(g.n_attempts for g in self.book.groups.values())
-            if not self.book.all_ended:
-                await self._run_desktops()
+            self._store = _StoreWriter(store)
+            try:
+                if resumed:
+                    self._restore()
+                for attempt in self.book.close_remaining():
+                    self._write(self._skipped(attempt))
+                self.progress.groups_closed = sum(g.closed for g in self.book.groups.values())
+                self.progress.attempts = sum(g.n_attempts for g in self.book.groups.values())
+                if not self.book.all_ended:
+                    await self._run_desktops()
+            finally:
+                await self._store.aclose()
         summary = summarize_run(self.out)
         write_summary(self.out, summary)
         return summary
@@ -287,19 +339,17 @@ class Collector:
                 loops = [self._desktop_loop(env, client, i) for i in range(opts.desktops)]
                 await asyncio.gather(*loops)
         finally:
-            # stragglers of closed groups do not hold the batch: their desktops are shut down mid-action
-            for pending in self._detached.values():
-                pending.cancel()
-            await asyncio.gather(*self._detached.values(), return_exceptions=True)
-            env.close()
+            env.close()  # a desktop still finishing a cancelled attempt's action is shut down mid-action
 
     async def _desktop_loop(self, env: DesktopVectorEnv, client: PolicyClient, env_id: int) -> None:
+        """Play attempts on one desktop until the batch has none left.
+
+        Each attempt runs as its own task, which a closing group cancels wherever it is: in a policy call
+        (the request is dropped) or a desktop call (the desktop finishes that action before its next
+        attempt, without holding the batch). Cancellation costs nothing per step.
+        """
         assert self._wake is not None
         while True:
-            pending = self._detached.pop(env_id, None)
-            if pending is not None:  # a cancelled attempt's last call: the desktop is free when it returns
-                with contextlib.suppress(Exception):
-                    await pending
             attempt = self.book.next_attempt(env_id, avoid_failed=self._idle > 0)
             if attempt is None:
                 if self.book.all_ended:
@@ -313,47 +363,60 @@ class Collector:
                 finally:
                     self._idle -= 1
                 continue
+            stamp = PolicyStamp(self.policy_config.model, self.policy_config.version)  # stamped at dispatch
+            play = _Play(attempt, env_id, stamp)
+            task = asyncio.ensure_future(self._run_attempt(env, client, play))
+            self._running[env_id] = (attempt.group_id, task)
             self.progress.busy += 1
             try:
-                await self._run_attempt(env, client, env_id, attempt)
+                await asyncio.wait((task,))  # unlike `await task`, a cancelled attempt does not raise here
+            except asyncio.CancelledError:  # the batch itself is being cancelled
+                task.cancel()
+                raise
             finally:
+                del self._running[env_id]
                 self.progress.busy -= 1
                 self._wake.set()
+            if not task.cancelled():
+                task.result()  # a bug in the scheduler stops the batch rather than vanish
+                continue
+            # only a closing group cancels an attempt (_end): record it now, then let the desktop finish the
+            # call it was in, unless the batch has nothing left for it
+            self._end(play, Status.CANCELLED)
+            if not self.book.all_ended:
+                await env.idle(env_id)
 
-    async def _run_attempt(self, env: DesktopVectorEnv, client: PolicyClient, env_id: int, attempt: Attempt) -> None:
-        stamp = PolicyStamp(self.policy_config.model, self.policy_config.version)  # stamped at dispatch
-        play = _Play(attempt, env_id, stamp)
+    async def _run_attempt(self, env: DesktopVectorEnv, client: PolicyClient, play: _Play) -> None:
+        attempt, env_id = play.attempt, play.desktop
         try:
             status = await self._play(env, client, play)
-        except _GroupClosed:
-            status = Status.CANCELLED
         except DesktopError as exc:
             log.warning("%s: desktop %d failed: %s", attempt.rollout_id, env_id, exc)
             error = ErrorInfo.from_exception("env", exc)
             if attempt.try_index < self.options.env_retries:
-                await self._write(play.record(Status.RETRIED, error))
+                self._write(play.record(Status.RETRIED, error))
                 if self.book.requeue(attempt, failed_on=env_id) is None:  # its group closed meanwhile
-                    await self._end(play, Status.SKIPPED)
+                    self._end(play, Status.SKIPPED)
                 return
-            await self._end(play, Status.ERROR, error)
+            self._end(play, Status.ERROR, error)
             return
         except PolicyError as exc:
             log.warning("%s: policy call failed: %s", attempt.rollout_id, exc)
-            await self._end(play, Status.ERROR, ErrorInfo.from_exception("policy", exc))
+            self._end(play, Status.ERROR, ErrorInfo.from_exception("policy", exc))
             return
         except LegatoError as exc:  # e.g. a task this backend cannot run: the desktop side, not the agent
             log.warning("%s: %s", attempt.rollout_id, exc)
-            await self._end(play, Status.ERROR, ErrorInfo.from_exception("env", exc))
+            self._end(play, Status.ERROR, ErrorInfo.from_exception("env", exc))
             return
         finally:
             client.forget(attempt.rollout_id)
-        await self._end(play, status)
+        self._end(play, status)
 
     async def _play(self, env: DesktopVectorEnv, client: PolicyClient, play: _Play) -> Status:
         """Play one try on one desktop and return its status. Desktop failures raise DesktopError."""
         attempt, opts = play.attempt, self.options
-        desktop, gid = play.desktop, attempt.group_id
-        obs, info = await self._unless_closed(gid, env.areset(desktop, attempt.task), desktop=desktop)
+        desktop = play.desktop
+        obs, info = await env.areset(desktop, attempt.task)
         png: bytes | None = info.get("screenshot_png")
         play.add_timings(info.get("timings", {}))
         deadline = None if opts.rollout_timeout is None else time.monotonic() + opts.rollout_timeout
@@ -365,23 +428,26 @@ class Collector:
             if remaining is not None and remaining <= 0:
                 return await self._grade_now(env, play, Status.TRUNCATED)
             step_started = time.time()
-            messages = await asyncio.to_thread(conversation.messages, obs["screenshot"], png=png)
+            if png is None:  # the driver encodes the screenshot itself: never on the loop
+                messages = await asyncio.to_thread(conversation.messages, obs["screenshot"])
+            else:
+                messages = await self._build_prompt(conversation.messages, obs["screenshot"], png=png)
             try:
-                result: ChatResult = await self._unless_closed(
-                    gid, asyncio.wait_for(client.chat(messages, rollout_id=attempt.rollout_id), remaining)
+                result: ChatResult = await asyncio.wait_for(
+                    client.chat(messages, rollout_id=attempt.rollout_id), remaining
                 )
             except asyncio.TimeoutError:
                 return await self._grade_now(env, play, Status.TRUNCATED)
             self.progress.model_latency_s.append(result.seconds)
             play.timing = replace(play.timing, model_s=play.timing.model_s + result.seconds)
             reply = conversation.record_reply(result.content)
-            request = await self._put_request(result.request)
+            assert self._store is not None
+            request = self._store.put_request(result.request)
             actions: list[ActionRecord] = []
             ended = False
             if not self.book.is_closed(attempt.group_id):
                 for action in reply.actions:
-                    step = await self._unless_closed(gid, env.astep(desktop, action), desktop=desktop)
-                    obs, reward, terminated, truncated, info = step
+                    obs, reward, terminated, truncated, info = await env.astep(desktop, action)
                     png = info.get("screenshot_png")
                     timings = info.get("timings", {})
                     play.add_timings(timings)
@@ -410,34 +476,6 @@ class Collector:
             return Status.CANCELLED
         return await self._grade_now(env, play, Status.OK)  # the step limit
 
-    async def _unless_closed(self, group_id: str, call: Awaitable[_T], *, desktop: int | None = None) -> _T:
-        """Await ``call`` unless the attempt's group closes first (then raise :class:`_GroupClosed`).
-
-        A policy call is cancelled. A desktop call (``desktop`` given) cannot be abandoned halfway, so it is
-        left to finish in the background and that desktop takes no new attempt until it has; the batch
-        itself does not wait for it.
-        """
-        closed = self._closed[group_id]
-        if closed.is_set():
-            close_awaitable(call)
-            raise _GroupClosed
-        task = asyncio.ensure_future(call)
-        watcher = asyncio.ensure_future(closed.wait())
-        try:
-            await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:
-            task.cancel()
-            raise
-        finally:
-            watcher.cancel()
-        if task.done():
-            return task.result()
-        if desktop is None:
-            task.cancel()
-        else:
-            self._detached[desktop] = task
-        raise _GroupClosed
-
     async def _grade_now(self, env: DesktopVectorEnv, play: _Play, status: Status) -> Status:
         reward, info = await env.atruncate(play.desktop)
         play.add_timings(info.get("timings", {}))
@@ -445,13 +483,17 @@ class Collector:
         return status
 
     # -- records -------------------------------------------------------------------------------------
-    async def _end(self, play: _Play, status: Status, error: ErrorInfo | None = None) -> None:
+    def _end(self, play: _Play, status: Status, error: ErrorInfo | None = None) -> None:
         final, dropped = self.book.finish(play.attempt, status)
-        if self.book.is_closed(play.attempt.group_id):
-            self._closed[play.attempt.group_id].set()
-        await self._write(play.record(final, error))
+        gid = play.attempt.group_id
+        if self.book.is_closed(gid):  # cancel the group's other attempts wherever they are
+            me = asyncio.current_task()
+            for other, task in self._running.values():
+                if other == gid and task is not me:
+                    task.cancel()
+        self._write(play.record(final, error))
         for attempt in dropped:
-            await self._write(self._skipped(attempt))
+            self._write(self._skipped(attempt))
         if self.book.is_closed(play.attempt.group_id) and (dropped or final is not Status.SURPLUS):
             self.progress.groups_closed = sum(g.closed for g in self.book.groups.values())
 
@@ -461,15 +503,9 @@ class Collector:
         record = play.record(Status.SKIPPED)
         return replace(record, desktop=None, timing=Timing())
 
-    async def _put_request(self, body: Mapping[str, Any]) -> RequestRef:
-        assert self._store is not None and self._request_lock is not None
-        async with self._request_lock:
-            return await asyncio.to_thread(self._store.put_request, body)
-
-    async def _write(self, record: RolloutRecord) -> None:
-        assert self._store is not None and self._record_lock is not None
-        async with self._record_lock:
-            await asyncio.to_thread(self._store.append, record)
+    def _write(self, record: RolloutRecord) -> None:
+        assert self._store is not None
+        self._store.append(record)
         self.progress.status_counts[record.status] += 1
 
 

@@ -1,6 +1,6 @@
 """The policy client: asks an OpenAI-compatible server (vLLM, SGLang, OpenAI) for the next reply.
 
-One :class:`PolicyClient` serves every desktop of a run. It keeps one pooled ``httpx.AsyncClient``, caps the
+One :class:`PolicyClient` serves every desktop of a run. It keeps one pooled ``aiohttp`` session, caps the
 model calls in flight across all callers (``max_inflight``), bounds each HTTP attempt by ``step_timeout``
 and retries timeouts, connection errors, 5xx and 429 with bounded exponential backoff and jitter (never
 other 4xx). Every call asks for what a trainer needs (``logprobs``, and vLLM's ``return_token_ids``) and
@@ -35,25 +35,23 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import json
 import logging
 import os
 import random
 import ssl
 import time
+import urllib.parse
+import urllib.request
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, TypeVar
 
-import httpx
-
-try:  # a much faster JSON codec, used when installed: request bodies carry every screenshot of the prompt
-    import orjson  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - depends on the environment
-    orjson = None  # type: ignore[assignment]
+import aiohttp
 
 from legato_gym.errors import ConfigError, StateError
+from legato_rl import _json
 from legato_rl.errors import (
     PolicyError,
     PolicyHTTPError,
@@ -83,11 +81,6 @@ KEY_ENV_VAR = "LEGATO_POLICY_KEY"
 VLLM_EXTRAS: tuple[str, ...] = ("return_token_ids",)
 
 _BODY_EXCERPT = 400
-#: Calls in flight per HTTP connection pool. httpcore scans every connection of a pool on each request (and,
-#: for each idle one, every connection again): one pool serving 256 desktops costs 2 ms of CPU per call,
-#: pools of 4 calls 0.55 ms (httpx's own cost). The client opens another pool whenever each pool it has holds
-#: this many calls.
-POOL_CALLS = 4
 T = TypeVar("T")
 
 
@@ -173,7 +166,8 @@ class ChatResult:
         content: the reply text (reasoning excluded when the server separates it).
         reasoning: vLLM ``message.reasoning`` or ``message.reasoning_content`` (SGLang, older vLLM).
         token_ids: the generated token ids (vLLM ``token_ids``, SGLang ``response_token_ids``), or ``None``.
-        prompt_token_ids: the prompt's token ids, when returned.
+        prompt_token_ids: the prompt's token ids, when returned. With images they run to tens of thousands,
+            so they are read from the answer when first asked for (a property, cached).
         logprobs: one float per generated token (``choices[0].logprobs.content[*].logprob``), or ``None``.
         tokens: the token strings of ``logprobs.content``, only when there are no token ids.
         finish_reason: ``stop``, ``length``, ...
@@ -190,7 +184,7 @@ class ChatResult:
     content: str
     reasoning: str | None
     token_ids: list[int] | None
-    prompt_token_ids: list[int] | None
+    _prompt_ids: list[int] | bytes | None = field(repr=False)  # bytes: the JSON array, not read yet
     logprobs: list[float] | None
     tokens: list[str] | None
     finish_reason: str | None
@@ -203,9 +197,25 @@ class ChatResult:
     url: str | None = None
     queued_s: float = 0.0
 
+    @cached_property
+    def prompt_token_ids(self) -> list[int] | None:
+        """The prompt's token ids, when the server returned them (see the class docstring)."""
+        if not isinstance(self._prompt_ids, bytes):
+            return self._prompt_ids
+        try:
+            return _int_list(_json.loads(self._prompt_ids))
+        except ValueError as exc:  # orjson's and json's decode errors are ValueErrors
+            raise PolicyResponseError(f"{self.url}: prompt_token_ids is not a JSON list ({exc})", url=self.url) from exc
 
-def parse_chat_completion(data: Any, *, url: str | None = None) -> dict[str, Any]:
+
+def parse_chat_completion(data: Any, *, url: str | None = None, prompt_ids_json: bytes | None = None) -> dict[str, Any]:
     """Read the fields legato keeps from a chat-completion body (vLLM, SGLang or OpenAI naming).
+
+    Args:
+        data: the parsed body.
+        url: the replica, for error messages.
+        prompt_ids_json: the ``prompt_token_ids`` array :func:`_cut_prompt_ids` took out of the body
+            unparsed (``data`` then holds ``null`` in its place).
 
     Returns:
         The keyword arguments of :class:`ChatResult` that come from the body.
@@ -232,9 +242,11 @@ def parse_chat_completion(data: Any, *, url: str | None = None) -> dict[str, Any
     token_ids = _int_list(choice.get("token_ids"))
     if token_ids is None:
         token_ids = _int_list(choice.get("response_token_ids"))
-    prompt_token_ids = _int_list(data.get("prompt_token_ids"))
+    prompt_token_ids: list[int] | bytes | None = _int_list(data.get("prompt_token_ids"))
     if prompt_token_ids is None:
         prompt_token_ids = _int_list(choice.get("prompt_token_ids"))
+    if prompt_token_ids is None and prompt_ids_json is not None:
+        prompt_token_ids = prompt_ids_json
 
     logprobs: list[float] | None = None
     tokens: list[str] | None = None
@@ -255,7 +267,7 @@ def parse_chat_completion(data: Any, *, url: str | None = None) -> dict[str, Any
         "content": content,
         "reasoning": str(reasoning) if reasoning is not None else None,
         "token_ids": token_ids,
-        "prompt_token_ids": prompt_token_ids,
+        "_prompt_ids": prompt_token_ids,
         "logprobs": logprobs,
         "tokens": tokens if token_ids is None else None,
         "finish_reason": choice.get("finish_reason"),
@@ -288,24 +300,43 @@ def _int_list(value: Any) -> list[int] | None:
 _JSON_HEADERS = {"Content-Type": "application/json"}
 
 
-def _dumps(body: Mapping[str, Any]) -> bytes:
-    """A request body as JSON bytes (what httpx's ``json=`` sends, through orjson when it is installed)."""
-    if orjson is not None:
-        try:
-            return orjson.dumps(body)
-        except TypeError:  # a value orjson does not take (an int beyond 64 bits, a foreign type): the stdlib
-            pass
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+@dataclass(frozen=True)
+class _Answer:
+    """An HTTP answer, read whole."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
 
 
-def _loads(data: bytes) -> Any:
-    """Parse a JSON answer (orjson when installed; the stdlib for what it refuses, e.g. ``NaN``)."""
-    if orjson is not None:
-        try:
-            return orjson.loads(data)
-        except orjson.JSONDecodeError:
-            pass
-    return json.loads(data)
+_PROMPT_IDS_KEY = b'"prompt_token_ids":'
+_ID_BYTES = b"0123456789, \t\r\n"
+
+
+def _cut_prompt_ids(body: bytes) -> tuple[bytes, bytes | None]:
+    """Take the ``prompt_token_ids`` array out of a chat-completion body, unparsed.
+
+    Returns the body with ``null`` in the array's place, and the array's JSON (``None`` when there is no
+    such array of plain integers: the body is returned as it is). In valid JSON the text
+    ``"prompt_token_ids":`` can only be a key: inside a string its quotes would be escaped.
+    """
+    start = body.find(_PROMPT_IDS_KEY)
+    if start < 0:
+        return body, None
+    value = start + len(_PROMPT_IDS_KEY)
+    while body[value : value + 1] in (b" ", b"\t", b"\r", b"\n"):
+        value += 1
+    end = body.find(b"]", value) + 1
+    if body[value : value + 1] != b"[" or end == 0:
+        return body, None
+    array = body[value:end]
+    if array[1:-1].translate(None, _ID_BYTES):  # anything but digits and separators: leave it to the parser
+        return body, None
+    return body[:value] + b"null" + body[end:], array
 
 
 def _opt_int(value: Any) -> int | None:
@@ -425,22 +456,19 @@ class PolicyClient:
         async with PolicyClient(config) as client:
             result = await client.chat(messages, rollout_id="task-1/0")
 
+    The HTTP session opens with the first call, on the event loop that makes it; use one client from one
+    loop. Proxy variables (``HTTPS_PROXY``, ``NO_PROXY``) are honoured.
+
     Args:
         config: where the policy is served and how to sample.
-        transport: an httpx transport to use instead of the network (tests, proxies).
         seed: seeds the backoff jitter.
     """
 
-    def __init__(
-        self, config: PolicyConfig, *, transport: httpx.AsyncBaseTransport | None = None, seed: int | None = None
-    ) -> None:
+    def __init__(self, config: PolicyConfig, *, seed: int | None = None) -> None:
         self.config = config
         self._key = config.resolved_api_key()
-        self._transport = transport
-        self._ssl_context: ssl.SSLContext | None = None  # one for every pool: loading the CA store costs ~20 ms
-        # Connection pools, opened as calls need them (see POOL_CALLS), and the calls in flight on each.
-        self._pools: list[httpx.AsyncClient] = [self._new_pool()]
-        self._pool_calls: list[int] = [0]
+        self._http: aiohttp.ClientSession | None = None
+        self._proxies: dict[str, str | None] = {}
         self._slots = asyncio.Semaphore(config.max_inflight) if config.max_inflight else None
         self._replicas = _Replicas(config.urls, config.replica_cooldown)
         self._no_extras: set[str] = set()
@@ -462,8 +490,9 @@ class PolicyClient:
         if self._state is ClientState.CLOSED:
             return
         self._state = ClientState.CLOSED
-        for pool in self._pools:
-            await pool.aclose()
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
 
     @property
     def extras_refused(self) -> frozenset[str]:
@@ -483,32 +512,33 @@ class PolicyClient:
         """Release a finished rollout's replica pin (optional; old pins are also evicted)."""
         self._replicas.forget(rollout_id)
 
-    def _new_pool(self) -> httpx.AsyncClient:
-        headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
-        cap = self.config.max_inflight
-        if self._transport is None:  # one pool per POOL_CALLS calls; a connection per call in flight
-            cap = POOL_CALLS if cap is None else min(cap, POOL_CALLS)
-        limits = httpx.Limits(
-            max_connections=None if cap is None else cap + 4,
-            max_keepalive_connections=None if cap is None else cap + 4,
-        )
-        timeout = httpx.Timeout(self.config.step_timeout)
-        if self._transport is not None:
-            return httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits, transport=self._transport)
-        if self._ssl_context is None:
-            self._ssl_context = httpx.create_ssl_context()
-        return httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits, verify=self._ssl_context)
+    def _session(self) -> aiohttp.ClientSession:
+        """The pooled HTTP session (opened on first use: it belongs to the running event loop).
 
-    def _pick_pool(self) -> int:
-        """The pool for the next call: the least busy one, or a new one when every pool is full."""
-        calls = self._pool_calls
-        index = min(range(len(calls)), key=calls.__getitem__)
-        if calls[index] >= POOL_CALLS and self._transport is None:
-            self._pools.append(self._new_pool())
-            calls.append(0)
-            index = len(calls) - 1
-        calls[index] += 1
-        return index
+        aiohttp rather than httpx: its request path costs about a third of the CPU (a C HTTP parser, no
+        per-request connection scan), and a policy call is the largest share of legato's own cost per step.
+        """
+        if self._http is None:
+            cap = self.config.max_inflight
+            connector = aiohttp.TCPConnector(
+                limit=0 if cap is None else cap + 4,  # a connection per call in flight (0: no limit)
+                limit_per_host=0,
+                ssl=_ssl_context() if any(u.startswith("https://") for u in self.config.urls) else True,
+            )
+            self._http = aiohttp.ClientSession(
+                connector=connector,
+                headers={"Authorization": f"Bearer {self._key}"} if self._key else None,
+                timeout=aiohttp.ClientTimeout(total=self.config.step_timeout),
+                # aiohttp's trust_env looks proxies and .netrc up again in a thread for every request; the
+                # proxy of each replica is looked up here, once
+                trust_env=False,
+            )
+        return self._http
+
+    def _proxy(self, url: str) -> str | None:
+        if url not in self._proxies:
+            self._proxies[url] = _env_proxy(url)
+        return self._proxies[url]
 
     def _check_open(self) -> None:
         if self._state is ClientState.CLOSED:
@@ -596,8 +626,10 @@ class PolicyClient:
                         last_body = body
                         attempts += 1
                         response = await self._send(url, "POST", "/chat/completions", body)
-                    data = self._json(url, response)
-                    fields = parse_chat_completion(data, url=url)
+                    # the prompt's token ids (tens of thousands with images) are read only if someone asks
+                    answer, prompt_ids = _cut_prompt_ids(response.body)
+                    data = self._json(url, replace(response, body=answer))
+                    fields = parse_chat_completion(data, url=url, prompt_ids_json=prompt_ids)
                 finally:
                     if self._slots is not None:
                         self._slots.release()
@@ -628,38 +660,34 @@ class PolicyClient:
         sent = [f for f in VLLM_EXTRAS if f in body]
         return exc.status_code == 400 and bool(sent) and any(f in exc.body for f in sent)
 
-    async def _send(self, url: str, method: str, path: str, body: dict[str, Any] | None) -> httpx.Response:
+    async def _send(self, url: str, method: str, path: str, body: dict[str, Any] | None) -> _Answer:
         """One HTTP request, bounded by ``step_timeout``; failures become :class:`PolicyError`."""
         target = url + path
         timeout = self.config.step_timeout
-        pool = self._pick_pool()
+        session = self._session()
+        data, headers = (None, None) if body is None else (_json.dumps(body), _JSON_HEADERS)
         try:
-            if body is None:
-                request = self._pools[pool].request(method, target)
-            else:
-                request = self._pools[pool].request(method, target, content=_dumps(body), headers=_JSON_HEADERS)
-            response = await asyncio.wait_for(request, timeout)
-        except (asyncio.TimeoutError, httpx.TimeoutException) as exc:
+            async with session.request(method, target, data=data, headers=headers, proxy=self._proxy(url)) as response:
+                answer = _Answer(response.status, response.headers, await response.read())
+        except asyncio.TimeoutError as exc:  # aiohttp's own timeouts are asyncio.TimeoutError too
             raise PolicyTimeout(
                 f"{target}: no complete answer within step_timeout={timeout:g}s; raise --step-timeout, or lower "
                 "--max-inflight if the server is overloaded",
                 url=url,
             ) from exc
-        except httpx.TransportError as exc:
+        except aiohttp.ClientError as exc:
             detail = redact(str(exc) or type(exc).__name__, self._key)
             raise PolicyUnreachable(
                 f"{target}: cannot reach the policy server ({type(exc).__name__}: {detail}); check that it is up "
                 "and that the URL ends with /v1",
                 url=url,
             ) from exc
-        finally:
-            self._pool_calls[pool] -= 1
-        if response.status_code >= 400:
-            raise self._status_error(url, target, response)
-        return response
+        if answer.status >= 400:
+            raise self._status_error(url, target, answer)
+        return answer
 
-    def _status_error(self, url: str, target: str, response: httpx.Response) -> PolicyHTTPError:
-        code = response.status_code
+    def _status_error(self, url: str, target: str, response: _Answer) -> PolicyHTTPError:
+        code = response.status
         text = redact(response.text[:_BODY_EXCERPT], self._key)
         said = f" Server said: {text}" if text else ""
         if code in (401, 403):
@@ -689,11 +717,29 @@ class PolicyClient:
             f"{target}: {hint}.{said}", status_code=code, body=text, retry_after=retry_after, url=url
         )
 
-    def _json(self, url: str, response: httpx.Response) -> Any:
+    def _json(self, url: str, response: _Answer) -> Any:
         try:
-            return _loads(response.content)
+            return _json.loads(response.body)
         except (ValueError, UnicodeDecodeError) as exc:
             excerpt = redact(response.text[:80], self._key)
             raise PolicyResponseError(
                 f"{url}: the answer is not JSON ({exc}; starts {excerpt!r})", retryable=True, url=url
             ) from exc
+
+
+def _ssl_context() -> ssl.SSLContext:
+    """Verifying TLS context: certifi's CA bundle when installed (as httpx and requests use), else the system's."""
+    try:
+        import certifi
+    except ImportError:  # pragma: no cover - certifi comes with most environments
+        return ssl.create_default_context()
+    return ssl.create_default_context(cafile=certifi.where())
+
+
+def _env_proxy(url: str) -> str | None:
+    """The proxy the environment names for ``url`` (``HTTP(S)_PROXY``), unless ``NO_PROXY`` covers its host."""
+    parts = urllib.parse.urlsplit(url)
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
+        return None
+    return proxy

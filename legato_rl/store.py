@@ -42,6 +42,7 @@ import logging
 import os
 import re
 import tempfile
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -51,6 +52,7 @@ from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 from legato_gym import Task
 from legato_gym.errors import ConfigError, LegatoError
+from legato_rl import _json
 from legato_rl.groups import Status
 
 if TYPE_CHECKING:
@@ -506,9 +508,14 @@ class RolloutStore:
     """Writes one run directory: message and image files as requests happen, a record when a try ends.
 
     Opening a store takes the run's writer lock (a second writer is refused) and cuts off a torn last line
-    left by a killed writer. Use it as a context manager, or call :meth:`close`. :meth:`put_request` and
-    :meth:`append` touch separate files and state, so one thread may run each at the same time; neither may
-    run in two threads at once.
+    left by a killed writer. Use it as a context manager, or call :meth:`close`. :meth:`put_request` (or
+    :meth:`prepare_request`) and :meth:`append` (or :meth:`write_files`) touch separate state, so one thread
+    may run each at the same time; neither may run in two threads at once.
+
+    Durability: message and image files are written (to a temporary name, then renamed) without waiting
+    for the disk; :meth:`append` makes every file written so far durable before the record that may
+    refer to them. A record on disk therefore never points at a message lost to a power cut, and a step
+    costs no ``fsync`` of its own.
 
     Args:
         run_dir: the run directory (created if missing).
@@ -542,6 +549,8 @@ class RolloutStore:
         self._image_cache_chars = 0
         self._image_cache_limit = image_cache_bytes
         self._warned_order = False
+        self._unsynced: list[Path] = []  # files written since the last record, not yet fsynced
+        self._unsynced_lock = threading.Lock()
 
     def __enter__(self) -> RolloutStore:
         return self
@@ -556,6 +565,7 @@ class RolloutStore:
     def close(self) -> None:
         """Flush and release the run (idempotent)."""
         if self._file is not None:
+            self._sync_files()
             self._file.close()
             self._file = None
         if self._lock is not None:
@@ -572,10 +582,34 @@ class RolloutStore:
         Raises:
             RecordError: the body has no ``messages`` list, or already holds a ``legato-image://`` reference.
         """
+        ref, files = self.prepare_request(body)
+        self.write_files(files)
+        return ref
+
+    def prepare_request(self, body: Mapping[str, Any]) -> tuple[RequestRef, list[tuple[Path, bytes]]]:
+        """:meth:`put_request` in two halves: this one hashes, the files it returns go to :meth:`write_files`.
+
+        A writer that keeps the disk off its event loop calls this on the loop and hands the files to a
+        thread; every file must be written before a record that refers to it is appended (the files are
+        remembered as stored as soon as they are returned).
+
+        Raises:
+            RecordError: as :meth:`put_request`.
+        """
         messages = body.get("messages")
         if not isinstance(messages, list):
             raise RecordError(f"a request body needs a 'messages' list, got {type(messages).__name__}")
-        hashes = tuple(self._put_message(message) for message in messages)
+        files: list[tuple[Path, bytes]] = []
+        try:
+            hashes = tuple(self._put_message(message, files) for message in messages)
+        except BaseException:  # the files of the messages read so far are not written: forget them
+            for path, _ in files:
+                self._known_messages.discard(path.stem)
+                self._known_images.discard(path.stem)
+            if files:
+                self._image_cache.clear()  # only a cache: it may name an image just forgotten
+                self._image_cache_chars = 0
+            raise
         sampling: dict[str, Any] = {}
         extras: dict[str, Any] = {}
         for key, value in body.items():
@@ -588,7 +622,13 @@ class RolloutStore:
         if order is not None and not self._warned_order:
             self._warned_order = True
             log.debug("request bodies are not in model/messages/sampling/extras order; recording their key order")
-        return RequestRef(model=body.get("model"), messages=hashes, sampling=sampling, extras=extras, order=order)
+        ref = RequestRef(model=body.get("model"), messages=hashes, sampling=sampling, extras=extras, order=order)
+        return ref, files
+
+    def write_files(self, files: Iterable[tuple[Path, bytes]]) -> None:
+        """Write the message and image files :meth:`prepare_request` returned (fsynced by the next append)."""
+        for path, data in files:
+            self._write_file(path, data)
 
     def append(self, record: RolloutRecord) -> None:
         """Append one record to ``rollouts.jsonl`` and make it durable (flush and fsync).
@@ -600,32 +640,60 @@ class RolloutStore:
             from legato_gym.errors import StateError
 
             raise StateError(f"RolloutStore for {self.run_dir} is closed; open a new one to append")
-        line = json.dumps(record.to_json(), ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+        line = _json.dumps(record.to_json()) + b"\n"
+        self._sync_files()
         self._file.write(line)
         self._file.flush()
         os.fsync(self._file.fileno())
 
+    def _sync_files(self) -> None:
+        """fsync the message and image files written since the last record, and their directories."""
+        with self._unsynced_lock:
+            paths, self._unsynced = self._unsynced, []
+        if not paths:
+            return
+        for path in paths:
+            _fsync_path(path)
+        for directory in {path.parent for path in paths}:
+            _fsync_path(directory)
+
+    def _write_file(self, path: Path, data: bytes) -> None:
+        """Write a content-addressed file once: a temporary name, then a rename (fsynced by the next append)."""
+        if path.exists():  # stored by an earlier run of this batch
+            return
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "wb") as file:
+                file.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        with self._unsynced_lock:
+            self._unsynced.append(path)
+
     # -- content addressing ------------------------------------------------------------------------------
 
-    def _put_message(self, message: Any) -> str:
+    def _put_message(self, message: Any, files: list[tuple[Path, bytes]]) -> str:
         if not isinstance(message, Mapping):
             raise RecordError(f"a message must be a JSON object, got {_clip(message)}")
-        stored = self._externalize(message)
-        data = json.dumps(stored, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        stored = self._externalize(message, files)
+        data = _json.dumps(stored)
         sha = hashlib.sha256(data).hexdigest()
         if sha not in self._known_messages:
-            _write_once(self._messages / f"{sha}.json", data)
+            files.append((self._messages / f"{sha}.json", data))
             self._known_messages.add(sha)
         return sha
 
-    def _externalize(self, message: Mapping[str, Any]) -> dict[str, Any]:
+    def _externalize(self, message: Mapping[str, Any], files: list[tuple[Path, bytes]]) -> dict[str, Any]:
         out = dict(message)
         content = message.get("content")
         if isinstance(content, list):
-            out["content"] = [self._externalize_part(part) for part in content]
+            out["content"] = [self._externalize_part(part, files) for part in content]
         return out
 
-    def _externalize_part(self, part: Any) -> Any:
+    def _externalize_part(self, part: Any, files: list[tuple[Path, bytes]]) -> Any:
         if not isinstance(part, Mapping) or part.get("type") != "image_url":
             return part
         image = part.get("image_url")
@@ -636,7 +704,7 @@ class RolloutStore:
             raise RecordError(
                 f"a request already holds an image reference ({_clip(url)}); send the image itself as a data URL"
             )
-        sha = self._put_image(url)
+        sha = self._put_image(url, files)
         if sha is None:
             return part
         ref = IMAGE_SCHEME + sha
@@ -644,7 +712,7 @@ class RolloutStore:
         out["image_url"] = {**image, "url": ref} if isinstance(image, Mapping) else ref
         return out
 
-    def _put_image(self, url: str) -> str | None:
+    def _put_image(self, url: str, files: list[tuple[Path, bytes]]) -> str | None:
         cached = self._image_cache.get(url)
         if cached is not None:
             self._image_cache.move_to_end(url)
@@ -661,7 +729,7 @@ class RolloutStore:
             return None
         sha = hashlib.sha256(data).hexdigest()
         if sha not in self._known_images:
-            _write_once(self._images / f"{sha}.png", data)
+            files.append((self._images / f"{sha}.png", data))
             self._known_images.add(sha)
         self._image_cache[url] = sha
         self._image_cache_chars += len(url)
@@ -728,7 +796,7 @@ def _load_message(root: Path, sha: str, inline: bool, images: dict[str, str]) ->
         raise RecordError(f"message file {path} is missing: the run directory is incomplete") from None
     if hashlib.sha256(data).hexdigest() != sha:
         raise RecordError(f"message file {path} does not match its hash: it was altered or damaged")
-    message = json.loads(data)
+    message = _json.loads(data)
     content = message.get("content") if isinstance(message, dict) else None
     if isinstance(content, list):
         message["content"] = [_restore_part(root, part, inline, images) for part in content]
@@ -830,7 +898,7 @@ def _read_lines(root: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             if not line.strip():
                 continue
             try:
-                data = json.loads(line)
+                data = _json.loads(line)
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 raise RecordError(f"{path}:{number}: not a JSON record ({exc}); the file was damaged") from exc
             if not isinstance(data, dict) or data.get("schema") != SCHEMA:
@@ -986,9 +1054,12 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     _write_atomic(Path(path), data)
 
 
-def _write_once(path: Path, data: bytes) -> None:
-    if not path.exists():
-        _write_atomic(path, data)
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

@@ -178,6 +178,7 @@ class _Slot:
         # "new": needs a reset; "running": can step; "ended": terminated, truncated or failed.
         self.phase: Literal["new", "running", "ended"] = "new"
         self.busy: _Request | None = None  # the user request whose result was not handed out yet
+        self.idle_waiters: list[asyncio.Future[None]] = []  # idle() futures, done when busy clears
         self.unconsumed: _Result | None = None
         self.last_screen: Screens | None = None
         self.last_instruction = ""
@@ -534,6 +535,21 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         result = await self._await(env_id, "truncate", {})
         return result.reward, dict(result.info or {})
 
+    def idle(self, env_id: int) -> asyncio.Future[None]:
+        """A future done once desktop ``env_id`` has no ``areset``/``astep``/``atruncate`` in flight.
+
+        A caller whose task was cancelled while it awaited one of those leaves the desktop finishing that
+        call (it cannot be taken back halfway); await this before giving the desktop its next call.
+        """
+        self._check_open()
+        future: asyncio.Future[None] = self._attach().create_future()
+        slot = self._slots[env_id]
+        if slot.busy is None:
+            future.set_result(None)
+        else:
+            slot.idle_waiters.append(future)
+        return future
+
     # ------------------------------------------------------------------ requests
 
     def _submit(
@@ -632,6 +648,10 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
             future = request.future
             if future is not None and not future.done():
                 future.set_result(result)
+            for waiter in slot.idle_waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+            slot.idle_waiters.clear()
 
     # ------------------------------------------------------------------ workers
 

@@ -215,6 +215,25 @@ def test_arecv_and_a_failing_desktop_in_asyncio(toy_env: DesktopVectorEnv) -> No
     asyncio.run(main())
 
 
+def test_a_cancelled_call_leaves_the_desktop_busy_until_idle(toy_env: DesktopVectorEnv) -> None:
+    async def main() -> None:
+        await toy_env.areset(0, "toy-0")
+        assert toy_env.idle(0).done()  # nothing in flight
+        call = asyncio.ensure_future(toy_env.astep(0, "SLOW"))
+        await asyncio.sleep(0.2)
+        call.cancel()  # the caller gives up; the desktop cannot take its action back
+        idle = toy_env.idle(0)
+        await asyncio.sleep(0)
+        assert call.cancelled() and not idle.done()
+        with pytest.raises(StateError, match="in flight"):
+            await toy_env.areset(0, "toy-1")
+        await asyncio.wait_for(idle, 5)  # done when the action has run
+        obs, *_ = await toy_env.astep(0, "WAIT")
+        assert obs["instruction"] == "toy task 0"
+
+    asyncio.run(main())
+
+
 # --- faults ------------------------------------------------------------------------------------------------
 
 

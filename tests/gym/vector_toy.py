@@ -4,6 +4,7 @@ Loaded by the workers as ``vector_toy:ToyDesktop`` (this directory on ``PYTHONPA
 
 * ``EXIT``: the worker process exits at once (``os._exit(3)``), as a crashed VM driver would.
 * ``HANG``: blocks for an hour (the parent's deadline must end it).
+* ``SLOW``: takes a second, well within the deadline.
 * ``CRASH``: raises :class:`DesktopCrashed` (the worker reports it; the parent replaces the worker).
 * ``BOOM``: raises ``ValueError`` (a backend bug: reported as a DesktopError, the worker is kept).
 * a task with ``config["child_pid_file"]`` starts ``sleep 600`` in reset and writes its pid there.
@@ -62,6 +63,8 @@ class ToyDesktop:
             os._exit(3)
         if action == "HANG":
             time.sleep(3600)
+        if action == "SLOW":
+            time.sleep(1.0)
         if action == "CRASH":
             raise DesktopCrashed("toy desktop crashed on purpose")
         if action == "BOOM":

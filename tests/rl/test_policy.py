@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
@@ -12,6 +13,7 @@ from _policy_kit import LONG_TEXT, png_data_url, run, user
 from legato_gym.errors import ConfigError, LegatoError, StateError
 from legato_rl import ChatResult, PolicyClient, PolicyConfig
 from legato_rl.errors import PolicyError, PolicyHTTPError, PolicyResponseError, PolicyTimeout, PolicyUnreachable
+from legato_rl.policy import _cut_prompt_ids, parse_chat_completion
 from legato_rl.testing import Faults, Latency, ReferencePolicyServer, ReplayBrain, Reply
 
 REPLY = Reply("Action: Click OK.\n<tool_call>\n{}\n</tool_call>", "I should click OK.")
@@ -90,6 +92,45 @@ def test_chat_reads_every_server(behaviour: str) -> None:
         assert result.attempts == (2 if behaviour == "openai" else 1)
         assert result.cached_tokens == 0
         assert server.requests[-1].body == result.request
+
+
+def _completion(prompt_ids: Any, *, nested: bool = False, content: str = "ok", separators: Any = None) -> bytes:
+    choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": content}, "token_ids": [7, 8]}
+    body: dict[str, Any] = {"id": "x", "choices": [choice], "usage": {"prompt_tokens": 3}}
+    (choice if nested else body)["prompt_token_ids"] = prompt_ids
+    return json.dumps(body, separators=separators).encode()
+
+
+def _read(raw: bytes) -> ChatResult:
+    answer, ids = _cut_prompt_ids(raw)
+    fields = parse_chat_completion(json.loads(answer), url="u", prompt_ids_json=ids)
+    return ChatResult(**fields, seconds=0.0, attempts=1, request={})
+
+
+@pytest.mark.parametrize("nested", [False, True])
+@pytest.mark.parametrize("separators", [None, (",", ":")])
+def test_prompt_ids_are_read_when_asked_and_exactly(nested: bool, separators: Any) -> None:
+    ids = list(range(151_000, 151_000 + 5000))
+    raw = _completion(ids, nested=nested, separators=separators, content='say "prompt_token_ids":[1] please')
+    answer, cut = _cut_prompt_ids(raw)
+    assert cut is not None and len(answer) < len(raw) // 4  # the array was taken out unparsed
+    result = _read(raw)
+    assert result.prompt_token_ids == ids and result.token_ids == [7, 8]
+    assert result.content == 'say "prompt_token_ids":[1] please'
+    assert "151000" not in repr(result)
+
+
+@pytest.mark.parametrize("value", [None, [], [1.5, 2], [-1, 2], [1, [2]], "12"])
+def test_prompt_ids_other_values_go_through_the_parser(value: Any) -> None:
+    raw = _completion(value)
+    if value in ([1.5, 2], [1, [2]]):
+        with pytest.raises(PolicyResponseError):
+            _read(raw).prompt_token_ids  # noqa: B018
+        return
+    if value == [-1, 2]:  # a negative id is not what a tokenizer gives, but it is an integer list: kept
+        assert _cut_prompt_ids(raw)[1] is None and _read(raw).prompt_token_ids == [-1, 2]
+        return
+    assert _read(raw).prompt_token_ids == (value if isinstance(value, list) else None)
 
 
 def test_request_body() -> None:
