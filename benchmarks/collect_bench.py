@@ -80,10 +80,12 @@ def stragglers(repeats: int, desktops: int, group: int) -> str:
     return "\n".join(lines)
 
 
-def overhead(desktops: int, tasks_n: int, group: int, screen: tuple[int, int]) -> str:
+def overhead(
+    desktops: int, tasks_n: int, group: int, screen: tuple[int, int], brain: str = "scripted", max_steps: int = 15
+) -> str:
     """legato's own CPU per policy step and desktop utilisation at many desktops and an instant policy."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "legato_rl.testing.server", "--port", "0", "--brain", "scripted"],
+        [sys.executable, "-m", "legato_rl.testing.server", "--port", "0", "--brain", brain],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -101,7 +103,7 @@ def overhead(desktops: int, tasks_n: int, group: int, screen: tuple[int, int]) -
             cpu0 = time.process_time()
             t0 = time.perf_counter()
             summary = collect(tasks, policy, out=out, desktops=desktops, group=group, backend="fake",
-                              desktop=config)  # fmt: skip
+                              desktop=config, max_steps=max_steps)  # fmt: skip
             wall = time.perf_counter() - t0
             cpu = time.process_time() - cpu0
             records = list(read_record_dicts(out))
@@ -133,8 +135,9 @@ def overhead(desktops: int, tasks_n: int, group: int, screen: tuple[int, int]) -
     return "\n".join(
         [
             f"legato's own cost: {desktops} fake desktops at {screen[0]}×{screen[1]}, zero desktop latency, the "
-            f"reference policy server in its own process (scripted, instant); {len(records)} attempts, "
-            f"{steps} policy steps, {actions} actions in {wall:.1f} s.",
+            f"reference policy server in its own process ({brain}, instant), --max-steps {max_steps}; "
+            f"{len(records)} attempts, {steps} policy steps ({steps / len(records):.1f} per attempt, so up to "
+            f"{min(max_steps, 20)} screenshots per prompt), {actions} actions in {wall:.1f} s.",
             "",
             "| figure | value | target |",
             "|---|---|---|",
@@ -186,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("which", choices=["stragglers", "overhead", "disk", "all"])
     parser.add_argument("--desktops", type=int, default=256, help="overhead: desktops")
     parser.add_argument("--tasks", type=int, default=256, help="overhead: tasks (one group each)")
+    parser.add_argument("--brain", choices=["scripted", "random"], default="scripted",
+                        help="overhead: scripted (~3 steps per attempt) or random (long attempts)")  # fmt: skip
+    parser.add_argument("--max-steps", type=int, default=15, help="overhead: policy calls per attempt")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
@@ -194,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(stragglers(repeats=1 if args.quick else 3, desktops=55, group=4))
     if args.which in ("overhead", "all"):
         desktops = 8 if args.quick else args.desktops
-        sections.append(overhead(desktops, 16 if args.quick else args.tasks, 4, (1920, 1080)))
+        tasks_n = 16 if args.quick else args.tasks
+        sections.append(overhead(desktops, tasks_n, 4, (1920, 1080), args.brain, args.max_steps))
     if args.which in ("disk", "all"):
         sections.append(disk([5, 15] if args.quick else [5, 10, 15], 4, (1920, 1080)))
     print("\n\n".join(sections))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -95,7 +95,7 @@ class Progress:
     desktops: int = 0
     busy: int = 0
     status_counts: Counter[str] = field(default_factory=Counter)
-    model_latency_s: list[float] = field(default_factory=list)
+    model_latency_s: deque[float] = field(default_factory=lambda: deque(maxlen=2000))  # the latest calls
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -108,7 +108,7 @@ class Progress:
         return self.completed / hours if hours > 0 else 0.0
 
     def latency_p50(self) -> float | None:
-        values = sorted(self.model_latency_s[-2000:])
+        values = sorted(self.model_latency_s)
         return values[len(values) // 2] if values else None
 
 
@@ -120,26 +120,21 @@ class _Play:
     desktop: int
     policy: PolicyStamp
     started_at: float = field(default_factory=time.time)
-    timing: Timing = field(default_factory=Timing)
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(Timing.PHASES, 0.0))  # per phase
     steps: list[StepRecord] = field(default_factory=list)
     reward: float | None = None
 
     def add_timings(self, timings: Mapping[str, float]) -> None:
-        t = self.timing
-        self.timing = replace(
-            t,
-            reset_s=t.reset_s + timings.get("reset_s", 0.0),
-            wait_after_reset_s=t.wait_after_reset_s + timings.get("wait_after_reset_s", 0.0),
-            act_s=t.act_s + timings.get("act_s", 0.0),
-            wait_s=t.wait_s + timings.get("ready_s", 0.0) + timings.get("wait_s", 0.0),
-            obs_s=t.obs_s + timings.get("obs_s", 0.0),
-            wait_before_eval_s=t.wait_before_eval_s + timings.get("wait_before_eval_s", 0.0),
-            eval_s=t.eval_s + timings.get("eval_s", 0.0),
-        )
+        """Add a desktop call's ``info["timings"]`` (ready-signal waits count as ``wait_s``)."""
+        seconds = self.seconds
+        for name, value in timings.items():
+            key = "wait_s" if name == "ready_s" else name
+            if key in seconds:
+                seconds[key] += value
 
     def record(self, status: Status, error: ErrorInfo | None = None) -> RolloutRecord:
         ended = time.time()
-        timing = replace(self.timing, total_s=ended - self.started_at)
+        timing = Timing(**self.seconds, total_s=ended - self.started_at)
         task = self.attempt.task
         return RolloutRecord(
             rollout_id=self.attempt.rollout_id,
@@ -192,25 +187,44 @@ class _StoreWriter:
 
     A request's messages are hashed on the loop (cheap, and the step record needs the reference); the files
     they need and the records go to the thread in order, so a record is written after every file it refers
-    to, and :meth:`RolloutStore.append` makes those durable before the record. Nothing waits for a write.
-    The first failure (a full disk) is raised by the next call and by :meth:`aclose`.
+    to, and :meth:`RolloutStore.append` makes those durable before the record. Nothing waits for a write
+    unless the disk falls ``max_backlog`` writes behind (:meth:`wait_backlog`), which bounds the memory the
+    queue holds. The first failure (a full disk) is raised by the next call and by :meth:`aclose`.
     """
 
-    def __init__(self, store: RolloutStore) -> None:
+    def __init__(self, store: RolloutStore, max_backlog: int = 512) -> None:
         self.store = store
+        self.max_backlog = max_backlog
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="legato-store")
+        self._queued: deque[Future[None]] = deque()  # submitted writes, oldest first (they finish in order)
         self._error: BaseException | None = None
 
     def put_request(self, body: Mapping[str, Any]) -> RequestRef:
         self._raise()
         ref, files = self.store.prepare_request(body)
         if files:
-            self._thread.submit(self.store.write_files, files).add_done_callback(self._done)
+            self._submit(self.store.write_files, files)
         return ref
 
     def append(self, record: RolloutRecord) -> None:
         self._raise()
-        self._thread.submit(self.store.append, record).add_done_callback(self._done)
+        self._submit(self.store.append, record)
+
+    async def wait_backlog(self) -> None:
+        """Wait while the disk is more than ``max_backlog`` writes behind."""
+        queued = self._queued
+        while queued and queued[0].done():
+            queued.popleft()
+        while len(queued) > self.max_backlog:
+            await asyncio.wrap_future(queued[len(queued) - self.max_backlog // 2])
+            while queued and queued[0].done():
+                queued.popleft()
+        self._raise()
+
+    def _submit(self, fn: Callable[[Any], None], arg: Any) -> None:
+        future = self._thread.submit(fn, arg)
+        future.add_done_callback(self._done)
+        self._queued.append(future)
 
     async def aclose(self) -> None:
         """Wait for every write; raise the first failure."""
@@ -376,13 +390,15 @@ class Collector:
             finally:
                 del self._running[env_id]
                 self.progress.busy -= 1
-                self._wake.set()
-            if not task.cancelled():
+            cancelled = task.cancelled()
+            if cancelled:  # only a closing group cancels an attempt (_end): record it now
+                self._end(play, Status.CANCELLED)
+            if self.book.pending or self.book.all_ended:  # a retry was queued, or the batch is done: idle
+                self._wake.set()  # desktops look again (nothing else can give them work)
+            if not cancelled:
                 task.result()  # a bug in the scheduler stops the batch rather than vanish
                 continue
-            # only a closing group cancels an attempt (_end): record it now, then let the desktop finish the
-            # call it was in, unless the batch has nothing left for it
-            self._end(play, Status.CANCELLED)
+            # the desktop finishes the call it was in before its next attempt, unless the batch is done
             if not self.book.all_ended:
                 await env.idle(env_id)
 
@@ -439,9 +455,10 @@ class Collector:
             except asyncio.TimeoutError:
                 return await self._grade_now(env, play, Status.TRUNCATED)
             self.progress.model_latency_s.append(result.seconds)
-            play.timing = replace(play.timing, model_s=play.timing.model_s + result.seconds)
+            play.seconds["model_s"] += result.seconds
             reply = conversation.record_reply(result.content)
             assert self._store is not None
+            await self._store.wait_backlog()
             request = self._store.put_request(result.request)
             actions: list[ActionRecord] = []
             ended = False
@@ -484,9 +501,11 @@ class Collector:
 
     # -- records -------------------------------------------------------------------------------------
     def _end(self, play: _Play, status: Status, error: ErrorInfo | None = None) -> None:
-        final, dropped = self.book.finish(play.attempt, status)
         gid = play.attempt.group_id
-        if self.book.is_closed(gid):  # cancel the group's other attempts wherever they are
+        was_closed = self.book.is_closed(gid)
+        final, dropped = self.book.finish(play.attempt, status)
+        if not was_closed and self.book.is_closed(gid):  # cancel the group's other attempts wherever they are
+            self.progress.groups_closed += 1
             me = asyncio.current_task()
             for other, task in self._running.values():
                 if other == gid and task is not me:
@@ -494,8 +513,6 @@ class Collector:
         self._write(play.record(final, error))
         for attempt in dropped:
             self._write(self._skipped(attempt))
-        if self.book.is_closed(play.attempt.group_id) and (dropped or final is not Status.SURPLUS):
-            self.progress.groups_closed = sum(g.closed for g in self.book.groups.values())
 
     def _skipped(self, attempt: Attempt) -> RolloutRecord:
         stamp = PolicyStamp(self.policy_config.model, self.policy_config.version)

@@ -1,6 +1,6 @@
 """The policy client: asks an OpenAI-compatible server (vLLM, SGLang, OpenAI) for the next reply.
 
-One :class:`PolicyClient` serves every desktop of a run. It keeps one pooled ``aiohttp`` session, caps the
+One :class:`PolicyClient` serves every desktop of a run. It keeps one pool of keep-alive connections, caps the
 model calls in flight across all callers (``max_inflight``), bounds each HTTP attempt by ``step_timeout``
 and retries timeouts, connection errors, 5xx and 429 with bounded exponential backoff and jitter (never
 other 4xx). Every call asks for what a trainer needs (``logprobs``, and vLLM's ``return_token_ids``) and
@@ -40,18 +40,14 @@ import os
 import random
 import ssl
 import time
-import urllib.parse
-import urllib.request
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, TypeVar
 
-import aiohttp
-
 from legato_gym.errors import ConfigError, StateError
-from legato_rl import _json
+from legato_rl import _http, _json
 from legato_rl.errors import (
     PolicyError,
     PolicyHTTPError,
@@ -300,19 +296,6 @@ def _int_list(value: Any) -> list[int] | None:
 _JSON_HEADERS = {"Content-Type": "application/json"}
 
 
-@dataclass(frozen=True)
-class _Answer:
-    """An HTTP answer, read whole."""
-
-    status: int
-    headers: Mapping[str, str]
-    body: bytes
-
-    @property
-    def text(self) -> str:
-        return self.body.decode("utf-8", errors="replace")
-
-
 _PROMPT_IDS_KEY = b'"prompt_token_ids":'
 _ID_BYTES = b"0123456789, \t\r\n"
 
@@ -467,8 +450,7 @@ class PolicyClient:
     def __init__(self, config: PolicyConfig, *, seed: int | None = None) -> None:
         self.config = config
         self._key = config.resolved_api_key()
-        self._http: aiohttp.ClientSession | None = None
-        self._proxies: dict[str, str | None] = {}
+        self._http: _http.HTTPPool | None = None
         self._slots = asyncio.Semaphore(config.max_inflight) if config.max_inflight else None
         self._replicas = _Replicas(config.urls, config.replica_cooldown)
         self._no_extras: set[str] = set()
@@ -492,7 +474,6 @@ class PolicyClient:
         self._state = ClientState.CLOSED
         if self._http is not None:
             await self._http.close()
-            self._http = None
 
     @property
     def extras_refused(self) -> frozenset[str]:
@@ -512,33 +493,12 @@ class PolicyClient:
         """Release a finished rollout's replica pin (optional; old pins are also evicted)."""
         self._replicas.forget(rollout_id)
 
-    def _session(self) -> aiohttp.ClientSession:
-        """The pooled HTTP session (opened on first use: it belongs to the running event loop).
-
-        aiohttp rather than httpx: its request path costs about a third of the CPU (a C HTTP parser, no
-        per-request connection scan), and a policy call is the largest share of legato's own cost per step.
-        """
+    def _pool(self) -> _http.HTTPPool:
+        """The connection pool (legato's own small HTTP/1.1 client: see ``legato_rl/_http.py`` for why)."""
         if self._http is None:
-            cap = self.config.max_inflight
-            connector = aiohttp.TCPConnector(
-                limit=0 if cap is None else cap + 4,  # a connection per call in flight (0: no limit)
-                limit_per_host=0,
-                ssl=_ssl_context() if any(u.startswith("https://") for u in self.config.urls) else True,
-            )
-            self._http = aiohttp.ClientSession(
-                connector=connector,
-                headers={"Authorization": f"Bearer {self._key}"} if self._key else None,
-                timeout=aiohttp.ClientTimeout(total=self.config.step_timeout),
-                # aiohttp's trust_env looks proxies and .netrc up again in a thread for every request; the
-                # proxy of each replica is looked up here, once
-                trust_env=False,
-            )
+            headers = {"Authorization": f"Bearer {self._key}"} if self._key else None
+            self._http = _http.HTTPPool(headers, ssl_context=_ssl_context)
         return self._http
-
-    def _proxy(self, url: str) -> str | None:
-        if url not in self._proxies:
-            self._proxies[url] = _env_proxy(url)
-        return self._proxies[url]
 
     def _check_open(self) -> None:
         if self._state is ClientState.CLOSED:
@@ -660,22 +620,20 @@ class PolicyClient:
         sent = [f for f in VLLM_EXTRAS if f in body]
         return exc.status_code == 400 and bool(sent) and any(f in exc.body for f in sent)
 
-    async def _send(self, url: str, method: str, path: str, body: dict[str, Any] | None) -> _Answer:
+    async def _send(self, url: str, method: str, path: str, body: dict[str, Any] | None) -> _http.Answer:
         """One HTTP request, bounded by ``step_timeout``; failures become :class:`PolicyError`."""
         target = url + path
         timeout = self.config.step_timeout
-        session = self._session()
         data, headers = (None, None) if body is None else (_json.dumps(body), _JSON_HEADERS)
         try:
-            async with session.request(method, target, data=data, headers=headers, proxy=self._proxy(url)) as response:
-                answer = _Answer(response.status, response.headers, await response.read())
-        except asyncio.TimeoutError as exc:  # aiohttp's own timeouts are asyncio.TimeoutError too
+            answer = await self._pool().request(method, target, data, headers=headers, timeout=timeout)
+        except _http.HTTPTimeout as exc:
             raise PolicyTimeout(
                 f"{target}: no complete answer within step_timeout={timeout:g}s; raise --step-timeout, or lower "
                 "--max-inflight if the server is overloaded",
                 url=url,
             ) from exc
-        except aiohttp.ClientError as exc:
+        except _http.HTTPError as exc:
             detail = redact(str(exc) or type(exc).__name__, self._key)
             raise PolicyUnreachable(
                 f"{target}: cannot reach the policy server ({type(exc).__name__}: {detail}); check that it is up "
@@ -686,7 +644,7 @@ class PolicyClient:
             raise self._status_error(url, target, answer)
         return answer
 
-    def _status_error(self, url: str, target: str, response: _Answer) -> PolicyHTTPError:
+    def _status_error(self, url: str, target: str, response: _http.Answer) -> PolicyHTTPError:
         code = response.status
         text = redact(response.text[:_BODY_EXCERPT], self._key)
         said = f" Server said: {text}" if text else ""
@@ -717,7 +675,7 @@ class PolicyClient:
             f"{target}: {hint}.{said}", status_code=code, body=text, retry_after=retry_after, url=url
         )
 
-    def _json(self, url: str, response: _Answer) -> Any:
+    def _json(self, url: str, response: _http.Answer) -> Any:
         try:
             return _json.loads(response.body)
         except (ValueError, UnicodeDecodeError) as exc:
@@ -734,12 +692,3 @@ def _ssl_context() -> ssl.SSLContext:
     except ImportError:  # pragma: no cover - certifi comes with most environments
         return ssl.create_default_context()
     return ssl.create_default_context(cafile=certifi.where())
-
-
-def _env_proxy(url: str) -> str | None:
-    """The proxy the environment names for ``url`` (``HTTP(S)_PROXY``), unless ``NO_PROXY`` covers its host."""
-    parts = urllib.parse.urlsplit(url)
-    proxy = urllib.request.getproxies().get(parts.scheme)
-    if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
-        return None
-    return proxy

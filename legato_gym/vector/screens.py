@@ -9,6 +9,7 @@ the segment; the parent copies it out before it sends that worker its next reque
 from __future__ import annotations
 
 import contextlib
+import math
 import mmap
 import os
 import tempfile
@@ -52,7 +53,7 @@ class ScreenBuffer:
         """A view of the first ``prod(shape)`` bytes as a ``uint8`` array of ``shape``."""
         if self._map is None:
             raise ValueError("ScreenBuffer is closed")
-        count = int(np.prod(shape))
+        count = math.prod(shape)
         return np.frombuffer(self._map, dtype=np.uint8, count=count).reshape(shape)
 
     def write(self, image: npt.NDArray[np.uint8]) -> bool:

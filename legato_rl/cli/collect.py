@@ -227,4 +227,3 @@ def _configure_logging(console: Console) -> None:
             format="%(message)s",
             handlers=[RichHandler(console=console, show_path=False)],
         )
-        logging.getLogger("httpx").setLevel(logging.WARNING)

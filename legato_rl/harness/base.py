@@ -31,6 +31,7 @@ carries the ``error`` for the record.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -156,6 +157,15 @@ class BaseHarness(ABC):
         return Conversation(self, instruction, screen_size=screen_size, max_unparsable=max_unparsable)
 
 
+@functools.lru_cache(maxsize=64)
+def _takes_png(harness_type: type) -> bool:
+    """Whether the harness class's ``encode_image`` takes ``png=`` (asked once per class)."""
+    try:
+        return "png" in inspect.signature(getattr(harness_type, "encode_image")).parameters  # noqa: B009
+    except (AttributeError, TypeError, ValueError):
+        return False
+
+
 class Conversation:
     """One attempt's dialogue with the policy, through a :class:`Harness`.
 
@@ -188,10 +198,7 @@ class Conversation:
         self._pending: tuple[str, tuple[int, int]] | None = None
         self._unparsable = 0
         # A harness written before encode_image took png= still works: it encodes the array itself.
-        try:
-            self._takes_png = "png" in inspect.signature(harness.encode_image).parameters
-        except (TypeError, ValueError):
-            self._takes_png = False
+        self._takes_png = _takes_png(type(harness))
 
     @property
     def turns(self) -> tuple[Turn, ...]:

@@ -291,3 +291,49 @@ def test_cli_collect_embedded_and_bad_backend(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "unknown backend 'nope'" in result.output and "Traceback" not in result.output
+
+
+def test_store_writer_keeps_order_bounds_its_backlog_and_reports_failures(tmp_path: Path) -> None:
+    import asyncio
+    import threading
+
+    from legato_rl.collect import _StoreWriter
+    from legato_rl.store import RolloutStore
+
+    gate = threading.Event()
+    written: list[str] = []
+
+    class SlowStore(RolloutStore):
+        def write_files(self, files: Any) -> None:
+            gate.wait(10)
+            written.append("files")
+            super().write_files(files)
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+    async def story() -> None:
+        with SlowStore(tmp_path / "run") as store:
+            writer = _StoreWriter(store, max_backlog=4)
+            for i in range(6):  # distinct messages: each request has a file to write
+                writer.put_request({**body, "messages": [{"role": "user", "content": f"hi {i}"}]})
+            waiting = asyncio.ensure_future(writer.wait_backlog())
+            await asyncio.sleep(0.2)
+            assert not waiting.done()  # six writes queued behind a stuck disk: the step waits
+            gate.set()
+            await asyncio.wait_for(waiting, 10)
+            await writer.aclose()
+        assert written == ["files"] * 6
+
+        class FullDisk(RolloutStore):
+            def write_files(self, files: Any) -> None:
+                raise OSError(28, "No space left on device")
+
+        with FullDisk(tmp_path / "full") as store:
+            writer = _StoreWriter(store)
+            writer.put_request(body)
+            with pytest.raises(OSError, match="No space"):
+                await writer.aclose()
+            with pytest.raises(OSError, match="No space"):
+                writer.put_request(body)
+
+    asyncio.run(story())

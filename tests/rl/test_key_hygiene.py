@@ -52,7 +52,7 @@ async def client_paths(cfg: PolicyConfig) -> tuple[list[ChatResult], list[Policy
 def test_key_never_leaks(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setenv("LEGATO_POLICY_KEY", KEY)
     caplog.set_level(logging.DEBUG)
-    for name in ("aiohttp", "legato_rl", "legato_rl.testing.server"):
+    for name in ("legato_rl", "legato_rl.testing.server"):
         caplog.set_level(logging.DEBUG, logger=name)
     seen: list[str] = []
     errors: list[PolicyError] = []

@@ -211,6 +211,10 @@ def test_non_png_and_remote_images_stay_inline(tmp_path: Path) -> None:
                 {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,/9j/AA=="}},
                 {"type": "image_url", "image_url": "https://example.com/a.png"},
                 {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo\n"}},  # not canonical
+                # decodable, but not as b64encode writes it: stray padding bits, an extra '='
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgr="}},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo=="}},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0K="}},
             ],
         }
     ]
