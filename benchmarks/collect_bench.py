@@ -111,6 +111,7 @@ def overhead(
         proc.terminate()
         proc.wait(timeout=10)
     steps = sum(r["n_steps"] for r in records)
+    longest = max(r["n_steps"] for r in records)
     actions = sum(len(s["actions"]) for r in records for s in r["steps"])
     # utilisation: a desktop is busy from the start of an attempt to its end
     by_desktop: dict[int, list[tuple[float, float]]] = defaultdict(list)
@@ -136,8 +137,8 @@ def overhead(
         [
             f"legato's own cost: {desktops} fake desktops at {screen[0]}×{screen[1]}, zero desktop latency, the "
             f"reference policy server in its own process ({brain}, instant), --max-steps {max_steps}; "
-            f"{len(records)} attempts, {steps} policy steps ({steps / len(records):.1f} per attempt, so up to "
-            f"{min(max_steps, 20)} screenshots per prompt), {actions} actions in {wall:.1f} s.",
+            f"{len(records)} attempts, {steps} policy steps ({steps / len(records):.1f} per attempt; prompts of up to "
+            f"{min(longest, 20)} screenshots), {actions} actions in {wall:.1f} s.",
             "",
             "| figure | value | target |",
             "|---|---|---|",

@@ -36,11 +36,13 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import ctypes
 import hashlib
 import json
 import logging
 import os
 import re
+import sys
 import tempfile
 import threading
 import time
@@ -647,10 +649,14 @@ class RolloutStore:
         os.fsync(self._file.fileno())
 
     def _sync_files(self) -> None:
-        """fsync the message and image files written since the last record, and their directories."""
+        """Make the message and image files written since the last record durable, with their names.
+
+        One ``syncfs`` of the run's filesystem where there is one (Linux): a tenth of the CPU of an
+        ``fsync`` per file and per directory, which is the fallback.
+        """
         with self._unsynced_lock:
             paths, self._unsynced = self._unsynced, []
-        if not paths:
+        if not paths or _syncfs(self.run_dir):
             return
         for path in paths:
             _fsync_path(path)
@@ -1055,6 +1061,26 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     """Write bytes to ``path`` atomically (temporary file beside it, fsync, rename)."""
     _write_atomic(Path(path), data)
+
+
+_libc_syncfs: Any = None  # the C function once looked up; False where there is none
+
+
+def _syncfs(path: Path) -> bool:
+    """``syncfs(2)`` on the filesystem holding ``path``; ``False`` where it is not available or fails."""
+    global _libc_syncfs
+    if _libc_syncfs is None:
+        _libc_syncfs = False
+        if sys.platform.startswith("linux"):
+            with contextlib.suppress(OSError, AttributeError):
+                _libc_syncfs = ctypes.CDLL(None, use_errno=True).syncfs
+    if _libc_syncfs is False:
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return bool(_libc_syncfs(fd) == 0)
+    finally:
+        os.close(fd)
 
 
 def _fsync_path(path: Path) -> None:

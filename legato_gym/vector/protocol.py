@@ -174,8 +174,8 @@ class FrameReader:
         if self._blob_len and (self._blob is None or self._blob_pos < self._blob_len):
             return
         try:
-            message = json.loads(bytes(self._body))
-        except ValueError as exc:
+            message = json.loads(self._body.decode())
+        except ValueError as exc:  # UnicodeDecodeError included
             raise ProtocolError(f"frame is not JSON: {bytes(self._body[:200])!r}") from exc
         if not isinstance(message, dict):
             raise ProtocolError(f"frame is not a JSON object: {message!r}")

@@ -475,3 +475,34 @@ def test_tasks_digest_ignores_order_and_source_but_not_content() -> None:
     assert tasks_sha256([a, b]) == tasks_sha256([b, Task("a", "do a", {"config": []}, domain="os")])
     assert tasks_sha256([a, b]) != tasks_sha256([a])
     assert tasks_sha256([a]) != tasks_sha256([Task("a", "do A", {"config": []}, domain="os")])
+
+
+@pytest.mark.parametrize("syncfs", [True, False])
+def test_files_are_made_durable_before_the_record_that_needs_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, syncfs: bool
+) -> None:
+    import legato_rl.store as store_module
+
+    events: list[str] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(store_module, "_syncfs", lambda path: events.append("syncfs") or syncfs)
+
+    def fsync(fd: int) -> None:
+        events.append("fsync " + os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with RolloutStore(tmp_path) as store:
+        play(store, 2)  # messages and images written, not yet synced
+        assert events == []
+        store.append(record())
+        store.append(record("g1/a1/t0"))  # nothing new to sync: only the record
+    files = [e for e in events if e.startswith("fsync") and not e.endswith("rollouts.jsonl")]
+    records = [i for i, e in enumerate(events) if e.endswith("rollouts.jsonl")]
+    assert len(records) == 2 and events[0] == "syncfs"
+    if syncfs:
+        assert files == []  # one syncfs covered every file and directory
+    else:
+        written = len(list((tmp_path / "messages").iterdir())) + len(list((tmp_path / "images").iterdir()))
+        assert len(files) == written + 2  # each file, then the messages/ and images/ directories
+        assert max(events.index(f) for f in files) < records[0]
