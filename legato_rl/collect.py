@@ -158,11 +158,10 @@ class _Play:
 class _Inline:
     """Run a function on the event loop while it stays cheap, in a thread once it does not.
 
-    Per-step work (building a prompt from a PNG the worker made, storing a request's new messages) takes
-    well under a millisecond, less than handing it to a thread and back, which also contends for the GIL
-    with the loop. When the calls' moving average exceeds ``budget`` seconds (a harness that resizes every
-    image, a slow disk), every later call of this kind runs in a thread. One slow call (a garbage
-    collection) does not move it; a call as slow as five budgets does at once.
+    Building a prompt from a PNG the worker made takes well under a millisecond, less than handing it to a
+    thread and back, which also contends for the GIL with the loop. When the calls' moving average of CPU
+    time exceeds ``budget`` seconds (a harness that resizes every image), every later call runs in a
+    thread. One slow call (a garbage collection) does not move it; a call as slow as five budgets does.
     """
 
     def __init__(self, what: str, budget: float = 0.005) -> None:

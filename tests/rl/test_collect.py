@@ -337,3 +337,26 @@ def test_store_writer_keeps_order_bounds_its_backlog_and_reports_failures(tmp_pa
                 writer.put_request(body)
 
     asyncio.run(story())
+
+
+def test_cheap_harness_work_stays_on_the_loop_and_slow_work_moves_to_a_thread() -> None:
+    import asyncio
+    import threading
+
+    from legato_rl.collect import _Inline
+
+    def where(spin: float = 0.0) -> str:
+        end = time.thread_time() + spin
+        while time.thread_time() < end:  # CPU, as a resizing harness spends it
+            pass
+        return threading.current_thread().name
+
+    async def story() -> None:
+        inline = _Inline("building a prompt", budget=0.005)
+        assert [await inline(where) for _ in range(20)] == ["MainThread"] * 20
+        assert await inline(where, 0.003) == "MainThread"  # one slowish call: the average stays low
+        assert inline.inline
+        assert await inline(where, 0.03) == "MainThread"  # six budgets: it moves after this call
+        assert not inline.inline and await inline(where) != "MainThread"
+
+    asyncio.run(story())
