@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from asyncio import FIRST_COMPLETED
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -397,9 +398,16 @@ class Collector:
             if not cancelled:
                 task.result()  # a bug in the scheduler stops the batch rather than vanish
                 continue
-            # the desktop finishes the call it was in before its next attempt, unless the batch is done
-            if not self.book.all_ended:
-                await env.idle(env_id)
+            # the desktop finishes the call it was in before its next attempt; if the batch ends first, the
+            # desktop is shut down mid-call (env.close) rather than hold collect() until its action ends
+            idle = env.idle(env_id)
+            while not idle.done() and not self.book.all_ended:
+                self._wake.clear()
+                woken = asyncio.ensure_future(self._wake.wait())
+                await asyncio.wait((idle, woken), return_when=FIRST_COMPLETED)
+                woken.cancel()
+            if not idle.done():
+                idle.cancel()
 
     async def _run_attempt(self, env: DesktopVectorEnv, client: PolicyClient, play: _Play) -> None:
         attempt, env_id = play.attempt, play.desktop

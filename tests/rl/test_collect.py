@@ -360,3 +360,69 @@ def test_cheap_harness_work_stays_on_the_loop_and_slow_work_moves_to_a_thread() 
         assert not inline.inline and await inline(where) != "MainThread"
 
     asyncio.run(story())
+
+
+def test_a_desktop_finishing_a_cancelled_attempt_does_not_hold_the_batch(
+    tmp_path: Path, server: ReferencePolicyServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Desktop 1's action never ends. Its attempt's group closes, then the other group completes: collect()
+    returns, and desktop 1 is shut down mid-action, however long that action would have taken."""
+    import asyncio
+
+    import importlib
+
+    import numpy as np
+
+    from legato_gym.png import encode_png
+
+    collect_module = importlib.import_module("legato_rl.collect")  # the package's `collect` is the function
+
+    screen = np.zeros((SCREEN[1], SCREEN[0], 3), np.uint8)
+    png = encode_png(screen)
+    obs = {"screenshot": screen, "instruction": "stub"}
+
+    class StubEnv:
+        """The vector env surface collect uses; desktop 1 is stuck in its first action."""
+
+        def __init__(self) -> None:
+            self.closed = False
+            self.stuck: asyncio.Future[None] | None = None
+            self.entered = asyncio.Event()
+
+        async def areset(self, env_id: int, task: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+            return obs, {"screenshot_png": png, "timings": {"reset_s": 0.0}}
+
+        async def astep(self, env_id: int, action: str) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+            if env_id == 1:
+                self.stuck = asyncio.get_running_loop().create_future()
+                self.entered.set()
+                await asyncio.shield(self.stuck)  # the desktop keeps acting when its caller gives up
+            if env_id == 0:
+                await self.entered.wait()  # A0 completes only once desktop 1 is stuck in A1's action
+            return obs, 1.0, True, False, {"screenshot_png": png, "timings": {"act_s": 0.0}}
+
+        async def atruncate(self, env_id: int) -> tuple[float, dict[str, Any]]:
+            return 0.0, {}
+
+        def idle(self, env_id: int) -> asyncio.Future[None]:
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            if env_id == 1 and self.stuck is not None:  # done when the stuck action ends: never, here
+                self.stuck.add_done_callback(lambda _: future.done() or future.set_result(None))
+            else:
+                future.set_result(None)
+            return future
+
+        def close(self) -> None:
+            self.closed = True
+
+    stub = StubEnv()
+    monkeypatch.setattr(collect_module, "make_vector_env", lambda *a, **k: stub)
+    tasks = default_tasks(_config())[:2]
+    # queue: A0, A1, B0, B1. Desktop 0 plays A0, desktop 1 gets stuck in A1, desktop 2 plays B0; A0 closes
+    # group A (A1 cancelled), desktop 0 then plays B1.
+    summary = collect(tasks, _policy(server), out=tmp_path / "run", desktops=3, group=1, oversample=1.0,
+                      backend="fake", desktop=_config())  # fmt: skip
+    assert stub.closed and stub.stuck is not None and not stub.stuck.done()
+    assert summary["status_counts"]["cancelled"] == 1 and summary["status_counts"]["ok"] == 2
+    (cancelled,) = [r for r in _records(tmp_path / "run") if r["status"] == "cancelled"]
+    assert cancelled["desktop"] == 1
