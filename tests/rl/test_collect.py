@@ -2,27 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from legato_gym import ConfigError, DesktopConfig, Timeouts
 from legato_gym.backends.fake import default_tasks
+from legato_gym.png import encode_png
 from legato_rl.cli.app import _register_commands, app
-from legato_rl.collect import collect
+from legato_rl.collect import _Inline, _StoreWriter, collect
 from legato_rl.policy import PolicyConfig
-from legato_rl.store import load_request, read_record_dicts
+from legato_rl.store import RolloutStore, load_request, read_record_dicts
 from legato_rl.testing import Faults, ReferencePolicyServer, ScriptedSolver
 
 SCREEN = (320, 240)
@@ -294,12 +299,6 @@ def test_cli_collect_embedded_and_bad_backend(tmp_path: Path) -> None:
 
 
 def test_store_writer_keeps_order_bounds_its_backlog_and_reports_failures(tmp_path: Path) -> None:
-    import asyncio
-    import threading
-
-    from legato_rl.collect import _StoreWriter
-    from legato_rl.store import RolloutStore
-
     gate = threading.Event()
     written: list[str] = []
 
@@ -340,11 +339,6 @@ def test_store_writer_keeps_order_bounds_its_backlog_and_reports_failures(tmp_pa
 
 
 def test_cheap_harness_work_stays_on_the_loop_and_slow_work_moves_to_a_thread() -> None:
-    import asyncio
-    import threading
-
-    from legato_rl.collect import _Inline
-
     def where(spin: float = 0.0) -> str:
         end = time.thread_time() + spin
         while time.thread_time() < end:  # CPU, as a resizing harness spends it
@@ -367,14 +361,6 @@ def test_a_desktop_finishing_a_cancelled_attempt_does_not_hold_the_batch(
 ) -> None:
     """Desktop 1's action never ends. Its attempt's group closes, then the other group completes: collect()
     returns, and desktop 1 is shut down mid-action, however long that action would have taken."""
-    import asyncio
-
-    import importlib
-
-    import numpy as np
-
-    from legato_gym.png import encode_png
-
     collect_module = importlib.import_module("legato_rl.collect")  # the package's `collect` is the function
 
     screen = np.zeros((SCREEN[1], SCREEN[0], 3), np.uint8)
