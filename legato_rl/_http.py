@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import ssl
 import urllib.parse
 import urllib.request
@@ -338,6 +339,7 @@ class HTTPPool:
         self._idle: defaultdict[tuple[str, str, int], list[_Connection]] = defaultdict(list)
         self._busy: set[_Connection] = set()
         self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop the kept connections belong to
 
     async def request(
         self,
@@ -369,6 +371,9 @@ class HTTPPool:
         start = (head + "\r\n").encode("latin-1")
         data: bytes | list[bytes] = [start, body] if body else start
         loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # called from another event loop (a new asyncio.run): kept connections
+            self._drop_idle()  # belong to the old one and cannot be used here
+            self._loop = loop
         deadline = loop.time() + timeout
         for attempt in range(2):
             conn = self._idle_connection(target) if attempt == 0 else None  # the retry: on a new connection
@@ -412,12 +417,16 @@ class HTTPPool:
     async def close(self) -> None:
         """Close every connection. Idempotent."""
         self._closed = True
-        for conns in self._idle.values():
-            for conn in conns:
-                conn.close()
-        self._idle.clear()
+        self._drop_idle()
         for conn in list(self._busy):
             conn.close()
+
+    def _drop_idle(self) -> None:
+        for conns in self._idle.values():
+            for conn in conns:
+                with contextlib.suppress(RuntimeError):  # a transport of a loop already closed
+                    conn.close()
+        self._idle.clear()
 
     def _idle_connection(self, target: _Target) -> _Connection | None:
         idle = self._idle.get(target.key)

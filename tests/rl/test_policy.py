@@ -375,3 +375,14 @@ def test_all_replicas_down_still_tries() -> None:
         result = run(one_chat(config([one, two], retries=2)))
         assert result.attempts == 3
         assert one.stats.chat_requests + two.stats.chat_requests == 3
+
+
+def test_one_client_serves_successive_event_loops() -> None:
+    # e.g. a trainer calling asyncio.run() once per batch with the same client: kept connections of the
+    # first loop cannot serve the second, and must not break it
+    with ReferencePolicyServer(brain()) as server:
+        client = PolicyClient(config(server))
+        first = asyncio.run(client.chat([user("hello")], rollout_id="r0"))
+        second = asyncio.run(client.chat([user("again")], rollout_id="r0"))
+        asyncio.run(client.aclose())
+    assert first.content == second.content == REPLY.content
