@@ -682,7 +682,7 @@ class RolloutStore:
     # -- content addressing ------------------------------------------------------------------------------
 
     def _put_message(self, message: Any, files: list[tuple[Path, bytes]]) -> str:
-        if not isinstance(message, Mapping):
+        if not _is_mapping(message):
             raise RecordError(f"a message must be a JSON object, got {_clip(message)}")
         stored = self._externalize(message, files)
         data = _json.dumps(stored)
@@ -693,17 +693,18 @@ class RolloutStore:
         return sha
 
     def _externalize(self, message: Mapping[str, Any], files: list[tuple[Path, bytes]]) -> dict[str, Any]:
-        out = dict(message)
         content = message.get("content")
-        if isinstance(content, list):
-            out["content"] = [self._externalize_part(part, files) for part in content]
+        if not isinstance(content, list):  # text content: nothing to take out
+            return message if type(message) is dict else dict(message)
+        out = dict(message)
+        out["content"] = [self._externalize_part(part, files) for part in content]
         return out
 
     def _externalize_part(self, part: Any, files: list[tuple[Path, bytes]]) -> Any:
-        if not isinstance(part, Mapping) or part.get("type") != "image_url":
+        if not _is_mapping(part) or part.get("type") != "image_url":
             return part
         image = part.get("image_url")
-        url = image.get("url") if isinstance(image, Mapping) else image
+        url = image.get("url") if _is_mapping(image) else image
         if not isinstance(url, str):
             return part
         if url.startswith(IMAGE_SCHEME):
@@ -715,7 +716,7 @@ class RolloutStore:
             return part
         ref = IMAGE_SCHEME + sha
         out = dict(part)
-        out["image_url"] = {**image, "url": ref} if isinstance(image, Mapping) else ref
+        out["image_url"] = {**image, "url": ref} if _is_mapping(image) else ref
         return out
 
     def _put_image(self, url: str, files: list[tuple[Path, bytes]]) -> str | None:
@@ -1081,6 +1082,11 @@ def _syncfs(path: Path) -> bool:
         return bool(_libc_syncfs(fd) == 0)
     finally:
         os.close(fd)
+
+
+def _is_mapping(value: Any) -> bool:
+    """``isinstance(value, Mapping)``, with the common case (a dict) checked first: the ABC check is slow."""
+    return type(value) is dict or isinstance(value, Mapping)
 
 
 def _fsync_path(path: Path) -> None:
