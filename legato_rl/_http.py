@@ -228,7 +228,6 @@ class _Connection(asyncio.Protocol):
         self.reader: _Reader | None = None
         self.waiter: asyncio.Future[None] | None = None
         self.closed = False
-        self.used = False  # has carried a request (a stale reused connection is retried once)
         self.received = False  # bytes of the current answer arrived
 
     # -- asyncio.Protocol
@@ -265,7 +264,6 @@ class _Connection(asyncio.Protocol):
         self.reader = _Reader(head_only=head_only)
         self.received = False
         self.waiter = self.loop.create_future()
-        self.used = True
         if isinstance(data, list):
             self.transport.writelines(data)
         else:
