@@ -56,6 +56,11 @@ MEANING: dict[str, str] = {
     "It never reaches you as such: the parent turns it into `DesktopCrashed` and replaces the worker.",
     "RecordError": "A run directory that cannot be read or resumed as `legato.rollout/v0` (a damaged file, "
     "or resuming with arguments that change the batch). Use a new `--out` or the original arguments.",
+    "StorageError": "A file of a run, an export or a profile cannot be written: the disk is full, the folder "
+    "is read-only, or a part of `--out` is a file. The message names the path, the cause (`[ENOSPC]`, "
+    "`[EROFS]`, ...) and the fix; the command exits 2 with that one line. Nothing half-written is kept: a "
+    "record cut short is taken back, and an export leaves no temporary file. Free some space or fix the "
+    "folder, then run the same command again: a collect resumes where it stopped.",
 }
 
 

@@ -37,19 +37,71 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from legato_gym.errors import ConfigError
+
 __all__ = [
+    "MAX_TASK_ID_BYTES",
     "SPECIAL_ACTIONS",
+    "TASK_ID_RULE",
     "ActResult",
     "Desktop",
     "Observation",
     "Task",
     "Waited",
+    "task_id_problem",
+    "task_path",
 ]
 
 #: Actions that run no code: ``WAIT`` pauses, ``DONE`` and ``FAIL`` end the episode.
 SPECIAL_ACTIONS = frozenset({"WAIT", "DONE", "FAIL"})
 
 Screenshot = npt.NDArray[np.uint8]
+
+#: The longest task id, in UTF-8 bytes: a file name on common filesystems (ext4, xfs, tmpfs) is 255 at most.
+MAX_TASK_ID_BYTES = 255
+
+
+def task_id_problem(task_id: object) -> str | None:
+    """Why ``task_id`` cannot name a file of its own, or ``None`` when it can.
+
+    Backends build paths from task ids (a per-task cache folder, a task's data folder), so an id must be
+    one safe file name: a non-empty string with no ``/``, ``\\`` or NUL, not ``.`` or ``..``, at most
+    255 bytes in UTF-8.
+
+    Example:
+        >>> task_id_problem("28cc3b7e-b194-4bc9-8353-d04c0f4d56d2") is None
+        True
+        >>> task_id_problem("/home/me")
+        'it contains "/", so it would be a path, not a file name'
+    """
+    if not isinstance(task_id, str):
+        return f"it is a {type(task_id).__name__}, not a string"
+    if not task_id:
+        return "it is empty"
+    for char, name in (("/", '"/"'), ("\\", '"\\"'), ("\0", "a NUL character")):
+        if char in task_id:
+            return f"it contains {name}, so it would be a path, not a file name"
+    if task_id in (".", ".."):
+        return f'it is "{task_id}", which names a folder'
+    if len(task_id.encode("utf-8", "surrogatepass")) > MAX_TASK_ID_BYTES:
+        return f"it is longer than {MAX_TASK_ID_BYTES} bytes, too long for a file name"
+    return None
+
+
+#: The rule of :func:`task_id_problem`, for error messages.
+TASK_ID_RULE = f'one safe file name: not empty, no "/", "\\" or NUL, not "." or "..", at most {MAX_TASK_ID_BYTES} bytes'
+
+
+def task_path(base: Path, task_id: str) -> Path:
+    """``base / task_id``, for a task id that is checked to be one safe file name (:func:`task_id_problem`).
+
+    Raises:
+        ConfigError: the id is not a safe file name; no path is built from it.
+    """
+    problem = task_id_problem(task_id)
+    if problem is not None:
+        raise ConfigError(f"task id {task_id!r} cannot name a folder: {problem}; a task id must be {TASK_ID_RULE}")
+    return base / task_id
 
 
 @dataclass(frozen=True)
@@ -62,6 +114,10 @@ class Task:
         config: the whole OSWorld task config (``config`` setup steps, ``evaluator``, ...), as read.
         domain: OSWorld domain (``os``, ``chrome``, ...) or ``None`` for an inline config without one.
         source: the file the config was read from, or ``None`` for inline configs.
+
+    Raises:
+        ConfigError: ``task_id`` is not one safe file name (see :func:`task_id_problem`): backends build
+            paths from it.
     """
 
     task_id: str
@@ -69,6 +125,14 @@ class Task:
     config: Mapping[str, Any] = field(repr=False)
     domain: str | None = None
     source: Path | None = None
+
+    def __post_init__(self) -> None:
+        problem = task_id_problem(self.task_id)
+        if problem is not None:
+            raise ConfigError(
+                f"task id {self.task_id!r} is refused: {problem}. A task id must be {TASK_ID_RULE}, since "
+                "backends build paths from it; rename the task"
+            )
 
     @property
     def evaluator(self) -> Mapping[str, Any]:

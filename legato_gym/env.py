@@ -11,12 +11,21 @@ Example::
     obs, reward, terminated, truncated, info = env.step("pyautogui.click(100, 200)")
     obs, reward, terminated, truncated, info = env.step("DONE")   # graded: reward in [0, 1]
     env.close()
+
+Step limits and ``TimeLimit``: an episode's reward is the grade of the desktop on the step that ends it, so
+the env has to know on which step the episode ends. ``gymnasium.make(id, max_episode_steps=N)`` (and an
+explicit ``gymnasium.wrappers.TimeLimit(env, N)``) wraps the env in a ``TimeLimit`` that the env is never told
+about, so on every ``reset`` :class:`DesktopEnv` looks up the call stack for the ``TimeLimit`` wrappers whose
+``reset`` is calling it and ends (and grades) its episodes on their step limit: the step that the wrapper
+truncates is the graded one.
 """
 
 from __future__ import annotations
 
+import copy
+import inspect
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -30,7 +39,10 @@ from legato_gym.episode import Episode
 from legato_gym.errors import ConfigError, StateError, UnknownTaskError
 from legato_gym.tasks import suggest, task_from_config
 
-__all__ = ["ACTION_MAX_LENGTH", "INSTRUCTION_MAX_LENGTH", "TEXT_CHARSET", "DesktopEnv"]
+if TYPE_CHECKING:
+    from gymnasium.envs.registration import EnvSpec
+
+__all__ = ["ACTION_MAX_LENGTH", "DEFAULT_MAX_STEPS", "INSTRUCTION_MAX_LENGTH", "TEXT_CHARSET", "DesktopEnv"]
 
 _CHARSET_RANGES = (
     (0x20, 0x7F),  # ASCII
@@ -50,19 +62,50 @@ TEXT_CHARSET: str = "\t\n" + "".join(
 )
 INSTRUCTION_MAX_LENGTH = 4096
 ACTION_MAX_LENGTH = 8192
+#: Steps after which an episode is truncated (and graded) when neither ``max_steps`` nor a ``TimeLimit`` says.
+DEFAULT_MAX_STEPS = 15
+
+
+def _time_limits(env: gym.Env[Any, Any]) -> list[int]:
+    """The step limits of the ``TimeLimit`` wrappers around ``env`` whose ``reset`` is on the call stack.
+
+    Gymnasium gives an env no handle on its wrappers, but a wrapper's ``reset`` calls the env's own, so the
+    wrappers resetting ``env`` right now are the frames above this one whose ``self`` unwraps to ``env``.
+    """
+    limits: dict[int, int] = {}
+    frame = inspect.currentframe()
+    try:
+        while frame is not None:
+            if "self" in frame.f_code.co_varnames:
+                owner = frame.f_locals.get("self")
+                if isinstance(owner, gym.wrappers.TimeLimit) and owner.unwrapped is env:
+                    limit = getattr(owner, "_max_episode_steps", None)
+                    if isinstance(limit, int):
+                        limits[id(owner)] = limit
+            frame = frame.f_back
+    finally:
+        del frame
+    return list(limits.values())
 
 
 class DesktopEnv(gym.Env[dict[str, Any], str]):
     """A desktop as a ``gymnasium.Env``: screenshot and instruction in, pyautogui actions out.
 
     The observation is ``{"screenshot": (H, W, 3) uint8 array, "instruction": str}``; the action is a string of
-    pyautogui code or ``WAIT`` / ``DONE`` / ``FAIL``. ``DONE`` and ``FAIL`` terminate the episode and
-    ``max_steps`` truncates it; either way the step that ends it is graded and its reward is the task's score.
+    pyautogui code or ``WAIT`` / ``DONE`` / ``FAIL``. ``DONE`` and ``FAIL`` terminate the episode and the step
+    limit truncates it; either way the step that ends it is graded and its reward is the task's score.
+
+    The step limit is ``max_steps``, or the ``max_episode_steps`` of a ``TimeLimit`` around the env
+    (``gymnasium.make(id, max_episode_steps=N)`` or ``TimeLimit(env, N)``), whichever is smaller; the step
+    that the ``TimeLimit`` truncates is graded like any other last step. ``spec.max_episode_steps`` is that
+    limit. Reset the env through its wrappers (``env.reset()``, not ``env.unwrapped.reset()``), as Gymnasium
+    requires for ``TimeLimit`` anyway.
 
     Args:
         backend: a backend name (``"fake"``, ...) or ``"package.module:Class"``.
         config: desktop settings (screen size, waits, deadlines, backend options).
-        max_steps: steps after which an episode is truncated (and graded).
+        max_steps: steps after which an episode is truncated (and graded); default: the ``TimeLimit``'s
+            limit, or :data:`DEFAULT_MAX_STEPS` without one.
         tasks: the tasks ``reset()`` picks from when it is given none; default: the backend's own suite.
         desktop: an already-built desktop to drive instead of building one from ``backend`` (the env closes it).
         render_mode: ``None`` or ``"rgb_array"`` (``render()`` returns the last screenshot).
@@ -70,16 +113,24 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
 
     Raises:
         ConfigError: bad arguments; UnsupportedTaskError when a task in ``tasks`` cannot run on the backend.
+
+    Example::
+
+        env = gymnasium.make("legato/FakeDesktop-v0", max_episode_steps=2)
+        env.reset(options={"task": "fake-click-save"})
+        env.step("WAIT")
+        _, reward, terminated, truncated, _ = env.step(click)  # a click that solves it: 1.0, truncated
     """
 
     metadata: dict[str, Any] = {"render_modes": ["rgb_array"], "render_fps": 1}  # noqa: RUF012
+    _spec: EnvSpec | None = None
 
     def __init__(
         self,
         backend: str = "fake",
         config: DesktopConfig | None = None,
         *,
-        max_steps: int = 15,
+        max_steps: int | None = None,
         tasks: Sequence[Task] | None = None,
         desktop: Desktop | None = None,
         render_mode: str | None = None,
@@ -95,7 +146,8 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
         cls, default_tasks = get_backend(backend)
         self._default_tasks = default_tasks
         self._desktop = desktop if desktop is not None else cls(self.config, seed=seed)
-        self._episode = Episode(self._desktop, max_steps=max_steps)
+        self._max_steps = max_steps
+        self._episode = Episode(self._desktop, max_steps=DEFAULT_MAX_STEPS if max_steps is None else max_steps)
         self._tasks: list[Task] | None = None
         if tasks is not None:
             self._tasks = [self._check(t, f"tasks[{i}]") for i, t in enumerate(tasks)]
@@ -119,6 +171,25 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
         if self._desktop is None:
             raise StateError("the env is closed; build a new DesktopEnv")
         return self._desktop
+
+    @property
+    def max_steps(self) -> int:
+        """The step limit of the current episode (of the next one before the first reset)."""
+        return self._episode.max_steps
+
+    @property
+    def spec(self) -> EnvSpec | None:  # type: ignore[override]
+        """The spec ``gymnasium.make`` gave this env, with ``max_episode_steps`` the step limit it applies."""
+        spec = self._spec
+        if spec is not None and spec.max_episode_steps != self._episode.max_steps:
+            spec = copy.copy(spec)
+            spec.max_episode_steps = self._episode.max_steps
+            self._spec = spec
+        return spec
+
+    @spec.setter
+    def spec(self, value: EnvSpec | None) -> None:
+        self._spec = value
 
     @property
     def episode(self) -> Episode:
@@ -150,6 +221,10 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
         Returns:
             ``(obs, info)``; ``info`` has ``task_id``, ``timings`` (``reset_s``, ``wait_after_reset_s``,
             ``obs_s``) and ``ready``.
+
+        Raises:
+            ConfigError: a bad option, or ``max_steps`` is below the limit of a ``TimeLimit`` around the env
+                (its ``spec.max_episode_steps`` would then name a limit that never applies).
         """
         super().reset(seed=seed)
         self._check_open("reset")
@@ -157,6 +232,7 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
         unknown = sorted(set(options) - {"task"})
         if unknown:
             raise ConfigError(f"reset(options=...): unknown option {unknown[0]!r}; the only option is 'task'")
+        self._episode.max_steps = self._step_limit()
         if options.get("task") is not None:
             task = self._resolve(options["task"])
         else:
@@ -189,6 +265,19 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
             desktop.close()
 
     # -- helpers -----------------------------------------------------------------------------------------
+
+    def _step_limit(self) -> int:
+        wrapped = _time_limits(self)
+        if not wrapped:
+            return DEFAULT_MAX_STEPS if self._max_steps is None else self._max_steps
+        limit = min(wrapped)
+        if self._max_steps is not None and self._max_steps < limit:
+            raise ConfigError(
+                f"max_steps={self._max_steps} ends episodes before the TimeLimit(max_episode_steps={limit}) around "
+                f"this env, whose spec would say {limit}; pass one limit (drop max_steps, or use "
+                f"max_episode_steps={self._max_steps})"
+            )
+        return limit
 
     def _check_open(self, call: str) -> None:
         if self._closed:

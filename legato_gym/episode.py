@@ -36,6 +36,8 @@ class Episode:
         max_steps: steps after which the episode is truncated (and still graded).
 
     Attributes:
+        max_steps: the step limit; a new value applies from the next ``reset`` (``DesktopEnv`` sets it to the
+            limit of a ``TimeLimit`` around it).
         steps: steps taken in the current episode.
         task: the current task, or ``None`` before the first reset.
         done: the current episode has ended (graded, or broken by a desktop error).

@@ -3,6 +3,12 @@
 :func:`register_envs` runs when :mod:`legato_gym` is imported (when gymnasium is installed), so
 ``gymnasium.make("legato/FakeDesktop-v0")`` and ``gymnasium.make_vec("legato/FakeDesktop-v0", num_envs=8)``
 work after ``import legato_gym``. Ids of other backends are added here as they are built.
+
+The ids register no ``max_episode_steps``, so that ``gymnasium.make(id)`` adds no ``TimeLimit``: the env
+applies its own step limit (``max_steps``, default 15) and grades the step that reaches it, and
+``env.spec.max_episode_steps`` reports that limit. ``gymnasium.make(id, max_episode_steps=N)`` still adds
+Gymnasium's ``TimeLimit``; the env then ends and grades its episodes on step ``N`` (see
+:class:`~legato_gym.env.DesktopEnv`), and ``make_vec`` passes ``N`` to the vector env as its ``max_steps``.
 """
 
 from __future__ import annotations

@@ -24,16 +24,17 @@ Example::
 from __future__ import annotations
 
 import difflib
+import glob
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from legato_gym.config import OSWORLD_ENV_VAR, default_osworld_path
-from legato_gym.contract import Task
+from legato_gym.contract import TASK_ID_RULE, Task, task_id_problem
 from legato_gym.errors import TaskFileError, UnknownTaskError
 
-__all__ = ["examples_dir", "load_osworld_task", "load_tasks", "suggest", "task_from_config"]
+__all__ = ["check_task_id", "examples_dir", "load_osworld_task", "load_tasks", "suggest", "task_from_config"]
 
 _EXAMPLES = Path("evaluation_examples") / "examples"
 
@@ -45,6 +46,27 @@ def suggest(value: str, candidates: Sequence[str]) -> str:
         return f"; did you mean {prefixed[0]!r}?"
     close = difflib.get_close_matches(value, list(candidates), n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def check_task_id(task_id: object, where: str, *, what: str = "task_id") -> str:
+    """Refuse a task id (or a domain: ``what="domain"``) that is not one safe file name.
+
+    Backends build paths from task ids (a per-task cache folder that is deleted and re-made at each reset),
+    and OSWorld tasks are read from ``<domain>/<task_id>.json``: an id such as ``/home/me`` or ``../x``
+    must never reach a path. The rule is :func:`legato_gym.contract.task_id_problem`.
+
+    Returns:
+        The id, unchanged.
+
+    Raises:
+        TaskFileError: naming the entry, the id and the rule it breaks.
+    """
+    problem = task_id_problem(task_id)
+    if problem is not None:
+        raise TaskFileError(
+            f"{where}: {what} {task_id!r} is refused: {problem}. A {what} must be {TASK_ID_RULE}; rename it"
+        )
+    return task_id  # type: ignore[return-value]  # a str: task_id_problem said so
 
 
 def examples_dir(osworld_path: str | Path | None = None) -> Path:
@@ -103,6 +125,7 @@ def task_from_config(
     tid = task_id if task_id is not None else config_id
     if not tid:
         raise TaskFileError(f'{where}: the task has no id; add "task_id" to the entry (or "id" to the config)')
+    check_task_id(tid, where)
     instruction = config.get("instruction")
     if not isinstance(instruction, str) or not instruction.strip():
         raise TaskFileError(
@@ -134,6 +157,8 @@ def load_osworld_task(domain: str, task_id: str, *, osworld_path: str | Path | N
         TaskFileError: no OSWorld checkout, or the file is not a valid task config.
     """
     prefix = f"{where}: " if where else ""
+    check_task_id(domain, where or "OSWorld task", what="domain")
+    check_task_id(task_id, where or "OSWorld task")
     examples = examples_dir(osworld_path)
     domain_dir = examples / domain
     if not domain_dir.is_dir():
@@ -143,7 +168,7 @@ def load_osworld_task(domain: str, task_id: str, *, osworld_path: str | Path | N
         )
     path = domain_dir / f"{task_id}.json"
     if not path.is_file():
-        elsewhere = sorted(p.parent.name for p in examples.glob(f"*/{task_id}.json"))
+        elsewhere = sorted(p.parent.name for p in examples.glob(f"*/{glob.escape(task_id)}.json"))
         if elsewhere:
             hint = f'; it is in domain {elsewhere[0]!r}, so set "domain": {elsewhere[0]!r}'
         else:
@@ -168,6 +193,7 @@ def _entry_task(entry: Any, index: int, name: str, osworld_path: str | Path | No
         return task_from_config(entry, domain=domain, where=where)
     if not isinstance(task_id, str) or not task_id:
         raise TaskFileError(f'{where}: field "task_id" is missing or not a string; add "task_id": "<id>"')
+    check_task_id(task_id, where)
     domain = entry.get("domain")
     if domain is not None and not isinstance(domain, str):
         raise TaskFileError(f'{where}: field "domain" must be a string such as "os", not {domain!r}')

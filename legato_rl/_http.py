@@ -12,6 +12,12 @@ closed by the server before it answered, and proxies from ``HTTP_PROXY``/``HTTPS
 (``http://`` proxies: absolute-form requests, ``CONNECT`` tunnels for ``https://`` targets). What it does
 not: redirects, cookies, compression, HTTP/2. Failures raise :class:`HTTPError`; an answer that does not
 arrive within the deadline raises :class:`HTTPTimeout`.
+
+Bounds: an answer's head is at most :data:`MAX_HEAD` bytes and its body at most the pool's ``max_body``
+(:class:`HTTPBodyTooLarge` as soon as the ``Content-Length`` or the bytes received pass it, whatever the
+framing). Requests are checked before anything is written: a header name must be an HTTP token, and no
+header value, method or request target may hold a CR, an LF or another control character
+(:class:`InvalidRequest`), so no value can inject a header or a second request.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import re
 import ssl
 import urllib.parse
 import urllib.request
@@ -27,10 +34,24 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-__all__ = ["Answer", "HTTPError", "HTTPPool", "HTTPTimeout", "env_proxy"]
+__all__ = [
+    "Answer",
+    "HTTPBodyTooLarge",
+    "HTTPError",
+    "HTTPPool",
+    "HTTPTimeout",
+    "InvalidRequest",
+    "check_header",
+    "env_proxy",
+]
 
 #: Largest response head accepted (status line and headers).
 MAX_HEAD = 64 * 1024
+#: Longest chunk-size line (with extensions) of a chunked answer.
+MAX_CHUNK_LINE = 1024
+_BAD_VALUE = re.compile("[\x00-\x08\x0a-\x1f\x7f\u0100-\U0010ffff]")  # a tab is allowed in a value
+_BAD_TARGET = re.compile("[\x00-\x20\x7f-\U0010ffff]")
+_TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _INTERIM = range(100, 200)
 _HEX_DIGITS = b"0123456789abcdefABCDEF"
 
@@ -41,6 +62,45 @@ class HTTPError(Exception):
 
 class HTTPTimeout(HTTPError, TimeoutError):
     """No complete answer before the deadline."""
+
+
+class HTTPBodyTooLarge(HTTPError):
+    """The answer's body is larger than the pool's ``max_body``; the connection is dropped unread."""
+
+
+class InvalidRequest(HTTPError, ValueError):
+    """A request this client refuses to write: a header or request line that would break HTTP framing.
+
+    Nothing is sent. The message names the header, never its value (it may be a secret).
+    """
+
+
+def check_header(name: str, value: str) -> None:
+    """Refuse a header that cannot be written as one line of HTTP/1.1.
+
+    Raises:
+        InvalidRequest: ``name`` is not an HTTP token, or ``value`` holds a CR, LF, NUL or another control
+            character (a tab is allowed), or a character outside Latin-1.
+    """
+    if not name or not set(name) <= _TOKEN_CHARS:
+        raise InvalidRequest(f"header name {name[:40]!r} is not an HTTP token (letters, digits, -_. and the like)")
+    bad = _BAD_VALUE.search(value)
+    if bad is not None:
+        char = bad.group()
+        what = "a CR or LF" if char in "\r\n" else f"the character U+{ord(char):04X}"
+        raise InvalidRequest(
+            f"the value of header {name!r} holds {what} at character {bad.start()}; a header value must be one line "
+            "of printable text (refused before sending, so it cannot inject headers)"
+        )
+
+
+def _check_line(what: str, text: str) -> None:
+    bad = _BAD_TARGET.search(text)
+    if bad is not None:
+        raise InvalidRequest(
+            f"the request {what} holds U+{ord(bad.group()):04X} at character {bad.start()}; percent-encode it "
+            "(refused before sending: it would break the request line)"
+        )
 
 
 @dataclass(frozen=True)
@@ -110,8 +170,10 @@ def _target(url: str, proxy: str | None) -> _Target:
 class _Reader:
     """Incremental reader of one HTTP/1.1 answer (the head, then the body however it is framed)."""
 
-    def __init__(self, *, head_only: bool = False) -> None:
+    def __init__(self, *, head_only: bool = False, max_body: int | None = None) -> None:
         self.head_only = head_only  # a CONNECT answer: no body follows the head
+        self.max_body = max_body
+        self._received_body = 0  # chunked: the sum of the chunk sizes so far
         self.buffer = bytearray()
         self.status = 0
         self.headers: dict[str, str] = {}
@@ -130,6 +192,7 @@ class _Reader:
     def eof(self) -> None:
         """The server closed the connection: completes a body read until the close, else the answer is cut."""
         if self._until_close and not self._in_head:
+            self._bound(len(self.buffer))
             self.body = bytes(self.buffer)
             self.buffer.clear()
             return
@@ -149,7 +212,14 @@ class _Reader:
                 self.body = bytes(self.buffer[: self._length])
                 del self.buffer[: self._length]
             else:  # read until the server closes
+                self._bound(len(self.buffer))
                 return
+
+    def _bound(self, size: int) -> None:
+        if self.max_body is not None and size > self.max_body:
+            raise HTTPBodyTooLarge(
+                f"the answer's body is larger than {self.max_body} bytes (at least {size}); it was not read"
+            )
 
     def _read_head(self) -> bool:
         end = self.buffer.find(b"\r\n\r\n")
@@ -184,13 +254,16 @@ class _Reader:
             if not (length.isdigit() and length.isascii()):
                 raise HTTPError(f"bad Content-Length {length!r}")
             self._length = int(length)
+            self._bound(self._length)
         else:
             self._until_close, self.keep_alive = True, False
         return True
 
     def _read_chunk(self) -> bool:
-        line_end = self.buffer.find(b"\r\n")
+        line_end = self.buffer.find(b"\r\n", 0, MAX_CHUNK_LINE + 2)
         if line_end < 0:
+            if len(self.buffer) > MAX_CHUNK_LINE:
+                raise HTTPError(f"a chunk-size line of the chunked answer is longer than {MAX_CHUNK_LINE} bytes")
             return False
         size_text = bytes(self.buffer[:line_end]).split(b";", 1)[0].strip()
         if not size_text or size_text.translate(None, _HEX_DIGITS):  # int() alone takes "-2", "+5", "0x5", "1_0"
@@ -203,17 +276,21 @@ class _Reader:
             else:
                 trailers = self.buffer.find(b"\r\n\r\n", rest)
                 if trailers < 0:
+                    if len(self.buffer) > MAX_HEAD:
+                        raise HTTPError(f"the trailers of the chunked answer are longer than {MAX_HEAD} bytes")
                     return False
                 end = trailers + 4
             del self.buffer[:end]
             self.body = b"".join(self._chunks)
             self._chunks.clear()
             return True
+        self._bound(self._received_body + size)
         start = line_end + 2
         if len(self.buffer) < start + size + 2:
             return False
         if self.buffer[start + size : start + size + 2] != b"\r\n":
             raise HTTPError("a chunk of the chunked answer does not end with CRLF")
+        self._received_body += size
         self._chunks.append(bytes(self.buffer[start : start + size]))
         del self.buffer[: start + size + 2]
         return True
@@ -258,10 +335,12 @@ class _Connection(asyncio.Protocol):
         self._lost(exc)
 
     # -- use
-    async def exchange(self, data: bytes | list[bytes], *, head_only: bool = False) -> _Reader:
+    async def exchange(
+        self, data: bytes | list[bytes], *, head_only: bool = False, max_body: int | None = None
+    ) -> _Reader:
         """Write a request and wait for its whole answer."""
         assert self.transport is not None
-        self.reader = _Reader(head_only=head_only)
+        self.reader = _Reader(head_only=head_only, max_body=max_body)
         self.received = False
         self.waiter = self.loop.create_future()
         if isinstance(data, list):
@@ -318,6 +397,11 @@ class HTTPPool:
         proxy_for: the proxy URL for a request URL, or ``None`` (default: the environment's, see
             :func:`env_proxy`); asked once per distinct URL.
         max_idle: idle connections kept per server.
+        max_body: largest answer body read, in bytes (``None``: no bound); a larger one raises
+            :class:`HTTPBodyTooLarge` and its connection is dropped.
+
+    Raises:
+        InvalidRequest: a header in ``headers`` cannot be written as one HTTP line (see :func:`check_header`).
     """
 
     def __init__(
@@ -327,8 +411,12 @@ class HTTPPool:
         ssl_context: Callable[[], ssl.SSLContext] = ssl.create_default_context,
         proxy_for: Callable[[str], str | None] = env_proxy,
         max_idle: int = 1024,
+        max_body: int | None = None,
     ) -> None:
+        for name, value in (headers or {}).items():
+            check_header(name, value)
         self._headers = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        self._max_body = max_body
         self._make_ssl = ssl_context
         self._ssl: ssl.SSLContext | None = None
         self._proxy_for = proxy_for
@@ -352,13 +440,22 @@ class HTTPPool:
 
         Raises:
             HTTPTimeout: no complete answer within ``timeout`` seconds (connecting included).
+            HTTPBodyTooLarge: the answer's body is larger than ``max_body``.
+            InvalidRequest: the method, the URL's target or a header cannot be written as HTTP (nothing sent).
             HTTPError: the connection failed or the answer is not HTTP/1.1.
         """
         if self._closed:
             raise HTTPError("the connection pool is closed")
         target = self._targets.get(url)
         if target is None:
-            target = self._targets[url] = _target(url, self._proxy_for(url))
+            new = _target(url, self._proxy_for(url))
+            _check_line("target", new.path)
+            _check_line("host", new.authority)  # it is in the Host header and a CONNECT line too
+            target = self._targets[url] = new
+        if not method or not set(method) <= _TOKEN_CHARS:
+            raise InvalidRequest(f"request method {method[:20]!r} is not an HTTP token")
+        for name, value in (headers or {}).items():
+            check_header(name, value)
         head = f"{method} {target.path} HTTP/1.1\r\nHost: {target.authority}\r\n{self._headers}"
         if target.proxy_auth is not None and not target.tls:
             head += f"Proxy-Authorization: {target.proxy_auth}\r\n"
@@ -384,7 +481,7 @@ class HTTPPool:
             self._busy.add(conn)
             timer = loop.call_later(max(0.0, deadline - loop.time()), conn.fail, _timeout(url, timeout))
             try:
-                reader = await conn.exchange(data)
+                reader = await conn.exchange(data, max_body=self._max_body)
             except HTTPTimeout:
                 raise
             except HTTPError:

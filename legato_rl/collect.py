@@ -277,7 +277,7 @@ class Collector:
         self.progress = progress if progress is not None else Progress()
         self.progress.groups, self.progress.desktops = len(self.book.groups), options.desktops
         self._wake: asyncio.Event | None = None
-        self._idle = 0  # desktops waiting for work
+        self._idle: set[int] = set()  # desktops waiting for work
         # The attempt each desktop is playing (its group id and task): a group that closes cancels the others.
         self._running: dict[int, tuple[str, asyncio.Task[None]]] = {}
         self._build_prompt = _Inline("building a prompt")  # on the loop while that is cheap (see _Inline)
@@ -296,6 +296,9 @@ class Collector:
             backend=self.options.backend,
             harness=self.harness.name,
             image_max=self.options.image_max,
+            temperature=self.policy_config.temperature,
+            top_p=self.policy_config.top_p,
+            max_tokens=self.policy_config.max_tokens,
         )
 
     async def run(self) -> Summary:
@@ -364,18 +367,18 @@ class Collector:
         """
         assert self._wake is not None
         while True:
-            attempt = self.book.next_attempt(env_id, avoid_failed=self._idle > 0)
+            attempt = self.book.next_attempt(env_id, free=self._idle)
             if attempt is None:
                 if self.book.all_ended:
                     self._wake.set()
                     return
                 # others may still queue a retry (or leave one for this desktop); wait until something changes
                 self._wake.clear()
-                self._idle += 1
+                self._idle.add(env_id)
                 try:
                     await self._wake.wait()
                 finally:
-                    self._idle -= 1
+                    self._idle.discard(env_id)
                 continue
             stamp = PolicyStamp(self.policy_config.model, self.policy_config.version)  # stamped at dispatch
             play = _Play(attempt, env_id, stamp)
@@ -459,7 +462,9 @@ class Collector:
                 result: ChatResult = await asyncio.wait_for(
                     client.chat(messages, rollout_id=attempt.rollout_id), remaining
                 )
-            except asyncio.TimeoutError:
+            except PolicyError:  # PolicyTimeout is a TimeoutError too, but it is the server's failure
+                raise
+            except TimeoutError:  # only the rollout's own deadline truncates
                 return await self._grade_now(env, play, Status.TRUNCATED)
             self.progress.model_latency_s.append(result.seconds)
             play.seconds["model_s"] += result.seconds

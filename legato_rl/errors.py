@@ -20,6 +20,10 @@ made for the call. Messages never contain the API key: text that came from the s
 
 from __future__ import annotations
 
+import json
+import re
+import urllib.parse
+
 from legato_gym.errors import LegatoError
 
 __all__ = [
@@ -29,13 +33,37 @@ __all__ = [
     "PolicyTimeout",
     "PolicyUnreachable",
     "redact",
+    "secret_forms",
 ]
 
 
+def secret_forms(secret: str) -> list[str]:
+    """The spellings a secret takes when a server or a library echoes it, longest first.
+
+    The secret as it is, JSON-escaped (ASCII-only or not, with ``/`` escaped or not), Python-``repr``-escaped,
+    and URL-encoded (``quote``, ``quote_plus``; upper- and lower-case hex).
+    """
+    forms = {secret, repr(secret)[1:-1]}
+    for ensure_ascii in (True, False):
+        escaped = json.dumps(secret, ensure_ascii=ensure_ascii)[1:-1]
+        forms.update((escaped, escaped.replace("/", "\\/")))
+    quoted = (urllib.parse.quote(secret, safe=""), urllib.parse.quote(secret), urllib.parse.quote_plus(secret, safe=""))
+    for encoded in quoted:
+        forms.update((encoded, _LOWER_HEX.sub(lambda m: m.group().lower(), encoded)))
+    return sorted(forms, key=len, reverse=True)
+
+
+_LOWER_HEX = re.compile("%[0-9A-F]{2}")
+
+
 def redact(text: str, secret: str | None) -> str:
-    """``text`` with every occurrence of ``secret`` replaced by ``***`` (no-op when there is no secret)."""
+    """``text`` with every form of ``secret`` (see :func:`secret_forms`) replaced by ``***``.
+
+    A no-op when there is no secret.
+    """
     if secret:
-        return text.replace(secret, "***")
+        for form in secret_forms(secret):
+            text = text.replace(form, "***")
     return text
 
 

@@ -60,10 +60,12 @@ from legato_rl.store import (
     RecordError,
     RolloutRecord,
     StepRecord,
+    StorageError,
     check_run_dir,
     load_request,
     read_record_dicts,
     read_records,
+    storage_error,
     torn_tail_bytes,
 )
 from legato_rl.summary import COMPLETED, group_advantages
@@ -180,6 +182,8 @@ def export_steps(
         ConfigError: ``format`` or ``out``'s suffix is not a known format, or ``out`` is a directory or a
             file of the run itself.
         MissingDependencyError: Parquet was asked for and pyarrow is not installed.
+        StorageError: ``out`` cannot be written (a full disk, a read-only folder, a file in its path); the
+            file that was there is left as it was and no temporary file remains.
 
     Example:
         >>> from legato.rl import export_steps
@@ -406,24 +410,75 @@ def _check_out(root: Path, path: Path) -> None:
         raise ConfigError(f"--out {path} is a file of the run itself; give another name, e.g. {root / 'train.jsonl'}")
 
 
+_AGAIN = "then export again"
+
+
 @contextlib.contextmanager
 def _atomic(path: Path) -> Iterator[Path]:
-    """A temporary file beside ``path`` that replaces it only when the body completes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    """A temporary file beside ``path`` that replaces it only when the body completes.
+
+    The temporary file is removed when the body fails or is interrupted. An export killed outright (SIGKILL,
+    a power cut) cannot remove it, so each export first removes the temporary files of ``path`` that no
+    live export holds: every export holds a lock on its own temporary file while it writes.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale(path)
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise storage_error(exc, path, then=_AGAIN) from exc
     tmp = Path(name)
     try:
-        yield tmp
-        with open(tmp, "rb") as file:
-            os.fsync(file.fileno())
-        mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        _lock(fd, block=True)
+        try:
+            yield tmp
+            with open(tmp, "rb") as file:
+                os.fsync(file.fileno())
+            mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+            os.chmod(tmp, mode)
+            os.replace(tmp, path)
+        except StorageError:
+            raise
+        except OSError as exc:
+            raise storage_error(exc, path, then=_AGAIN) from exc
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _lock(fd: int, *, block: bool) -> bool:
+    """An exclusive ``flock`` on ``fd``; False when another process holds one (``block=False``)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover  (not POSIX: no lock, no clean-up of others' files)
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _remove_stale(path: Path) -> None:
+    """Remove the temporary files of ``path`` left by exports that were killed (no live export locks them)."""
+    prefix = f".{path.name}."
+    with os.scandir(path.parent) as entries:
+        stale = [e.path for e in entries if e.name.startswith(prefix) and e.name.endswith(".tmp")]
+    for name in stale:
+        try:
+            fd = os.open(name, os.O_RDONLY)
+        except OSError:  # gone meanwhile
+            continue
+        try:
+            if _lock(fd, block=False):
+                log.info("removing %s, left by an export that was killed", name)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name)
+        finally:
+            os.close(fd)
 
 
 def _pyarrow() -> Any:

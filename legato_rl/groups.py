@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 import math
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from legato_gym import ConfigError, Task
@@ -133,14 +133,15 @@ class GroupBook:
     def all_ended(self) -> bool:
         return not self._unfinished
 
-    def next_attempt(self, desktop: int | None = None, *, avoid_failed: bool = False) -> Attempt | None:
+    def next_attempt(self, desktop: int | None = None, *, free: Collection[int] = ()) -> Attempt | None:
         """The next attempt to start on ``desktop``, or ``None``. Marks it running.
 
-        With ``avoid_failed`` (another desktop is free), attempts that already failed on ``desktop`` are
-        left for the others.
+        ``free`` are the other desktops waiting for work: an attempt that already failed on ``desktop`` is
+        left for one of them on which it has not failed. With no such desktop it runs here: a retry never
+        waits for a desktop that cannot come.
         """
         for position, attempt in enumerate(self._queue):
-            if avoid_failed and desktop in attempt.failed_on:
+            if desktop in attempt.failed_on and any(d != desktop and d not in attempt.failed_on for d in free):
                 continue
             del self._queue[position]
             self.groups[attempt.group_id].running.add(attempt.index)

@@ -28,23 +28,43 @@ and a replica that fails is avoided for ``replica_cooldown`` seconds, then tried
 clears it.
 
 The API key comes from ``api_key=`` or ``$LEGATO_POLICY_KEY`` and is sent only as
-``Authorization: Bearer <key>``; it never appears in a repr, a log line, an error or a :class:`ChatResult`.
+``Authorization: Bearer <key>``; it never appears in a repr, a log line, an error or a :class:`ChatResult`
+(in any spelling a server may echo it in: see :func:`legato_rl.errors.secret_forms`). A trailing newline is
+stripped; a key with a CR, LF or other control character inside, or a non-ASCII one, is refused with
+:class:`~legato_gym.errors.ConfigError` when the config or client is built, before any request. A policy URL
+with a ``user:password@`` or a ``?query`` is refused the same way (legato never sends them, and they would
+be copied into every error message). Desktop workers are started without ``$LEGATO_POLICY_KEY``.
+
+TLS: certificates are verified against ``PolicyConfig.ca_bundle`` when given, else ``$SSL_CERT_FILE`` /
+``$SSL_CERT_DIR`` when set, else certifi's bundle (or the system's).
+
+Hostile replies (docs/reliability.md, "Hostile replies"): a reply costs at most ``max_reply_bytes`` of body
+(default 8 MiB; a larger one is dropped unread as soon as its ``Content-Length`` or its bytes pass the bound)
+and at most :data:`MAX_REPLY_DEPTH` levels of JSON nesting (deeper is refused by the parser, never recursed
+into). A reply that is larger or deeper, or whose JSON holds a lone surrogate (``"\\ud800"``: text that is
+not Unicode and that no record could store), raises :class:`PolicyResponseError` at once, not retried: the
+scheduler records that attempt as ``error`` kind ``policy`` and the batch goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import json
 import logging
 import os
 import random
+import re
 import ssl
 import time
+import urllib.parse
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, TypeVar
+
+import numpy as np
 
 from legato_gym.errors import ConfigError, StateError
 from legato_rl import _http, _json
@@ -59,13 +79,17 @@ from legato_rl.errors import (
 
 __all__ = [
     "KEY_ENV_VAR",
+    "MAX_REPLY_BYTES",
+    "MAX_REPLY_DEPTH",
     "VLLM_EXTRAS",
     "ChatResult",
     "PolicyClient",
     "PolicyConfig",
     "backoff_delay",
     "parse_chat_completion",
+    "read_reply_json",
     "retry_policy_call",
+    "ssl_context",
 ]
 
 logger = logging.getLogger(__name__)
@@ -76,8 +100,19 @@ KEY_ENV_VAR = "LEGATO_POLICY_KEY"
 #: Request fields only vLLM/SGLang understand; dropped for a server that answers 400 naming one of them.
 VLLM_EXTRAS: tuple[str, ...] = ("return_token_ids",)
 
+#: Default bound on one reply's body, in bytes (``PolicyConfig.max_reply_bytes``).
+MAX_REPLY_BYTES = 8 * 1024 * 1024
+#: Deepest JSON nesting read from a reply (orjson's own limit; the stdlib fallback is held to it too).
+#: A chat completion nests about 8 levels.
+MAX_REPLY_DEPTH = 1024
+
 _BODY_EXCERPT = 400
 T = TypeVar("T")
+
+try:
+    import orjson
+except ImportError:  # pragma: no cover - orjson is a dependency; an environment may still lack it
+    orjson = None  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
@@ -102,6 +137,10 @@ class PolicyConfig:
         replica_cooldown: seconds a failing replica is avoided before it is tried again.
         vllm_extras: request vLLM's ``return_token_ids`` (turned off per replica when the server refuses it).
         extra_body: further request fields sent as they are (e.g. ``{"chat_template_kwargs": {...}}``).
+        max_reply_bytes: largest reply body read, in bytes; a larger reply fails its attempt with
+            :class:`PolicyResponseError` (raise it if you ask for prompt logprobs).
+        ca_bundle: a PEM file (or a directory of hashed certificates) to verify ``https://`` servers
+            against, e.g. a private CA; default ``$SSL_CERT_FILE`` / ``$SSL_CERT_DIR``, else certifi's.
     """
 
     url: str | tuple[str, ...]
@@ -119,15 +158,17 @@ class PolicyConfig:
     replica_cooldown: float = 10.0
     vllm_extras: bool = True
     extra_body: Mapping[str, Any] = field(default_factory=dict)
+    max_reply_bytes: int = MAX_REPLY_BYTES
+    ca_bundle: str | os.PathLike[str] | None = None
 
     def __post_init__(self) -> None:
         urls = (self.url,) if isinstance(self.url, str) else tuple(self.url)
         if not urls or not all(isinstance(u, str) and u.strip() for u in urls):
-            raise ConfigError(f"PolicyConfig.url={self.url!r}: give the server's base URL, e.g. http://host:8000/v1")
+            shown = [_shown_url(u) if isinstance(u, str) else u for u in urls]
+            raise ConfigError(f"PolicyConfig.url={shown!r}: give the server's base URL, e.g. http://host:8000/v1")
         cleaned = tuple(u.strip().rstrip("/") for u in urls)
         for u in cleaned:
-            if not u.startswith(("http://", "https://")):
-                raise ConfigError(f"policy URL {u!r} must start with http:// or https:// (e.g. http://{u}/v1)")
+            _check_url(u)
         if len(set(cleaned)) != len(cleaned):
             raise ConfigError(f"policy URLs {list(cleaned)!r} name the same replica twice")
         object.__setattr__(self, "url", cleaned[0] if len(cleaned) == 1 else cleaned)
@@ -143,6 +184,15 @@ class PolicyConfig:
             raise ConfigError(f"max_tokens={self.max_tokens!r} must be >= 1")
         if self.backoff < 0 or self.backoff_max < 0 or self.replica_cooldown < 0:
             raise ConfigError("backoff, backoff_max and replica_cooldown must be >= 0 seconds")
+        if self.max_reply_bytes < 1:
+            raise ConfigError(f"max_reply_bytes={self.max_reply_bytes!r} must be >= 1 (default {MAX_REPLY_BYTES})")
+        if self.ca_bundle is not None and not os.path.exists(self.ca_bundle):
+            raise ConfigError(
+                f"ca_bundle={os.fspath(self.ca_bundle)!r} does not exist; give a PEM file or a directory of "
+                "certificates (or leave it unset to use $SSL_CERT_FILE or certifi's bundle)"
+            )
+        if self.api_key is not None:
+            object.__setattr__(self, "api_key", _clean_key(self.api_key, "PolicyConfig.api_key"))
 
     @property
     def urls(self) -> tuple[str, ...]:
@@ -150,8 +200,65 @@ class PolicyConfig:
         return (self.url,) if isinstance(self.url, str) else self.url
 
     def resolved_api_key(self) -> str | None:
-        """``api_key``, else ``$LEGATO_POLICY_KEY``, else ``None``."""
-        return self.api_key or os.environ.get(KEY_ENV_VAR) or None
+        """``api_key``, else ``$LEGATO_POLICY_KEY``, else ``None``; a trailing newline stripped.
+
+        Raises:
+            ConfigError: the key holds a CR, LF or other control character, or a non-ASCII one.
+        """
+        if self.api_key:
+            return self.api_key
+        return _clean_key(os.environ.get(KEY_ENV_VAR), f"${KEY_ENV_VAR}")
+
+
+_KEY_BAD = re.compile("[^\x20-\x7e]")
+
+
+def _clean_key(key: str | None, source: str) -> str | None:
+    """The key with trailing CR/LF removed; refuses one that cannot travel in one header line."""
+    if key is None:
+        return None
+    key = key.rstrip("\r\n")
+    if not key:
+        return None
+    bad = _KEY_BAD.search(key)
+    if bad is not None:
+        char = bad.group()
+        what = "a CR or LF" if char in "\r\n" else f"the character U+{ord(char):04X}"
+        raise ConfigError(
+            f"{source} holds {what} at character {bad.start()} (of {len(key)}); an API key must be one line of "
+            "printable ASCII. It was refused before any request, since it would inject HTTP headers; set it "
+            "to the key alone (a trailing newline is fine)"
+        )
+    return key
+
+
+def _shown_url(url: str) -> str:
+    """``url`` with any userinfo and query replaced by ``***`` (for messages)."""
+    shown = re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)?[^/?#]*@", lambda m: (m.group(1) or "") + "***@", url)
+    return re.sub(r"[?#].*\Z", "?***", shown, flags=re.DOTALL)
+
+
+def _check_url(url: str) -> None:
+    shown = _shown_url(url)
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"policy URL {shown!r} must start with http:// or https:// (e.g. http://{shown}/v1)")
+    bad = re.search(r"[\x00-\x20\x7f]", url)
+    if bad is not None:  # only the part before it is shown: what follows may be anything, a key included
+        raise ConfigError(
+            f"policy URL {_shown_url(url[: bad.start()]) + '...'!r} holds U+{ord(bad.group()):04X} at character "
+            f"{bad.start()}; percent-encode it"
+        )
+    parts = urllib.parse.urlsplit(url)
+    if "@" in parts.netloc:
+        raise ConfigError(
+            f"policy URL {shown!r} carries a user:password; legato never sends it (it would only be copied into "
+            f"error messages). Remove it and put the key in ${KEY_ENV_VAR}"
+        )
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        raise ConfigError(
+            f"policy URL {shown!r} has a query or fragment; give the /v1 base URL alone (legato appends "
+            f"/chat/completions to it) and put a key in ${KEY_ENV_VAR}"
+        )
 
 
 @dataclass(frozen=True)
@@ -271,6 +378,77 @@ def parse_chat_completion(data: Any, *, url: str | None = None, prompt_ids_json:
         "completion_tokens": _opt_int(usage.get("completion_tokens")),
         "cached_tokens": _opt_int(cached),
     }
+
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_OPENERS = np.zeros(256, dtype=np.int8)
+_OPENERS[[ord("["), ord("{")]] = 1
+_OPENERS[[ord("]"), ord("}")]] = -1
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _too_deep(body: bytes, limit: int) -> bool:
+    """Whether the JSON text ``body`` nests deeper than ``limit`` (brackets inside strings do not count)."""
+    if body.count(b"[") + body.count(b"{") <= limit:
+        return False
+    steps = _OPENERS[np.frombuffer(_STRING.sub(b"", body), dtype=np.uint8)]
+    return bool(steps.size) and int(np.cumsum(steps, dtype=np.int64).max()) > limit
+
+
+def _has_surrogate(value: Any) -> bool:
+    """Whether a parsed JSON value holds a lone surrogate in any string (a key too); no recursion."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if not item.isascii() and _SURROGATE.search(item):
+                return True
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                if not key.isascii() and _SURROGATE.search(key):
+                    return True
+                stack.append(inner)
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def read_reply_json(body: bytes, *, url: str | None = None) -> Any:
+    """Parse a reply's JSON body within the bounds of a hostile reply (see the module docstring).
+
+    orjson reads the body when it can: it refuses nesting deeper than :data:`MAX_REPLY_DEPTH`, lone
+    surrogates and invalid UTF-8 without recursing. The stdlib re-reads only what orjson refused (``NaN``,
+    integers beyond 64 bits), after a check of the nesting depth, and its result is checked for lone
+    surrogates.
+
+    Raises:
+        PolicyResponseError: the body is not JSON (retryable: it may have been cut in transit), or it nests
+            deeper than :data:`MAX_REPLY_DEPTH` or holds a lone surrogate (not retryable).
+    """
+    if orjson is not None:
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass
+    if _too_deep(body, MAX_REPLY_DEPTH):
+        raise PolicyResponseError(
+            f"{url}: the answer nests deeper than {MAX_REPLY_DEPTH} levels of JSON; refused unread (a chat "
+            "completion nests about 8)",
+            url=url,
+        )
+    try:
+        data = json.loads(body)
+    except RecursionError as exc:  # below MAX_REPLY_DEPTH but past this interpreter's recursion limit
+        raise PolicyResponseError(f"{url}: the answer's JSON nests too deep to read", url=url) from exc
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise PolicyResponseError(f"{url}: the answer is not JSON ({exc})", retryable=True, url=url) from exc
+    if _has_surrogate(data):
+        raise PolicyResponseError(
+            f'{url}: the answer\'s JSON holds a lone surrogate (such as "\\ud800"): it is not Unicode text, '
+            "and could be neither parsed as the reply nor stored; the server's output is broken",
+            url=url,
+        )
+    return data
 
 
 def _text(value: Any) -> str:
@@ -449,7 +627,10 @@ class PolicyClient:
 
     def __init__(self, config: PolicyConfig, *, seed: int | None = None) -> None:
         self.config = config
-        self._key = config.resolved_api_key()
+        self._key = config.resolved_api_key()  # a bad key is refused here, before any request
+        self._ssl: ssl.SSLContext | None = None
+        if any(u.startswith("https://") for u in config.urls):
+            self._ssl = ssl_context(config.ca_bundle)
         self._http: _http.HTTPPool | None = None
         self._slots = asyncio.Semaphore(config.max_inflight) if config.max_inflight else None
         self._replicas = _Replicas(config.urls, config.replica_cooldown)
@@ -497,8 +678,13 @@ class PolicyClient:
         """The connection pool (legato's own small HTTP/1.1 client: see ``legato_rl/_http.py`` for why)."""
         if self._http is None:
             headers = {"Authorization": f"Bearer {self._key}"} if self._key else None
-            self._http = _http.HTTPPool(headers, ssl_context=_ssl_context)
+            self._http = _http.HTTPPool(headers, ssl_context=self._tls_context, max_body=self.config.max_reply_bytes)
         return self._http
+
+    def _tls_context(self) -> ssl.SSLContext:
+        if self._ssl is None:  # an https:// URL only through a proxy's tunnel: built on first use
+            self._ssl = ssl_context(self.config.ca_bundle)
+        return self._ssl
 
     def _check_open(self) -> None:
         if self._state is ClientState.CLOSED:
@@ -633,6 +819,15 @@ class PolicyClient:
                 "--max-inflight if the server is overloaded",
                 url=url,
             ) from exc
+        except _http.HTTPBodyTooLarge as exc:
+            raise PolicyResponseError(
+                f"{target}: the answer is larger than max_reply_bytes={self.config.max_reply_bytes}; it was "
+                "dropped unread. Raise PolicyConfig.max_reply_bytes if the server is right to send that much "
+                "(e.g. prompt logprobs)",
+                url=url,
+            ) from exc
+        except _http.InvalidRequest as exc:
+            raise PolicyError(f"{target}: the request was refused before sending: {exc}", url=url) from exc
         except _http.HTTPError as exc:
             detail = redact(str(exc) or type(exc).__name__, self._key)
             raise PolicyUnreachable(
@@ -646,7 +841,7 @@ class PolicyClient:
 
     def _status_error(self, url: str, target: str, response: _http.Answer) -> PolicyHTTPError:
         code = response.status
-        text = redact(response.text[:_BODY_EXCERPT], self._key)
+        text = self._excerpt(response.body, _BODY_EXCERPT)
         said = f" Server said: {text}" if text else ""
         if code in (401, 403):
             hint = (
@@ -675,20 +870,53 @@ class PolicyClient:
             f"{target}: {hint}.{said}", status_code=code, body=text, retry_after=retry_after, url=url
         )
 
+    def _excerpt(self, body: bytes, limit: int) -> str:
+        """The start of ``body`` as text, redacted before it is cut (so no part of a key survives the cut)."""
+        margin = 8 * len(self._key or "") + 16  # the longest spelling of the key (URL-encoded) fits in it
+        text = body[: 4 * (limit + margin)].decode("utf-8", errors="replace")[: limit + margin]
+        return redact(text, self._key)[:limit]
+
     def _json(self, url: str, response: _http.Answer) -> Any:
         try:
-            return _json.loads(response.body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            excerpt = redact(response.text[:80], self._key)
+            return read_reply_json(response.body, url=url)
+        except PolicyResponseError as exc:
+            if not exc.retryable:
+                raise
+            excerpt = self._excerpt(response.body, 80)
             raise PolicyResponseError(
-                f"{url}: the answer is not JSON ({exc}; starts {excerpt!r})", retryable=True, url=url
+                f"{url}: the answer is not JSON ({redact(str(exc.__cause__ or exc), self._key)}; starts {excerpt!r})",
+                retryable=True,
+                url=url,
             ) from exc
 
 
-def _ssl_context() -> ssl.SSLContext:
-    """Verifying TLS context: certifi's CA bundle when installed (as httpx and requests use), else the system's."""
+def ssl_context(ca_bundle: str | os.PathLike[str] | None = None) -> ssl.SSLContext:
+    """A verifying TLS context for the policy servers.
+
+    The CAs trusted, first that applies: ``ca_bundle`` (a PEM file, or a directory of hashed certificates);
+    ``$SSL_CERT_FILE`` and/or ``$SSL_CERT_DIR`` (as OpenSSL, requests and httpx honour them); certifi's
+    bundle when installed; the system's.
+
+    Raises:
+        ConfigError: ``ca_bundle`` or a path the variables name does not exist or is not a certificate.
+    """
+    if ca_bundle is not None:
+        path = os.fspath(ca_bundle)
+        cafile, capath, source = (None, path, "ca_bundle") if os.path.isdir(path) else (path, None, "ca_bundle")
+    else:
+        cafile = os.environ.get("SSL_CERT_FILE") or None
+        capath = os.environ.get("SSL_CERT_DIR") or None
+        source = "$SSL_CERT_FILE" if cafile else "$SSL_CERT_DIR"
+        if cafile is None and capath is None:
+            try:
+                import certifi
+            except ImportError:  # pragma: no cover - certifi comes with most environments
+                return ssl.create_default_context()
+            return ssl.create_default_context(cafile=certifi.where())
+    for name, value in ((source, cafile), ("$SSL_CERT_DIR", capath)):
+        if value is not None and not os.path.exists(value):
+            raise ConfigError(f"{name}={value!r} does not exist; point it at a PEM bundle, or unset it")
     try:
-        import certifi
-    except ImportError:  # pragma: no cover - certifi comes with most environments
-        return ssl.create_default_context()
-    return ssl.create_default_context(cafile=certifi.where())
+        return ssl.create_default_context(cafile=cafile, capath=capath)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"{source}: cannot load CA certificates from {cafile or capath!r} ({exc})") from exc

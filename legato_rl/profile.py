@@ -17,6 +17,8 @@ How the timeline is rebuilt. Records keep, per try, its desktop, ``started_at`` 
   starts (after the last step, where the try's grading starts), and never before the model call ended;
 * **eval** (``wait_before_eval_s + eval_s``) at the end of the try (inside a terminal step it actually
   runs before that step's last screenshot: an ``obs_s`` too early, usually milliseconds);
+* **failed_call**: in a try that ended in a policy error, the time after its last step's actions (or after
+  its reset when no call succeeded): the policy call that failed, its retries and backoff included;
 * **other**: the rest of the try (prompt building, storing the request, the scheduler);
 * **idle**: the desktop had no try, between the batch's first dispatch and its last record.
 
@@ -32,8 +34,9 @@ import io
 import json
 import logging
 import os
+import re
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -41,6 +44,7 @@ from typing import Any
 
 from legato_gym.errors import MissingDependencyError
 from legato_rl.store import (
+    ERROR_KINDS,
     STATUSES,
     RecordError,
     RolloutRecord,
@@ -48,11 +52,12 @@ from legato_rl.store import (
     is_being_written,
     read_manifest,
     read_records,
+    storage_error,
     torn_tail_bytes,
     write_bytes_atomic,
     write_json_atomic,
 )
-from legato_rl.summary import Summary, percentile, summarize
+from legato_rl.summary import Summary, failed_call, percentile, summarize
 
 __all__ = [
     "LATENCY_KINDS",
@@ -60,12 +65,15 @@ __all__ = [
     "PROFILE_DIR",
     "PROFILE_SCHEMA",
     "DesktopUsage",
+    "ErrorCounts",
     "Profile",
     "Timeline",
     "TrySpan",
     "build_timeline",
+    "error_rows",
     "profile_run",
     "summary_rows",
+    "top_messages",
 ]
 
 log = logging.getLogger(__name__)
@@ -75,7 +83,7 @@ PROFILE_SCHEMA = "legato.profile/v0"
 #: Where the pictures go inside the run unless told otherwise.
 PROFILE_DIR = "profile"
 #: Timeline phases, in drawing (and legend) order.
-PHASES = ("reset", "model", "act", "wait", "obs", "eval", "other", "idle")
+PHASES = ("reset", "model", "act", "wait", "obs", "eval", "failed_call", "other", "idle")
 #: Latency distributions: ``model`` per policy call, ``act``/``wait`` per step (its actions summed),
 #: ``reset`` (``reset_s + wait_after_reset_s``) and ``eval`` (``wait_before_eval_s + eval_s``) per try.
 LATENCY_KINDS = ("model", "act", "wait", "reset", "eval")
@@ -87,6 +95,7 @@ _COLORS = {
     "wait": "#e6c229",
     "obs": "#17becf",
     "eval": "#9467bd",
+    "failed_call": "#7b1f1f",
     "other": "#bdbdbd",
     "idle": "#f2f2f2",
 }
@@ -157,6 +166,7 @@ class Timeline:
         cursor = put("reset", t0, timing.reset_s + timing.wait_after_reset_s)
         cursor = put("obs", cursor, max(timing.obs_s - action_obs, 0.0))
         eval_s = timing.wait_before_eval_s + timing.eval_s
+        failed = failed_call(record)  # the try ends in the call that failed, not in grading
         steps = record.steps
         for i, step in enumerate(steps):
             begin = max(float(step.started_at), cursor) if step.started_at is not None else cursor
@@ -172,15 +182,19 @@ class Timeline:
             ]
             last = i == len(steps) - 1
             following = steps[i + 1].started_at if not last else None
-            if last:
+            if last and not failed:
                 pieces.append(("eval", eval_s))
                 anchor = t1
+            elif last:
+                anchor = model_end + sum(seconds for _, seconds in pieces)
             else:
                 anchor = float(following) if following is not None else model_end + sum(s for _, s in pieces)
             cursor = max(model_end, anchor - sum(seconds for _, seconds in pieces))
             for phase, seconds in pieces:
                 cursor = put(phase, cursor, seconds)
-        if not steps:
+        if failed:
+            put("failed_call", cursor, t1 - cursor)
+        elif not steps:
             put("eval", max(cursor, t1 - eval_s), eval_s)
 
     def finish(self) -> None:
@@ -243,6 +257,65 @@ class DesktopUsage:
     phase_s: Mapping[str, float]
 
 
+#: How many messages :class:`ErrorCounts` keeps per kind.
+TOP_MESSAGES = 3
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+@dataclass(frozen=True)
+class ErrorCounts:
+    """The errors of one kind (``policy`` or ``env``) in a run.
+
+    Attributes:
+        kind: ``policy`` (the model server failed) or ``env`` (the desktop failed).
+        error: records that ended in ``error`` of this kind.
+        retried: tries that failed this way and were re-run (``retried``; desktop failures only).
+        top: the most frequent messages, most frequent first, as ``(count, type, message)``; messages that
+            differ only in their numbers (ports, pids, seconds) count as one, shown as first seen.
+    """
+
+    kind: str
+    error: int = 0
+    retried: int = 0
+    top: tuple[tuple[int, str, str], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "error": self.error,
+            "retried": self.retried,
+            "top": [{"count": n, "type": t, "message": m} for n, t, m in self.top],
+        }
+
+
+class _ErrorTally:
+    """Counts errors by kind and message while the records stream past."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, Counter[str]] = {kind: Counter() for kind in ERROR_KINDS}
+        self.messages: dict[str, Counter[tuple[str, str]]] = {kind: Counter() for kind in ERROR_KINDS}
+        self.first: dict[tuple[str, str], str] = {}
+
+    def add(self, record: RolloutRecord) -> None:
+        error = record.error
+        if error is None or record.status not in ("error", "retried") or error.kind not in self.counts:
+            return
+        self.counts[error.kind][record.status] += 1
+        key = (error.type, _NUMBER.sub("N", error.message))
+        self.messages[error.kind][key] += 1
+        self.first.setdefault(key, error.message)
+
+    def result(self) -> dict[str, ErrorCounts]:
+        return {
+            kind: ErrorCounts(
+                kind=kind,
+                error=self.counts[kind]["error"],
+                retried=self.counts[kind]["retried"],
+                top=tuple((n, key[0], self.first[key]) for key, n in self.messages[kind].most_common(TOP_MESSAGES)),
+            )
+            for kind in ERROR_KINDS
+        }
+
+
 @dataclass(frozen=True)
 class Profile:
     """A run's profile: the summary figures, per-desktop usage, latency percentiles, and the files drawn.
@@ -256,6 +329,8 @@ class Profile:
         torn_tail_bytes: a torn last record left out (a collect was killed mid-write).
         files: the pictures and report written, by name (``timeline``, ``latency``, ``report``, ``json``).
         timeline: the rebuilt phase intervals.
+        errors: by kind (``policy``, ``env``): how many records ended in an error, how many tries were
+            re-run, and the most frequent messages.
     """
 
     run_dir: Path
@@ -266,6 +341,7 @@ class Profile:
     torn_tail_bytes: int = 0
     files: Mapping[str, Path] = field(default_factory=dict)
     timeline: Timeline = field(default_factory=Timeline, repr=False, compare=False)
+    errors: Mapping[str, ErrorCounts] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """``profile.json``'s content (and ``legato rl profile --json``'s output)."""
@@ -286,6 +362,7 @@ class Profile:
                 for d in self.desktops
             ],
             "latency_s": {kind: dict(values) for kind, values in self.latency_s.items()},
+            "errors": {kind: counts.to_json() for kind, counts in self.errors.items()},
             "files": {name: str(path) for name, path in self.files.items()},
         }
 
@@ -310,6 +387,7 @@ def profile_run(
     Raises:
         RecordError: ``run_dir`` is not a run, has no manifest, or a record is damaged.
         MissingDependencyError: ``plots`` and matplotlib is not installed (``pip install 'legatolabs[plots]'``).
+        StorageError: the pictures cannot be written (a read-only run folder: give ``out``).
 
     Example:
         >>> from legato_rl.profile import profile_run
@@ -328,10 +406,12 @@ def profile_run(
     timeline = Timeline()
     samples: dict[str, list[float]] = {kind: [] for kind in LATENCY_KINDS}
     tries: dict[int, int] = defaultdict(int)
+    errors = _ErrorTally()
 
     def tap(records: Iterator[RolloutRecord]) -> Iterator[RolloutRecord]:
         for record in records:
             timeline.add(record)
+            errors.add(record)
             if record.desktop is not None and record.desktop >= 0:
                 tries[int(record.desktop)] += 1
             _add_samples(samples, record)
@@ -347,11 +427,16 @@ def profile_run(
         in_progress=in_progress,
         torn_tail_bytes=torn,
         timeline=timeline,
+        errors=errors.result(),
     )
     if not plots:
         return profile
     target = Path(out) if out is not None else root / PROFILE_DIR
-    target.mkdir(parents=True, exist_ok=True)
+    again = "then run legato rl profile again (or give --out another folder)"
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise storage_error(exc, target, then=again) from exc
     images = {
         "timeline": _png(_draw_timeline(timeline)),
         "latency": _png(_draw_latency(samples)),
@@ -359,12 +444,12 @@ def profile_run(
     files: dict[str, Path] = {}
     for name, data in images.items():
         files[name] = target / f"{name}.png"
-        write_bytes_atomic(files[name], data)
+        write_bytes_atomic(files[name], data, then=again)
     files["report"] = target / "report.html"
     files["json"] = target / "profile.json"
     profile = replace(profile, files=files)
-    write_bytes_atomic(files["report"], _html(profile, images).encode("utf-8"))
-    write_json_atomic(files["json"], profile.to_json())
+    write_bytes_atomic(files["report"], _html(profile, images).encode("utf-8"), then=again)
+    write_json_atomic(files["json"], profile.to_json(), then=again)
     log.info("profile of %s written to %s", root, target)
     return profile
 
@@ -598,6 +683,23 @@ def summary_rows(profile: Profile) -> list[tuple[str, str]]:
     ]
 
 
+def error_rows(profile: Profile) -> list[tuple[str, str, str, str]]:
+    """One row per error kind: records that ended in it, tries re-run, and the top messages (``N× type: msg``)."""
+    rows = []
+    for kind, counts in profile.errors.items():
+        rows.append((kind, str(counts.error), str(counts.retried), "; ".join(top_messages(counts)) or "–"))
+    return rows
+
+
+def top_messages(counts: ErrorCounts, limit: int = 200) -> list[str]:
+    """``"N× Type: message"`` for each of the kind's most frequent messages, each cut to ``limit`` characters."""
+    lines = []
+    for n, kind, message in counts.top:
+        text = f"{kind}: {message}"
+        lines.append(f"{n}× " + (text if len(text) <= limit else text[: limit - 3] + "..."))
+    return lines
+
+
 def _table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
@@ -643,6 +745,8 @@ pre {{ white-space: pre-wrap; font-size: 0.85em; color: #444; }}
 <h2>Summary</h2>
 {_table(("figure", "value"), summary_rows(profile))}
 {_table(("phase", "share of desktop time"), phase_rows)}
+<h2>Errors</h2>
+{_table(("kind", "ended in error", "tries re-run", "most frequent messages"), error_rows(profile))}
 <h2>Latency</h2>
 {_table(("kind", "n", "p50", "p95", "p99", "max"), latency_rows)}
 {_table(("desktop", "tries", "busy", "utilisation"), desktop_rows)}

@@ -37,6 +37,7 @@ import base64
 import binascii
 import contextlib
 import ctypes
+import errno
 import hashlib
 import json
 import logging
@@ -79,6 +80,7 @@ __all__ = [
     "RunInProgressError",
     "RunManifest",
     "StepRecord",
+    "StorageError",
     "Timing",
     "check_manifest",
     "check_run_dir",
@@ -89,6 +91,7 @@ __all__ = [
     "read_manifest",
     "read_record_dicts",
     "read_records",
+    "storage_error",
     "tasks_sha256",
     "torn_tail_bytes",
     "write_bytes_atomic",
@@ -147,6 +150,77 @@ class RecordError(LegatoError, ValueError):
 class RunInProgressError(RecordError):
     """The run is still being written: a ``legato rl collect`` holds its writer lock (see
     :func:`is_being_written`). Wait for it to finish, or stop it."""
+
+
+class StorageError(LegatoError, OSError):
+    """A file of a run (or of an export) cannot be written or read: the disk is full, the folder is
+    read-only, or a part of the path is a file. The message names the path, the cause and the fix; the
+    ``errno`` and ``filename`` of the :class:`OSError` behind it are kept. Built by :func:`storage_error`."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""  # OSError's own form ("[Errno 28] ...") would hide the fix
+
+
+#: Why a write failed, by errno, in words a user acts on.
+_CAUSES: dict[int, str] = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.ENOTDIR: "a part of the path is a file, not a folder",
+    errno.EEXIST: "a file is in the way of a folder",
+    errno.EISDIR: "it is a folder, not a file",
+    errno.ENAMETOOLONG: "the name is too long",
+}
+_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+_READ_ONLY = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+def storage_error(
+    exc: OSError, path: str | os.PathLike[str], *, doing: str = "write", then: str | None = None
+) -> StorageError:
+    """The :class:`StorageError` for an :class:`OSError` met while reading or writing ``path``.
+
+    Args:
+        exc: the error.
+        path: the file or folder being written (the error's own ``filename`` is named too when it differs).
+        doing: ``write`` or ``read``.
+        then: what to do once the cause is fixed; default: run the same command again to resume.
+    """
+    if isinstance(exc, StorageError):
+        return exc
+    code = exc.errno
+    filename = exc.filename if isinstance(exc.filename, (str, bytes, os.PathLike)) else None
+    where = str(path)
+    if filename is not None and os.fsdecode(filename) != where:
+        where = f"{where} ({os.fsdecode(filename)})"
+    cause = _CAUSES.get(code, exc.strerror or str(exc)) if code is not None else (exc.strerror or str(exc))
+    detail = f" [{errno.errorcode.get(code, code)}]" if code is not None else ""
+    after = then or "then run the same command again to resume: what was written so far is kept"
+    if code in _FULL:
+        fix = f"free some space on that disk, {after}"
+    elif code in _READ_ONLY:
+        fix = f"make the folder writable (or give another --out for a new batch), {after}"
+    elif code in (errno.ENOTDIR, errno.EEXIST):
+        fix = "give an --out whose every part is a folder (or does not exist yet)"
+    else:
+        fix = f"fix the cause, {after}"
+    error = StorageError(f"cannot {doing} {where}: {cause}{detail}; {fix}")
+    error.errno = code
+    error.filename = filename
+    return error
+
+
+@contextlib.contextmanager
+def _storage(path: str | os.PathLike[str], doing: str = "write", then: str | None = None) -> Iterator[None]:
+    """Raise an :class:`OSError` in the block as a :class:`StorageError` naming ``path``."""
+    try:
+        yield
+    except OSError as exc:
+        if isinstance(exc, StorageError):
+            raise
+        raise storage_error(exc, path, doing=doing, then=then) from exc
 
 
 # --- record values ----------------------------------------------------------------------------------------
@@ -524,8 +598,13 @@ class RolloutStore:
         image_cache_bytes: how many characters of image data URLs to remember as already stored, so that a
             screenshot re-sent at every step is hashed once. Only a cache: a miss costs a re-hash.
 
+    A write that fails (a full disk, a folder made read-only) raises a :class:`StorageError`, and every
+    later write of this store raises it again: a record is never appended after a file it may refer to
+    failed. A record cut short is cut off, so the run resumes cleanly once the cause is fixed.
+
     Raises:
         ConfigError: another process is writing to ``run_dir``.
+        StorageError: the run directory cannot be made or written.
 
     Example:
         >>> import tempfile
@@ -539,12 +618,22 @@ class RolloutStore:
         self.run_dir = Path(run_dir)
         self._messages = self.run_dir / MESSAGES_DIR
         self._images = self.run_dir / IMAGES_DIR
-        self._messages.mkdir(parents=True, exist_ok=True)
-        self._images.mkdir(parents=True, exist_ok=True)
-        self._lock = _acquire_writer_lock(self.run_dir)
         self._path = self.run_dir / ROLLOUTS_FILE
-        _cut_torn_tail(self._path)
-        self._file: IO[bytes] | None = open(self._path, "ab")  # noqa: SIM115  (closed in close())
+        self._lock: IO[bytes] | None = None
+        self._failed: StorageError | None = None
+        with _storage(self.run_dir):
+            self._messages.mkdir(parents=True, exist_ok=True)
+            self._images.mkdir(parents=True, exist_ok=True)
+            self._lock = _acquire_writer_lock(self.run_dir)
+            try:
+                _remove_stale_temporaries(self.run_dir)
+                _cut_torn_tail(self._path)
+                # unbuffered: a write that fails leaves no bytes behind in a buffer for close() to write later
+                self._file: IO[bytes] | None = open(self._path, "ab", buffering=0)  # noqa: SIM115  (close())
+            except BaseException:
+                if self._lock is not None:
+                    self._lock.close()
+                raise
         self._known_messages: set[str] = set()
         self._known_images: set[str] = set()
         self._image_cache: OrderedDict[str, str] = OrderedDict()
@@ -565,14 +654,22 @@ class RolloutStore:
         return self._file is None
 
     def close(self) -> None:
-        """Flush and release the run (idempotent)."""
-        if self._file is not None:
-            self._sync_files()
-            self._file.close()
-            self._file = None
-        if self._lock is not None:
-            self._lock.close()
-            self._lock = None
+        """Flush and release the run (idempotent).
+
+        Raises:
+            StorageError: the files written since the last record cannot be made durable.
+        """
+        try:
+            if self._file is not None and self._failed is None:
+                with _storage(self.run_dir):
+                    self._sync_files()
+        finally:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+            if self._lock is not None:
+                self._lock.close()
+                self._lock = None
 
     def put_request(self, body: Mapping[str, Any]) -> RequestRef:
         """Store a request body's messages (and their images) and return its reference for the step record.
@@ -628,25 +725,54 @@ class RolloutStore:
         return ref, files
 
     def write_files(self, files: Iterable[tuple[Path, bytes]]) -> None:
-        """Write the message and image files :meth:`prepare_request` returned (fsynced by the next append)."""
+        """Write the message and image files :meth:`prepare_request` returned (fsynced by the next append).
+
+        Raises:
+            StorageError: a file cannot be written; the store then refuses every later write.
+        """
+        self._check_failed()
         for path, data in files:
-            self._write_file(path, data)
+            try:
+                self._write_file(path, data)
+            except OSError as exc:
+                raise self._fail(exc, path) from exc
 
     def append(self, record: RolloutRecord) -> None:
         """Append one record to ``rollouts.jsonl`` and make it durable (flush and fsync).
 
         Raises:
             StateError: the store is closed.
+            StorageError: the record (or a file before it) cannot be written; nothing of the record is left
+                in ``rollouts.jsonl``, and the store refuses every later write.
         """
         if self._file is None:
             from legato_gym.errors import StateError
 
             raise StateError(f"RolloutStore for {self.run_dir} is closed; open a new one to append")
+        self._check_failed()
         line = _json.dumps(record.to_json()) + b"\n"
-        self._sync_files()
-        self._file.write(line)
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        fd = self._file.fileno()
+        start: int | None = None
+        try:
+            self._sync_files()
+            start = os.fstat(fd).st_size
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except OSError as exc:
+            if start is not None:  # take back the part of the line that was written
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, start)
+            raise self._fail(exc, self._path) from exc
+
+    def _check_failed(self) -> None:
+        if self._failed is not None:
+            raise self._failed
+
+    def _fail(self, exc: OSError, path: Path) -> StorageError:
+        self._failed = storage_error(exc, path)
+        return self._failed
 
     def _sync_files(self) -> None:
         """Make the message and image files written since the last record durable, with their names.
@@ -935,6 +1061,12 @@ class RunManifest:
         harness: the harness's name (the prompt format).
         image_max: ``--image-max``.
         created_at: Unix time the run was created (not compared).
+        temperature: ``--temperature``; ``None`` in runs made before it was recorded.
+        top_p: ``--top-p``; ``None`` in runs made before it was recorded.
+        max_tokens: ``--max-tokens``; ``None`` in runs made before it was recorded.
+
+    A field in :attr:`LENIENT` is compared only when both manifests have a value: a run whose manifest
+    predates the field resumes with any value.
     """
 
     tasks_sha256: str
@@ -948,6 +1080,9 @@ class RunManifest:
     harness: str = "qwen3vl"
     image_max: int = 20
     created_at: float | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
 
     #: The fields a resume compares, with the option that sets each.
     COMPARED: ClassVar[dict[str, str]] = {
@@ -961,7 +1096,12 @@ class RunManifest:
         "backend": "--backend",
         "harness": "the harness",
         "image_max": "--image-max",
+        "temperature": "--temperature",
+        "top_p": "--top-p",
+        "max_tokens": "--max-tokens",
     }
+    #: Compared fields that older manifests lack (``None``): compared only when both runs have a value.
+    LENIENT: ClassVar[frozenset[str]] = frozenset({"temperature", "top_p", "max_tokens"})
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": MANIFEST_SCHEMA, **asdict(self)}
@@ -1016,6 +1156,8 @@ def check_manifest(existing: RunManifest, wanted: RunManifest, *, run_dir: str |
     diffs = []
     for name, option in RunManifest.COMPARED.items():
         old, new = getattr(existing, name), getattr(wanted, name)
+        if name in RunManifest.LENIENT and (old is None or new is None):
+            continue
         if old != new:
             diffs.append(f"{option}: the run has {old!r}, this command gives {new!r}")
     if diffs:
@@ -1034,16 +1176,24 @@ def open_run(run_dir: str | os.PathLike[str], manifest: RunManifest) -> bool:
         True when the run existed (a resume), False when it was created.
 
     Raises:
-        ConfigError: the existing run was collected with other arguments (see :func:`check_manifest`).
+        ConfigError: ``run_dir`` is a file, or the existing run was collected with other arguments (see
+            :func:`check_manifest`).
+        StorageError: the manifest cannot be read or written (a read-only folder, a full disk).
     """
     root = Path(run_dir)
-    existing = read_manifest(root)
+    if root.exists() and not root.is_dir():
+        raise ConfigError(
+            f"--out {root} is a file, not a folder; give a folder for the run (a new one for a new batch)"
+        )
+    with _storage(root / MANIFEST_FILE, "read"):
+        existing = read_manifest(root)
     if existing is not None:
         check_manifest(existing, manifest, run_dir=root)
         return True
     if (root / ROLLOUTS_FILE).is_file():
         raise ConfigError(f"{root} holds records but no {MANIFEST_FILE}; give another --out for a new batch")
-    root.mkdir(parents=True, exist_ok=True)
+    with _storage(root):
+        root.mkdir(parents=True, exist_ok=True)
     if manifest.created_at is None:
         manifest = type(manifest)(**{**asdict(manifest), "created_at": time.time()})
     write_manifest(root, manifest)
@@ -1053,15 +1203,31 @@ def open_run(run_dir: str | os.PathLike[str], manifest: RunManifest) -> bool:
 # --- files ------------------------------------------------------------------------------------------------
 
 
-def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
-    """Write JSON to ``path`` atomically (temporary file, fsync, rename)."""
+def write_json_atomic(path: str | os.PathLike[str], data: Any, *, then: str | None = None) -> None:
+    """Write JSON to ``path`` atomically (temporary file, fsync, rename).
+
+    Args:
+        path: the file.
+        data: the JSON value.
+        then: for the error message, what to do once the cause is fixed (see :func:`storage_error`).
+
+    Raises:
+        StorageError: it cannot be written; no temporary file is left behind.
+    """
     text = json.dumps(data, ensure_ascii=False, indent=2, sort_keys=False) + "\n"
-    _write_atomic(Path(path), text.encode("utf-8"))
+    with _storage(path, then=then):
+        _write_atomic(Path(path), text.encode("utf-8"))
 
 
-def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write bytes to ``path`` atomically (temporary file beside it, fsync, rename)."""
-    _write_atomic(Path(path), data)
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *, then: str | None = None) -> None:
+    """Write bytes to ``path`` atomically (temporary file beside it, fsync, rename).
+
+    Raises:
+        StorageError: it cannot be written (``then`` as in :func:`write_json_atomic`); no temporary file is
+            left behind.
+    """
+    with _storage(path, then=then):
+        _write_atomic(Path(path), data)
 
 
 _libc_syncfs: Any = None  # the C function once looked up; False where there is none
@@ -1111,6 +1277,22 @@ def _write_atomic(path: Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _remove_stale_temporaries(root: Path) -> None:
+    """Remove the temporary files a killed writer of this run left (call with the writer lock held).
+
+    Only the run's own files: ``messages/`` and ``images/`` wholly, and the temporaries of ``run.json`` and
+    ``summary.json`` (an export or a profile may be writing files of its own beside them).
+    """
+    own = (f".{MANIFEST_FILE}.", f".{SUMMARY_FILE}.")
+    for folder, prefixes in ((root / MESSAGES_DIR, (".",)), (root / IMAGES_DIR, (".",)), (root, own)):
+        with os.scandir(folder) as entries:
+            stale = [e.path for e in entries if e.name.endswith(".tmp") and e.name.startswith(prefixes)]
+        for path in stale:
+            log.info("removing %s, left by a writer that was killed", path)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
 
 def _cut_torn_tail(path: Path) -> None:

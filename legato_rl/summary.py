@@ -8,7 +8,9 @@ Definitions (each key of ``summary.json`` is always present; a figure with nothi
 * ``rollouts_per_hour``: ``ok`` and ``truncated`` records per hour of ``wall_s``: the batch's wall time
   when the caller knows it, else from the first dispatch to the last record.
 * ``phase_share``: each phase's share of desktop-seconds (the sum over records of ``timing``), ``other``
-  being a try's time not in any phase (``total_s`` minus the phases: the scheduler's own time).
+  being a try's time not in any phase (``total_s`` minus the phases: the scheduler's own time), except in
+  tries that ended in a policy error: there that time is ``failed_call``, the policy call that failed
+  (its retries and backoff included), which no phase of the record holds.
 * ``model_latency_s``: p50, p95 and p99 of the policy calls' wall seconds (linear interpolation, as
   ``numpy.percentile``).
 * ``retried_calls``: policy calls that needed more than one HTTP attempt.
@@ -51,6 +53,7 @@ __all__ = [
     "SUMMARY_SCHEMA",
     "Summary",
     "advantages",
+    "failed_call",
     "group_advantages",
     "percentile",
     "summarize",
@@ -63,7 +66,7 @@ SUMMARY_SCHEMA = "legato.summary/v0"
 #: Statuses of completed attempts: they count towards their group and carry a usable reward.
 COMPLETED = frozenset(status.value for status in COMPLETED_STATUSES)
 #: ``phase_share`` keys, in order.
-PHASE_KEYS = (*(name[: -len("_s")] for name in Timing.PHASES), "other")
+PHASE_KEYS = (*(name[: -len("_s")] for name in Timing.PHASES), "failed_call", "other")
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,7 @@ def summarize(records: Iterable[RolloutRecord], *, group: int, wall_s: float | N
     counts = dict.fromkeys(STATUSES, 0)
     errors = {"policy": 0, "env": 0}
     phases = dict.fromkeys(Timing.PHASES, 0.0)
-    total_s = 0.0
+    total_s = failed_call_s = other_s = 0.0
     rewards: list[float] = []
     latencies: list[float] = []
     retried_calls = n_steps = with_logprobs = with_token_ids = 0
@@ -149,9 +152,17 @@ def summarize(records: Iterable[RolloutRecord], *, group: int, wall_s: float | N
             rewards.append(record.reward)
         if record.status == "error" and record.error is not None:
             errors[record.error.kind] += 1
+        in_phases = 0.0
         for name in Timing.PHASES:
-            phases[name] += getattr(record.timing, name)
-        total_s += max(record.timing.total_s, sum(getattr(record.timing, name) for name in Timing.PHASES))
+            seconds = getattr(record.timing, name)
+            phases[name] += seconds
+            in_phases += seconds
+        rest = max(record.timing.total_s - in_phases, 0.0)
+        total_s += in_phases + rest
+        if failed_call(record):
+            failed_call_s += rest
+        else:
+            other_s += rest
         if record.started_at is not None:
             first = record.started_at if first is None else min(first, record.started_at)
         if record.ended_at is not None:
@@ -170,7 +181,8 @@ def summarize(records: Iterable[RolloutRecord], *, group: int, wall_s: float | N
     n_completed = counts["ok"] + counts["truncated"]
     if total_s > 0:
         share: dict[str, float | None] = {name[: -len("_s")]: phases[name] / total_s for name in Timing.PHASES}
-        share["other"] = max(total_s - sum(phases.values()), 0.0) / total_s
+        share["failed_call"] = failed_call_s / total_s
+        share["other"] = other_s / total_s
     else:
         share = dict.fromkeys(PHASE_KEYS)
     short = sorted(gid for gid, done in completed_per_group.items() if done < group)
@@ -192,6 +204,12 @@ def summarize(records: Iterable[RolloutRecord], *, group: int, wall_s: float | N
         groups_short=len(short),
         groups_short_ids=tuple(short),
     )
+
+
+def failed_call(record: RolloutRecord) -> bool:
+    """True when the try ended because a policy call failed: the end of the try, which no phase of the record
+    holds, is that call's time."""
+    return record.status == "error" and record.error is not None and record.error.kind == "policy"
 
 
 def summarize_run(run_dir: str | os.PathLike[str], *, wall_s: float | None = None) -> Summary:

@@ -24,7 +24,8 @@ def make_vector_env(num_envs: int = 1, **kwargs: Any) -> DesktopVectorEnv:
 
     Takes :class:`DesktopVectorEnv`'s arguments (``backend``, ``config``, ``max_steps``, ``tasks``, ``seed``,
     ``deadlines``, ``worker_env``, ``screenshots``, ``png``, ``copy``). ``gymnasium.make_vec`` also passes
-    ``max_episode_steps`` (used as ``max_steps``) and ``render_mode`` (only ``None``). ``ray`` (a cluster
+    ``max_episode_steps`` (the step limit, as for ``gymnasium.make``: a larger ``max_steps`` yields to it, a
+    smaller one is a ``ConfigError``) and ``render_mode`` (only ``None``). ``ray`` (a cluster
     address or a :class:`~legato_gym.vector.ray_env.RayPlacement`) places the desktops on a Ray cluster
     (:class:`~legato_gym.vector.ray_env.RayDesktopVectorEnv`).
 
@@ -38,8 +39,15 @@ def make_vector_env(num_envs: int = 1, **kwargs: Any) -> DesktopVectorEnv:
     from legato_gym.vector.env import DesktopVectorEnv
 
     max_episode_steps = kwargs.pop("max_episode_steps", None)
-    if max_episode_steps is not None:
-        kwargs.setdefault("max_steps", max_episode_steps)
+    max_steps = kwargs.get("max_steps")
+    if max_episode_steps is not None and max_episode_steps != -1:  # -1: no limit of gymnasium's, as for make
+        # As a TimeLimit around a DesktopEnv (gymnasium.make): the wrapper's limit, never one the spec hides.
+        if isinstance(max_steps, int) and isinstance(max_episode_steps, int) and max_steps < max_episode_steps:
+            raise ConfigError(
+                f"max_steps={max_steps} ends episodes before max_episode_steps={max_episode_steps}, which the "
+                f"spec would say; pass one limit (drop max_steps, or use max_episode_steps={max_steps})"
+            )
+        kwargs["max_steps"] = max_episode_steps
     render_mode = kwargs.pop("render_mode", None)
     if render_mode is not None:
         raise ConfigError(f"render_mode={render_mode!r}: desktops are not rendered; read obs['screenshot']")

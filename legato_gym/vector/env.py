@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import hashlib
 import itertools
 import logging
@@ -35,7 +36,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import gymnasium
 import numpy as np
@@ -64,6 +65,9 @@ from legato_gym.tasks import suggest, task_from_config
 from legato_gym.vector.process import WorkerProcess
 from legato_gym.vector.protocol import PROTOCOL_VERSION, ProtocolError, config_to_json
 from legato_gym.vector.spaces import UniformBox
+
+if TYPE_CHECKING:
+    from gymnasium.envs.registration import EnvSpec
 
 __all__ = ["Deadlines", "DesktopVectorEnv"]
 
@@ -178,6 +182,9 @@ class _Slot:
         # "new": needs a reset; "running": can step; "ended": terminated, truncated or failed.
         self.phase: Literal["new", "running", "ended"] = "new"
         self.busy: _Request | None = None  # the user request whose result was not handed out yet
+        # The failure that ended a running episode while no call of it was in flight (the worker died while
+        # its caller waited on a model, say): the episode's next step or truncate gets it, not a StateError.
+        self.lost: DesktopError | None = None
         self.idle_waiters: list[asyncio.Future[None]] = []  # idle() futures, done when busy clears
         self.unconsumed: _Result | None = None
         self.last_screen: Screens | None = None
@@ -227,6 +234,7 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
     """
 
     metadata: dict[str, Any] = {"autoreset_mode": AutoresetMode.DISABLED, "render_modes": []}  # noqa: RUF012
+    _spec: EnvSpec | None = None
 
     def __init__(
         self,
@@ -328,30 +336,54 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         self._action_space = space
 
     @property
+    def spec(self) -> EnvSpec | None:  # type: ignore[override]
+        """The spec ``gymnasium.make_vec`` gave this env, with ``max_episode_steps`` the step limit it applies."""
+        spec = self._spec
+        if spec is not None and spec.max_episode_steps != self.max_steps:
+            spec = copy.copy(spec)
+            spec.max_episode_steps = self.max_steps
+            self._spec = spec
+        return spec
+
+    @spec.setter
+    def spec(self, value: EnvSpec | None) -> None:
+        self._spec = value
+
+    @property
     def worker_pids(self) -> list[int]:
         """Process id of each desktop's current worker, by env index (``-1`` while none is running)."""
         return [s.proc.pid if s.proc is not None and s.proc.alive else -1 for s in self._slots]
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Obs, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Obs, dict[str, Any]]:
         """Reset every desktop, or those in ``options["reset_mask"]``, and wait for them.
 
         Args:
-            seed: reseeds the task choice; env ``i`` uses ``seed + i``.
+            seed: reseeds the task choice, as Gymnasium's vector envs seed their envs: an int (env ``i`` uses
+                ``seed + i``), a list of ``num_envs`` seeds (``None`` entries keep that env's generator), or
+                ``None``. Seeds of desktops outside ``reset_mask`` are ignored.
             options: ``"tasks"``: ``{env_id: Task | dict | task_id}`` (others pick from :attr:`tasks`);
                 ``"task"``: one task for every desktop being reset; ``"reset_mask"``: bool array of shape
                 ``(num_envs,)`` selecting the desktops to reset (the others return their last observation).
 
         Returns:
             Batched observations of all desktops and infos (masks cover the desktops that were reset).
+
+        Raises:
+            ConfigError: a seed list whose length is not ``num_envs``, or a seed that is not a non-negative
+                int or ``None``.
         """
         self._check_open()
-        super().reset(seed=seed)
+        seeds = self._reset_seeds(seed)
+        super().reset(seed=int(seed) if isinstance(seed, int | np.integer) else None)
         options = dict(options or {})
         mask = self._reset_mask(options.pop("reset_mask", None))
         ids = [i for i in range(self.num_envs) if mask[i]]
-        if seed is not None:
-            for i in ids:
-                self._task_rngs[i] = seeding.np_random(seed + i)[0]
+        for i in ids:
+            env_seed = seeds[i]
+            if env_seed is not None:
+                self._task_rngs[i] = seeding.np_random(env_seed)[0]
         tasks = self._tasks_for(ids, options)
         for i in ids:
             self._check_idle(i, "reset")
@@ -384,6 +416,9 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call a method of every desktop (arguments and results cross as JSON).
+
+        As in Gymnasium's vector envs, when ``name`` is not callable (a plain attribute or a property) the
+        result is its value on each desktop, and ``args`` are ignored.
 
         Raises:
             DesktopError: the first desktop that failed (the others' results are dropped).
@@ -563,6 +598,12 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
             slot.busy = request
         if sink == "recv":
             self._outstanding += 1
+        if op == "reset":
+            slot.lost = None
+        elif op in ("step", "truncate") and slot.lost is not None:
+            error, slot.lost = slot.lost, None  # the episode died between calls: this call fails as it would have
+            self._complete(slot, request, _Result(env_id, op, error=error))
+            return request
         if slot.proc is None:
             self._spawn(slot)
         slot.waiting.append(request)
@@ -805,11 +846,13 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         if proc is None:
             return
         self._retire(slot, proc)
+        request, slot.current = slot.current, None
+        if slot.phase == "running" and (request is None or request.sink == "internal"):
+            slot.lost = error
         slot.phase = "new"
         error.env_id = slot.env_id
         if error.remote_traceback is None:
             error.remote_traceback = proc.stderr_text() or None
-        request, slot.current = slot.current, None
         logger.warning("%s; starting a fresh desktop", error)
         if request is not None and request.op == "init":
             self._start_failed(slot, error)
@@ -932,8 +975,9 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
 
     def _check_running(self, env_id: int, call: str) -> None:
         self._check_idle(env_id, call)
-        phase = self._slots[env_id].phase
-        if phase != "running":
+        slot = self._slots[env_id]
+        phase = slot.phase
+        if phase != "running" and slot.lost is None:
             why = "its episode ended" if phase == "ended" else "it was not reset (or its desktop was replaced)"
             raise StateError(
                 f"{call}: env {env_id} needs a reset because {why}; "
@@ -955,6 +999,28 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
                 )
             self._check_running(i, "step")
         return [str(a) for a in actions]
+
+    def _reset_seeds(self, seed: Any) -> list[int | None]:
+        """Per-desktop seeds, as Gymnasium's vector envs read ``reset(seed=...)``."""
+        fix = "pass an int (desktop i gets seed + i), one seed or None per desktop, or None"
+        if seed is None:
+            return [None] * self.num_envs
+        if isinstance(seed, int | np.integer) and not isinstance(seed, bool):
+            if seed < 0:
+                raise ConfigError(f"reset(seed={seed!r}): a seed must be a non-negative int; {fix}")
+            return [int(seed) + i for i in range(self.num_envs)]
+        if isinstance(seed, str | bytes) or not isinstance(seed, Sequence | np.ndarray):
+            raise ConfigError(f"reset(seed={seed!r:.80}) is not a seed; {fix}")
+        seeds = list(seed)
+        if len(seeds) != self.num_envs:
+            raise ConfigError(
+                f"reset(seed=...) got {len(seeds)} seeds for {self.num_envs} desktops; {fix} "
+                f"(a list must have length num_envs={self.num_envs})"
+            )
+        for i, value in enumerate(seeds):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0):
+                raise ConfigError(f"reset(seed=...): seed[{i}]={value!r:.80} must be a non-negative int or None")
+        return [None if value is None else int(value) for value in seeds]
 
     def _reset_mask(self, mask: Any) -> npt.NDArray[np.bool_]:
         if mask is None:

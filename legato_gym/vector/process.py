@@ -33,6 +33,9 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 #: no linear algebra, and OpenBLAS starting a thread per core in every worker costs ~50 ms of CPU at import
 #: (a third of a worker's start-up) and hundreds of idle threads at 256 desktops.
 _WORKER_THREADS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+#: Variables a worker never inherits: the policy server's key has no business near a desktop the agent
+#: drives (legato_rl's ``KEY_ENV_VAR``; named here since legato_gym does not import legato_rl).
+_WORKER_SECRETS = ("LEGATO_POLICY_KEY",)
 #: ``python -m legato_gym.vector.worker`` without registering Gymnasium ids: importing ``legato_gym`` with
 #: gymnasium hidden takes its no-gymnasium path, so a worker imports only the stdlib, numpy and its backend
 #: (a backend that needs gymnasium, such as desktop-env, still imports it afterwards).
@@ -48,7 +51,8 @@ class WorkerProcess:
     Args:
         env_id: the desktop's index (for log messages).
         python: interpreter to run (``None``: this one).
-        env: extra environment variables for the worker.
+        env: extra environment variables for the worker (``LEGATO_POLICY_KEY`` is never passed on, from here
+            or from ``os.environ``).
         screen_bytes: size of the shared screenshot buffer; ``None`` sends screenshots as framed bytes.
     """
 
@@ -76,6 +80,8 @@ class WorkerProcess:
         for name, value in _WORKER_THREADS.items():
             child_env.setdefault(name, value)
         child_env.update(env or {})
+        for name in _WORKER_SECRETS:
+            child_env.pop(name, None)
         path = child_env.get("PYTHONPATH")
         child_env["PYTHONPATH"] = _PACKAGE_ROOT + (os.pathsep + path if path else "")
         pass_fds = [child_sock.fileno()]

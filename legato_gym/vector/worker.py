@@ -128,8 +128,9 @@ class _Worker:
         if op == "truncate":
             reward = self.episode.truncate()
             return {"reward": float(reward), "info": dict(self.episode.last_info)}, []
-        if op == "call":
-            value = getattr(self.desktop, str(args["name"]))(*args.get("args", ()), **args.get("kwargs", {}))
+        if op == "call":  # a plain attribute's value, as Gymnasium's vector envs' call() gives
+            attr = getattr(self.desktop, str(args["name"]))
+            value = attr(*args.get("args", ()), **args.get("kwargs", {})) if callable(attr) else attr
             return {"value": value}, []
         if op == "get_attr":
             return {"value": getattr(self.desktop, str(args["name"]))}, []

@@ -13,10 +13,12 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from legato_gym import DesktopConfig, LegatoError, Task, get_backend
 from legato_gym.tasks import load_tasks
+from legato_rl.cli._errors import fail
 from legato_rl.cli.app import rl_app
 from legato_rl.collect import Progress, collect
 from legato_rl.groups import Status
@@ -124,15 +126,17 @@ def collect_command(
                 fixed_wait=fixed_wait, fast_reset=fast_reset, image_max=image_max, desktop=config,
                 backend=backend, seed=seed, ray=ray, progress=progress,
             )  # fmt: skip
-    except LegatoError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+    except (LegatoError, OSError) as exc:  # a full disk or a read-only --out: one line, no traceback
+        fail(console, exc)
     except KeyboardInterrupt:
-        console.print(f"[yellow]interrupted.[/yellow] Run the same command again to resume into {out}.")
+        console.print(
+            f"[yellow]interrupted.[/yellow] Run the same command again to resume into {escape(str(out))}.",
+            soft_wrap=True,
+        )
         raise typer.Exit(130) from None
     counts = ", ".join(f"{k} {v}" for k, v in data["status_counts"].items() if v)
     console.print(
-        f"[green]done[/green]: {out} — {counts}; success rate {_fmt(data['success_rate'])}, "
+        f"[green]done[/green]: {escape(str(out))} — {counts}; success rate {_fmt(data['success_rate'])}, "
         f"{_fmt(data['rollouts_per_hour'], 0)} rollouts/h, groups short {data['groups_short']}"
     )
     typer.echo(str(out / "summary.json"))

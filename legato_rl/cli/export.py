@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from legato_gym import LegatoError
+from legato_rl.cli._errors import fail, terminate_as_exit
 from legato_rl.cli.app import rl_app
 from legato_rl.export import FORMATS, export_steps
 
@@ -36,14 +37,14 @@ def export_command(
     console = Console(stderr=True, soft_wrap=True)
     _configure_logging(console)
     try:
-        stats = export_steps(run, out, inline_images=inline_images, format=format)
-    except LegatoError as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from None
+        with terminate_as_exit():  # a SIGTERM mid-write still removes the temporary file
+            stats = export_steps(run, out, inline_images=inline_images, format=format)
+    except (LegatoError, OSError) as exc:  # a full disk or a read-only folder: one line, no traceback
+        fail(console, exc)
     excluded = ", ".join(f"{status} {n}" for status, n in stats.excluded.items()) or "none"
     console.print(
         f"[green]exported[/green] {stats.rows} steps of {stats.rollouts} rollouts ({stats.groups} groups) as "
-        f"{stats.format}, {_size(stats.bytes)}; records left out: {excluded}"
+        f"{stats.format}, {_size(stats.bytes)}; records left out: {escape(excluded)}"
     )
     typer.echo(str(stats.path))
 

@@ -20,9 +20,11 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from legato_gym.backends.osworld.venv import LEFT_OUT, check_venv, default_venv, setup_venv
 from legato_gym.errors import LegatoError
+from legato_rl.cli._errors import fail
 from legato_rl.cli.app import app
 
 __all__ = ["check_command", "osworld_app", "setup_command"]
@@ -51,19 +53,20 @@ def setup_command(
     pip_args = ["--index-url", index_url] if index_url else []
     try:
         result = setup_venv(
-            venv, base_python=python, force=force, pip_args=pip_args, log=lambda line: console.print(line)
+            venv, base_python=python, force=force, pip_args=pip_args, log=lambda line: console.print(escape(line))
         )
         report = check_venv(result.venv)
-    except LegatoError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from exc
+    except (LegatoError, OSError) as exc:
+        fail(console, exc, code=1)
     how = "reused" if result.reused else f"built in {result.seconds:.0f} s"
-    console.print(f"desktop-env {report.versions.get('desktop-env')} environment {how}: {result.venv}")
-    console.print(f"left out: {', '.join(sorted(LEFT_OUT))}")
+    console.print(
+        escape(f"desktop-env {report.versions.get('desktop-env')} environment {how}: {result.venv}"), soft_wrap=True
+    )
+    console.print(escape(f"left out: {', '.join(sorted(LEFT_OUT))}"))
     typer.echo(str(result.python))
     if not report.ok:
         for module, error in report.failed.items():
-            console.print(f"[red]does not import:[/red] {module}: {error}")
+            console.print(f"[red]does not import:[/red] {escape(f'{module}: {error}')}")
         raise typer.Exit(1)
 
 
@@ -76,22 +79,22 @@ def check_command(
     console = Console()
     try:
         report = check_venv(venv or default_venv())
-    except LegatoError as exc:
-        Console(stderr=True).print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from exc
+    except (LegatoError, OSError) as exc:
+        fail(Console(stderr=True), exc, code=1)
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:
-        console.print(f"python: {report.python}")
-        console.print("versions: " + ", ".join(f"{k} {v}" for k, v in report.versions.items()))
+        console.print(escape(f"python: {report.python}"))
+        console.print(escape("versions: " + ", ".join(f"{k} {v}" for k, v in report.versions.items())))
         for module in report.imported:
-            console.print(f"[green]ok[/green]   {module}")
+            console.print(f"[green]ok[/green]   {escape(module)}")
         for module, error in report.failed.items():
-            console.print(f"[red]FAIL[/red] {module}: {error}")
+            console.print(f"[red]FAIL[/red] {escape(f'{module}: {error}')}")
         console.print(f"{report.getters} getters, {report.metrics} metrics")
         if report.stubbed:
-            console.print(f"absent optional libraries: {', '.join(report.stubbed)}")
+            console.print(escape(f"absent optional libraries: {', '.join(report.stubbed)}"))
         for metric, missing in report.unavailable_metrics.items():
-            console.print(f"[yellow]unavailable[/yellow] metric {metric}: needs {', '.join(missing)}")
+            needs = ", ".join(missing)
+            console.print(f"[yellow]unavailable[/yellow] {escape(f'metric {metric}: needs {needs}')}")
     if not report.ok:
         raise typer.Exit(1)

@@ -28,8 +28,11 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from legato_gym.errors import LegatoError
+from legato_rl.cli._errors import fail
 from legato_rl.cli.app import rl_app
 from legato_rl.errors import PolicyError, PolicyHTTPError, redact
 from legato_rl.policy import KEY_ENV_VAR, ChatResult, PolicyClient, PolicyConfig
@@ -265,8 +268,10 @@ def _table(checks: Sequence[Check], model: str) -> Table:
     for column in ("check", "status", "detail", "fix"):
         table.add_column(column, overflow="fold")
     for c in checks:
-        row = [c.name, f"[{_STYLE[c.status]}]{c.status}[/]", c.detail, c.fix if c.status != "ok" else ""]
-        table.add_row(*([c.replica or ""] if several else []), *[r or "" for r in row])
+        # server text and fixes are shown as written: "[...]" in them is not markup
+        fix = escape(c.fix or "") if c.status != "ok" else ""
+        row = [escape(c.name), f"[{_STYLE[c.status]}]{c.status}[/]", escape(c.detail), fix]
+        table.add_row(*([escape(c.replica or "")] if several else []), *row)
     return table
 
 
@@ -282,7 +287,10 @@ def probe_command(
     """Check a policy server: logprobs, token ids, cached-token reporting. The key comes from $LEGATO_POLICY_KEY."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.ERROR)  # the table reports what the client would log
-    checks = asyncio.run(run_probe(policy_url, model, timeout=timeout))
+    try:
+        checks = asyncio.run(run_probe(policy_url, model, timeout=timeout))
+    except (LegatoError, OSError) as exc:  # e.g. a URL that is not http(s): one line, no traceback
+        fail(Console(stderr=True), exc)
     failed = [c for c in checks if c.status == "fail"]
     code = 1 if failed else 0
     if json_output:

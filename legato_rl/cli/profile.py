@@ -13,8 +13,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from legato_gym import LegatoError
+from legato_rl.cli._errors import fail
 from legato_rl.cli.app import rl_app
-from legato_rl.profile import PROFILE_DIR, Profile, profile_run, summary_rows
+from legato_rl.profile import PROFILE_DIR, Profile, error_rows, profile_run, summary_rows, top_messages
 
 __all__ = ["profile_command"]
 
@@ -44,9 +45,8 @@ def profile_command(
     draw = plots if plots is not None else _have_matplotlib()
     try:
         profile = profile_run(run, out=out, plots=draw)
-    except LegatoError as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from None
+    except (LegatoError, OSError) as exc:  # e.g. a read-only run folder for the pictures: one line
+        fail(err, exc)
     if profile.in_progress:
         err.print(
             f"[yellow]note:[/yellow] {escape(str(run))} is still being written by a collect; "
@@ -81,16 +81,21 @@ def _have_matplotlib() -> bool:
 
 
 def _tables(profile: Profile) -> list[Table]:
-    summary = Table(title=f"legato rl profile: {profile.run_dir}", title_justify="left", show_header=False)
+    summary = Table(title=escape(f"legato rl profile: {profile.run_dir}"), title_justify="left", show_header=False)
     summary.add_column(style="bold")
     summary.add_column()
     for label, value in summary_rows(profile):
-        summary.add_row(label, value)
+        summary.add_row(label, escape(value))
     phases = Table(title="share of desktop time", title_justify="left")
     phases.add_column("phase")
     phases.add_column("share", justify="right")
     for name, share in profile.summary.phase_share.items():
         phases.add_row(name, "–" if share is None else f"{share:.1%}")
+    errors = Table(title="errors by kind", title_justify="left")
+    for column in ("kind", "ended in error", "tries re-run", "most frequent messages"):
+        errors.add_column(column, justify="right" if column in ("ended in error", "tries re-run") else "left")
+    for kind, n_error, n_retried, _ in error_rows(profile):
+        errors.add_row(kind, n_error, n_retried, escape("\n".join(top_messages(profile.errors[kind]))) or "–")
     latency = Table(title="latency (s)", title_justify="left")
     for column in ("kind", "n", "p50", "p95", "p99", "max"):
         latency.add_column(column, justify="left" if column == "kind" else "right")
@@ -100,7 +105,7 @@ def _tables(profile: Profile) -> list[Table]:
             str(values["n"]),
             *("–" if values[k] is None else f"{values[k]:.3f}" for k in ("p50", "p95", "p99", "max")),
         )
-    return [summary, phases, latency, _desktops(profile)]
+    return [summary, phases, errors, latency, _desktops(profile)]
 
 
 def _desktops(profile: Profile) -> Table:

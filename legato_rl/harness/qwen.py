@@ -31,6 +31,9 @@ Differences from OSWorld's agent, each on purpose:
   scrolls there.
 * Unknown actions or malformed arguments are errors recorded on the step instead of silent no-ops (see
   :mod:`legato_rl.harness.base` for what an unparsable reply does).
+* A hostile reply costs at most its step: a tool call nested deeper than :data:`MAX_CALL_DEPTH` levels is
+  an unparsable call (its error on the step, the attempt ``ok``) and is never handed to a recursive parser,
+  and reading a reply takes time linear in its length (the policy client bounds that length).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from legato_rl.harness.base import BaseHarness, ParsedReply, Screenshot, Turn
 
 __all__ = [
     "COMPUTER_USE_ACTIONS",
+    "MAX_CALL_DEPTH",
     "QWEN3_FACTOR",
     "QwenHarness",
     "build_system_prompt",
@@ -60,6 +64,9 @@ __all__ = [
 
 #: Qwen3-VL's resize factor: patch size 16 times spatial merge 2.
 QWEN3_FACTOR = 32
+
+#: Deepest JSON nesting read in a tool call (a real one nests 3 levels: call, arguments, coordinate).
+MAX_CALL_DEPTH = 32
 
 #: The ``action`` enum of the ``computer_use`` tool.
 COMPUTER_USE_ACTIONS = (
@@ -115,7 +122,7 @@ _KEY_ALIASES = {
     "shift_r": "shift",
 }
 
-_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 _CODE_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
 
@@ -279,6 +286,8 @@ class QwenHarness(BaseHarness):
         type_interval: seconds between typed characters (``typewrite``'s ``interval``), as OSWorld's newer
             agent uses so that applications do not drop keys; 0 types at once.
         drag_duration: seconds of a ``left_click_drag`` when the call gives no ``duration``.
+        max_calls: tool calls read from one reply; later ones are not run and the step records an error
+            (a reply cannot make thousands of desktop steps).
 
     Example:
         >>> reply = QwenHarness().parse_reply(
@@ -296,6 +305,7 @@ class QwenHarness(BaseHarness):
     png_compress_level: int = 1
     type_interval: float = 0.03
     drag_duration: float = 0.5
+    max_calls: int = 16
 
     def __post_init__(self) -> None:
         if self.image_max < 1:
@@ -304,6 +314,8 @@ class QwenHarness(BaseHarness):
             raise ConfigError(f"png_compress_level={self.png_compress_level!r} must be between 0 and 9")
         if self.type_interval < 0 or self.drag_duration < 0:
             raise ConfigError("type_interval and drag_duration must not be negative")
+        if self.max_calls < 1:
+            raise ConfigError(f"max_calls={self.max_calls!r} must be at least 1")
 
     @property
     def name(self) -> str:
@@ -417,6 +429,9 @@ class QwenHarness(BaseHarness):
         actions: list[str] = []
         errors: list[str] = []
         first_action_name = ""
+        if len(blocks) > self.max_calls:
+            errors.append(f"{len(blocks)} tool calls in one reply; only the first {self.max_calls} were read")
+            blocks = blocks[: self.max_calls]
         for number, block in enumerate(blocks, start=1):
             try:
                 name, action = self._call_to_action(block, screen_size)
@@ -433,19 +448,25 @@ class QwenHarness(BaseHarness):
 
     def _call_to_action(self, block: str, screen_size: tuple[int, int]) -> tuple[str, str]:
         body = _CODE_FENCE.sub("", block.strip())
+        if _nests_deeper(body, MAX_CALL_DEPTH):
+            raise _BadCall(f"the call nests deeper than {MAX_CALL_DEPTH} levels of JSON: {_clip(body)}")
         try:
             call = json.loads(body)
         except json.JSONDecodeError as exc:
             raise _BadCall(f"invalid JSON ({exc.msg} at character {exc.pos}): {_clip(body)}") from exc
+        except RecursionError as exc:  # pragma: no cover - _nests_deeper keeps the parser shallow
+            raise _BadCall(f"the call nests too deep to read: {_clip(body)}") from exc
         if not isinstance(call, dict):
             raise _BadCall(f"expected a JSON object, got {_clip(body)}")
         if call.get("name") != "computer_use":
             raise _BadCall(f"unknown function {call.get('name')!r}; the only function is 'computer_use'")
         args = call.get("arguments")
         if isinstance(args, str):  # some servers double-encode the arguments
+            if _nests_deeper(args, MAX_CALL_DEPTH):
+                raise _BadCall(f"the arguments nest deeper than {MAX_CALL_DEPTH} levels of JSON: {_clip(args)}")
             try:
                 args = json.loads(args)
-            except json.JSONDecodeError as exc:
+            except (json.JSONDecodeError, RecursionError) as exc:
                 raise _BadCall(f"arguments are not a JSON object: {_clip(args)}") from exc
         if not isinstance(args, dict):
             raise _BadCall(f"arguments must be a JSON object, got {args!r}")
@@ -520,11 +541,37 @@ def _step_line(turn: Turn) -> str:
 
 
 def _strip_thinking(text: str) -> str:
-    text = _THINK_BLOCK.sub("", text)
+    # <think>...</think> blocks go (an unclosed <think> stays, as text); str.find keeps this linear in the
+    # reply's length, where a lazy regex rescans the rest of the text for every unclosed <think>.
+    kept: list[str] = []
+    position = 0
+    while (start := text.find("<think>", position)) >= 0:
+        end = text.find("</think>", start + len("<think>"))
+        if end < 0:
+            break
+        kept.append(text[position:start])
+        position = end + len("</think>")
+    kept.append(text[position:])
+    text = "".join(kept)
     # Qwen3 chat templates open <think> in the prompt, so a reply may hold only the closing tag.
     if "</think>" in text:
         text = text.rsplit("</think>", 1)[1]
     return text
+
+
+def _nests_deeper(text: str, limit: int) -> bool:
+    """Whether the JSON text nests deeper than ``limit`` (brackets inside strings do not count)."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth = 0
+    for char in _JSON_STRING.sub("", text):
+        if char in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif char in "]}":
+            depth -= 1
+    return False
 
 
 def _clip(text: str, limit: int = 200) -> str:

@@ -22,9 +22,12 @@ from legato_rl.testing.brains import (
     qwen_reply,
     to_qwen_actions,
 )
+from legato_rl.testing.faults import FaultTally, HitTasks, documented_outcome, tally
 from legato_rl.testing.server import (
     BEHAVIOURS,
     FAULTS,
+    HOSTILE_REPLIES,
+    FaultPlan,
     Faults,
     Latency,
     PrefixCache,
@@ -37,8 +40,12 @@ from legato_rl.testing.tokenizer import ToyTokenizer
 __all__ = [
     "BEHAVIOURS",
     "FAULTS",
+    "HOSTILE_REPLIES",
     "Brain",
+    "FaultPlan",
+    "FaultTally",
     "Faults",
+    "HitTasks",
     "Latency",
     "PrefixCache",
     "RandomBrain",
@@ -49,8 +56,10 @@ __all__ = [
     "ScriptedSolver",
     "ServerStats",
     "ToyTokenizer",
+    "documented_outcome",
     "prompt_instruction",
     "prompt_step_index",
     "qwen_reply",
+    "tally",
     "to_qwen_actions",
 ]

@@ -24,6 +24,25 @@ per 32x32 patch), and ``cached_tokens`` from a real prefix cache over those toke
 blocks keyed by chained hashes, as vLLM's, so ``cached_tokens`` is the longest cached block-aligned prefix
 (at most ``prompt_tokens - 1``, as vLLM always computes the last prompt token).
 
+Fault injection (:class:`Faults`) answers chosen chat requests badly instead: by a script for the first
+requests, by a ``plan`` that picks per request (from its number and its body), or at random rates.
+
+=================== ===================================================================================
+fault               the answer
+=================== ===================================================================================
+``500``             HTTP 500 with vLLM's error body
+``429``             HTTP 429 (``Retry-After`` when :attr:`Faults.retry_after` is set)
+``hang``            nothing for :attr:`Faults.hang_seconds`, then the connection is closed unanswered
+``malformed``       HTTP 200 whose body is the first 40 bytes of the completion's JSON
+``drop``            the connection is closed without an answer
+``half``            HTTP 200 with the full ``Content-Length``, half the body, then the connection closed
+``surrogate``       a valid completion whose ``content`` ends with a lone surrogate (``"\\ud800"``)
+``deep``            HTTP 200 whose body is :attr:`Faults.depth` nested JSON arrays (100,000 by default)
+``deep-tool-call``  a valid completion whose ``content`` is an ``Action:`` line and a ``<tool_call>``
+                    holding :attr:`Faults.depth` nested brackets
+``huge``            a valid completion padded to :attr:`Faults.huge_bytes` bytes (24 MiB by default)
+=================== ===================================================================================
+
 Use it in tests as a context manager::
 
     with ReferencePolicyServer(brain=ScriptedSolver(), behaviour="vllm") as server:
@@ -59,6 +78,8 @@ from legato_rl.testing.tokenizer import IM_END, SPECIAL_TOKENS, ToyTokenizer
 __all__ = [
     "BEHAVIOURS",
     "FAULTS",
+    "HOSTILE_REPLIES",
+    "FaultPlan",
     "Faults",
     "Latency",
     "PrefixCache",
@@ -71,9 +92,16 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 BEHAVIOURS = ("vllm", "vllm-0.10.1", "openai", "sglang")
-#: Fault kinds: HTTP 500, HTTP 429, a hang (no answer), a 200 whose body is not JSON, a connection closed
-#: without an answer. ``None`` or ``"ok"`` in a script means "answer normally".
-FAULTS = ("500", "429", "hang", "malformed", "drop")
+#: Fault kinds (see the module docstring): the server failing (``500``, ``429``, ``hang``, ``drop``, ``half``,
+#: ``malformed``) and hostile replies (``surrogate``, ``deep``, ``deep-tool-call``, ``huge``). ``None`` or
+#: ``"ok"`` in a script or plan means "answer normally".
+FAULTS = ("500", "429", "hang", "malformed", "drop", "half", "surrogate", "deep", "deep-tool-call", "huge")
+#: The hostile replies among :data:`FAULTS`: a well-framed HTTP 200 whose content no client should trust.
+HOSTILE_REPLIES = ("surrogate", "deep", "deep-tool-call", "huge")
+
+#: A fault plan: given a chat request's number (0 for the first valid chat request) and its JSON body,
+#: the fault to inject, or ``None`` to let the script and the rates decide.
+FaultPlan = Callable[[int, Mapping[str, Any]], "str | None"]
 
 _OPENAI_FIELDS = frozenset(
     {
@@ -114,13 +142,27 @@ class Latency:
 class Faults:
     """Fault injection on chat requests, seeded.
 
+    Which fault a chat request meets: the ``plan``'s answer unless it is ``None`` (``"ok"`` from the plan
+    answers normally); else the request's ``script`` entry while any are left; else a draw against the
+    ``rates``. The script and the draws advance on every request, whatever the plan says. Only valid chat
+    requests meet faults (and are numbered), so a script or plan stays in step with the client's calls.
+
     Attributes:
-        script: faults for the first chat requests, in order (``"500"``, ``"429"``, ``"hang"``,
-            ``"malformed"``, ``"drop"``, or ``None``/``"ok"`` for a normal answer); then the rates apply.
+        script: faults for the first chat requests, in order (a kind of :data:`FAULTS`, or ``None``/``"ok"``
+            for a normal answer); then the rates apply.
         rates: chance of each fault per request after the script, e.g. ``{"500": 0.1, "drop": 0.05}``.
         seed: seeds the draws.
         hang_seconds: how long a hang holds the request before closing the connection unanswered.
         retry_after: ``Retry-After`` header (seconds) sent with 429, if any.
+        plan: picks the fault per request (see :data:`FaultPlan`), e.g. to hit chosen tasks or steps. It runs
+            on the server's request threads, one request at a time. A kind it returns that is not in
+            :data:`FAULTS` answers HTTP 500 naming the mistake.
+        depth: nesting of the ``deep`` body and of the ``deep-tool-call`` brackets.
+        huge_bytes: size of the ``huge`` answer's body.
+
+    Example:
+        >>> from legato_rl.testing.server import Faults
+        >>> every_third = Faults(plan=lambda number, body: "surrogate" if number % 3 == 2 else None)
     """
 
     script: Sequence[str | None] = ()
@@ -128,6 +170,9 @@ class Faults:
     seed: int = 0
     hang_seconds: float = 600.0
     retry_after: float | None = None
+    plan: FaultPlan | None = None
+    depth: int = 100_000
+    huge_bytes: int = 24 * 1024 * 1024
 
     def __post_init__(self) -> None:
         for kind in list(self.script) + list(self.rates):
@@ -135,6 +180,8 @@ class Faults:
                 raise ConfigError(f"unknown fault {kind!r}; choose from {', '.join(FAULTS)} (or None / 'ok')")
         if sum(self.rates.values()) > 1:
             raise ConfigError(f"fault rates {dict(self.rates)!r} add up to more than 1")
+        if self.depth < 1 or self.huge_bytes < 1:
+            raise ConfigError(f"depth={self.depth!r} and huge_bytes={self.huge_bytes!r} must be >= 1")
 
 
 class PrefixCache:
@@ -222,6 +269,13 @@ class _HTTPServer(ThreadingHTTPServer):
     request_queue_size = 256  # many desktops connect at once; the default backlog of 5 drops SYNs
     app: ReferencePolicyServer
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hangs up (a collect that stopped) is not the server's failure: no traceback on stderr.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            logger.debug("reference server: client %s hung up", client_address)
+            return
+        super().handle_error(request, client_address)
+
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -248,7 +302,10 @@ class _Handler(BaseHTTPRequestHandler):
         if callback is not None:
             callback(status)
 
-    def send_raw(self, status: int, data: bytes, headers: Mapping[str, str] | None = None) -> None:
+    def send_raw(
+        self, status: int, data: bytes, headers: Mapping[str, str] | None = None, *, quiet: bool = False
+    ) -> None:
+        """Send one whole answer; ``quiet``: a client that hangs up halfway (refusing a huge body) is expected."""
         self.fire(status)
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -256,8 +313,26 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(data)
-        self.wfile.flush()
+        try:
+            self.wfile.write(data)
+            self.wfile.flush()
+        except OSError:
+            if not quiet:
+                raise
+            self.close_connection = True
+
+    def send_half(self, status: int, data: bytes) -> None:
+        """Announce all of ``data`` in ``Content-Length``, send its first half, then close the connection."""
+        self.fire(status)
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
 
     def drop(self) -> None:
         self.fire(0)
@@ -381,6 +456,7 @@ class ReferencePolicyServer:
             self.faults = faults
             self._script = list(faults.script)
             self._fault_rng = random.Random(faults.seed)
+            self._chat_number = 0
 
     @property
     def stats(self) -> ServerStats:
@@ -414,8 +490,14 @@ class ReferencePolicyServer:
             return True
         return handler.headers.get("Authorization", "") == f"Bearer {self._key}"
 
-    def _next_fault(self) -> str | None:
+    def _next_fault(self, body: Mapping[str, Any]) -> str | None:
         with self._lock:
+            number = self._chat_number
+            self._chat_number += 1
+            plan = self.faults.plan
+        planned = plan(number, body) if plan is not None else None  # outside the lock: the plan may be slow
+        with self._lock:
+            # the script and the draws advance on every request, so a plan never shifts them
             chosen: str | None = None
             if self._script:
                 kind = self._script.pop(0)
@@ -428,6 +510,8 @@ class ReferencePolicyServer:
                     if draw < total:
                         chosen = kind
                         break
+            if planned is not None:
+                chosen = None if planned == "ok" else planned
             if chosen is not None:
                 self._stats.faults[chosen] += 1
             return chosen
@@ -489,7 +573,7 @@ class ReferencePolicyServer:
                 status, message, kind, param = problem
                 self._error(handler, status, message, kind, param)
                 return
-            fault = self._next_fault()  # only valid requests meet faults, so a script stays in step
+            fault = self._next_fault(body)  # only valid requests meet faults, so a script stays in step
             self._chat_answer(handler, body, fault)
         finally:
             handler.fire(0)  # no answer was sent (the handler failed): still count the request as done
@@ -527,6 +611,13 @@ class ReferencePolicyServer:
             headers = {} if self.faults.retry_after is None else {"Retry-After": f"{self.faults.retry_after:g}"}
             handler.send_json(429, {"error": {"message": "Too many requests (injected fault)", "code": 429}}, headers)
             return
+        if fault == "deep":
+            depth = self.faults.depth
+            handler.send_raw(200, b"[" * depth + b"]" * depth, quiet=True)
+            return
+        if fault is not None and fault not in FAULTS:
+            self._error(handler, 500, f"the fault plan returned {fault!r}, not one of {FAULTS}", "InternalServerError")
+            return
         try:
             payload, delay = self._completion(body)
         except Exception as exc:  # a brain bug answers 500, as a crashed engine would
@@ -538,7 +629,19 @@ class ReferencePolicyServer:
         if fault == "malformed":
             handler.send_raw(200, json.dumps(payload).encode()[:40])
             return
-        handler.send_json(200, payload)
+        if fault == "half":
+            handler.send_half(200, json.dumps(payload).encode())
+            return
+        message = payload["choices"][0]["message"]
+        if fault == "surrogate":
+            message["content"] = f"{message['content']}\ud800"  # json.dumps writes it as the escape \ud800
+        elif fault == "deep-tool-call":
+            depth = self.faults.depth
+            message["content"] = f"Action: Click.\n<tool_call>\n{'[' * depth}{']' * depth}\n</tool_call>"
+        elif fault == "huge":
+            size = len(json.dumps(payload).encode())
+            message["content"] = f"{message['content']}{' ' * max(0, self.faults.huge_bytes - size)}"
+        handler.send_raw(200, json.dumps(payload).encode(), quiet=fault == "huge")
 
     def _completion(self, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
         messages = body["messages"]

@@ -147,3 +147,103 @@ def test_task_round_trips_through_json() -> None:
     from legato_gym.contract import Task
 
     assert Task.from_json(json.loads(json.dumps(task.to_json()))) == task
+
+
+# --- task ids are never used as paths unchecked (issue 14, item 5) ----------------------------------------
+
+UNSAFE_IDS = [
+    pytest.param("/tmp/victim", 'contains "/"', id="absolute-path"),
+    pytest.param("a/../../b", 'contains "/"', id="slash"),
+    pytest.param("a\\b", 'contains "\\"', id="backslash"),
+    pytest.param("..", 'is ".."', id="dotdot"),
+    pytest.param(".", 'is "."', id="dot"),
+    pytest.param("a\0b", "NUL", id="nul"),
+    pytest.param("x" * 256, "255 bytes", id="too-long"),
+]
+
+
+def fake_checkout(tmp_path: Path) -> Path:
+    """An OSWorld checkout with one os task, to reach the domain/id lookup without the real data."""
+    domain = tmp_path / "osworld" / "evaluation_examples" / "examples" / "os"
+    domain.mkdir(parents=True)
+    (domain / "good.json").write_text(json.dumps({**INLINE, "id": "good"}))
+    return tmp_path / "osworld"
+
+
+@pytest.mark.parametrize(("task_id", "rule"), UNSAFE_IDS)
+@pytest.mark.parametrize("shape", ["inline", "bare", "osworld-entry", "split-file"])
+def test_unsafe_task_ids_are_refused_when_the_tasks_file_loads(
+    tmp_path: Path, task_id: str, rule: str, shape: str
+) -> None:
+    good = {"task_id": "ok", "config": INLINE}
+    entry: object = {
+        "inline": {"task_id": task_id, "config": INLINE},
+        "bare": {**INLINE, "id": task_id},
+        "osworld-entry": {"task_id": task_id, "domain": "os"},
+    }.get(shape)
+    data: object = {"os": ["good", task_id]} if shape == "split-file" else [good, entry]
+    with pytest.raises(TaskFileError) as info:
+        load_tasks(write(tmp_path, data), osworld_path=fake_checkout(tmp_path))
+    message = str(info.value)
+    assert repr(task_id) in message and rule in message and "safe file name" in message
+    assert ("entry 1" in message) if shape != "split-file" else ("os" in message)
+
+
+@pytest.mark.parametrize("domain", ["../..", "/etc", ".."])
+def test_unsafe_domains_are_refused_before_any_path_is_read(tmp_path: Path, domain: str) -> None:
+    with pytest.raises(TaskFileError, match=r"domain .* is refused"):
+        load_tasks([{"task_id": "good", "domain": domain}], osworld_path=fake_checkout(tmp_path))
+
+
+@pytest.mark.parametrize(("task_id", "rule"), [*UNSAFE_IDS, pytest.param("", "empty", id="empty")])
+def test_every_other_way_to_build_a_task_refuses_unsafe_ids(task_id: str, rule: str) -> None:
+    from legato_gym.contract import Task, task_path
+    from legato_gym.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="is refused") as info:
+        Task(task_id, "do it", INLINE)
+    assert rule in str(info.value)
+    with pytest.raises(ConfigError):
+        Task.from_json({"task_id": task_id, "instruction": "do it", "config": INLINE})
+    with pytest.raises(TaskFileError, match="safe file name" if task_id else "has no id"):
+        task_from_config(INLINE, task_id=task_id or None)
+    with pytest.raises(ConfigError, match="cannot name a folder"):
+        task_path(Path("/base"), task_id)
+
+
+def test_safe_ids_still_load() -> None:
+    ids = ["28cc3b7e-b194-4bc9-8353-d04c0f4d56d2", "a..b", ".hidden", "local terminal (1)", "ü" * 127]
+    assert [t.task_id for t in load_tasks([{"task_id": i, "config": INLINE} for i in ids])] == ids
+
+
+def test_the_local_cache_folder_is_never_built_from_an_unchecked_id(tmp_path: Path) -> None:
+    """The local backend deletes and re-makes ``state_dir/cache/<task_id>`` at each reset: an id that is an
+    absolute path once deleted a host folder. Even a Task forced past its own check cannot get there."""
+    from types import SimpleNamespace
+
+    from legato_gym.backends.local.desktop import LocalDesktop
+    from legato_gym.contract import Task
+    from legato_gym.errors import ConfigError
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "precious.txt").write_text("keep me")
+    task = Task("ok", "do it", INLINE)
+    object.__setattr__(task, "task_id", str(victim))  # what an unchecked construction path would give
+    state = SimpleNamespace(state_dir=tmp_path / "state")
+    with pytest.raises(ConfigError, match="cannot name a folder"):
+        LocalDesktop._cache_dir(state, task)  # type: ignore[arg-type]
+    assert (victim / "precious.txt").read_text() == "keep me"
+    made = LocalDesktop._cache_dir(state, Task("fine", "do it", INLINE))  # type: ignore[arg-type]
+    assert made == tmp_path / "state" / "cache" / "fine" and made.is_dir()
+
+
+def test_the_osworld_backend_index_never_builds_a_path_from_an_unsafe_id(tmp_path: Path) -> None:
+    from legato_gym.backends.osworld import tasks_from_index
+
+    checkout = fake_checkout(tmp_path)
+    (checkout / "evaluation_examples" / "test_all.json").write_text(json.dumps({"os": ["good", "../../etc/x"]}))
+    with pytest.raises(TaskFileError, match=r"test_all\.json: task_id '\.\./\.\./etc/x' is refused"):
+        tasks_from_index(checkout)
+    (checkout / "evaluation_examples" / "test_all.json").write_text(json.dumps({"os": ["good"]}))
+    assert [t.task_id for t in tasks_from_index(checkout)] == ["good"]

@@ -129,6 +129,94 @@ def test_call_and_get_attr_cross_as_json(toy_env: DesktopVectorEnv) -> None:
     assert caught.value.env_id == 0 and "no_such_attribute" in (caught.value.remote_traceback or "")
 
 
+class _Plain(gymnasium.Env[int, int]):
+    """A trivial env with a plain attribute and a method, for Gymnasium's own ``call`` semantics."""
+
+    observation_space = gymnasium.spaces.Discrete(1)  # type: ignore[assignment]
+    action_space = gymnasium.spaces.Discrete(1)  # type: ignore[assignment]
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+
+    def ping(self, value: int) -> int:
+        return value + self.seed
+
+
+def test_call_on_a_plain_attribute_returns_its_values_as_gymnasium_does(toy_env: DesktopVectorEnv) -> None:
+    reference = gymnasium.vector.SyncVectorEnv([lambda i=i: _Plain(i) for i in range(3)])  # type: ignore[misc]
+    try:
+        assert reference.call("seed") == reference.get_attr("seed") == (0, 1, 2)
+        assert reference.call("ping", 1) == (1, 2, 3)
+    finally:
+        reference.close()
+    assert toy_env.call("seed") == toy_env.get_attr("seed") == (0, 1, 2)
+    assert toy_env.call("screen_size") == ([96, 64],) * 3  # a property: its value (a JSON list)
+    assert toy_env.call("ping", 1) == (1, 2, 3)
+
+
+def test_reset_seed_list_seeds_like_gymnasiums_sync_vector_env(fake_env: DesktopVectorEnv) -> None:
+    reference = gymnasium.make_vec("legato/FakeDesktop-v0", num_envs=3, vectorization_mode="sync", config=SMALL)
+    try:
+        assert isinstance(reference, gymnasium.vector.SyncVectorEnv)
+
+        def both(seed: object, options: dict[str, object] | None = None) -> tuple[list[object], list[object]]:
+            ours = fake_env.reset(seed=seed, options=None if options is None else dict(options))[1]  # type: ignore[arg-type]
+            theirs = reference.reset(seed=seed, options=None if options is None else dict(options))[1]  # type: ignore[arg-type]
+            return list(ours["task_id"][ours["_task_id"]]), list(theirs["task_id"][theirs["_task_id"]])
+
+        # None (or a None entry) reseeds nothing: both go on from generators seeded alike before.
+        for seed in (11, [5, None, 7], [None, None, None], (3, 1, 4), None, [None, 2, None]):
+            ours, theirs = both(seed)
+            assert ours == theirs and len(ours) == 3, seed
+        mask = np.array([False, True, False])
+        ours, theirs = both([100, 9, 100], {"reset_mask": mask})  # seeds outside the mask are ignored
+        assert ours == theirs and len(ours) == 1
+        ours, theirs = both(None)
+        assert ours == theirs
+        with pytest.raises(ValueError, match="length must match num_envs=3"):
+            reference.reset(seed=[1, 2])
+    finally:
+        reference.close()
+    with pytest.raises(legato_gym.ConfigError, match=r"got 2 seeds for 3 desktops.*num_envs=3"):
+        fake_env.reset(seed=[1, 2])
+    with pytest.raises(legato_gym.ConfigError, match=r"seed\[1\]='x'"):
+        fake_env.reset(seed=[1, "x", 2])  # type: ignore[list-item]
+    with pytest.raises(legato_gym.ConfigError, match="non-negative"):
+        fake_env.reset(seed=-1)
+
+
+def test_make_vec_spec_names_the_step_limit() -> None:
+    envs = gymnasium.make_vec("legato/FakeDesktop-v0", num_envs=1, config=SMALL, max_episode_steps=3)
+    try:
+        assert envs.spec is not None and envs.spec.max_episode_steps == 3
+        envs.reset(seed=0)
+        assert [bool(envs.step(["WAIT"])[3][0]) for _ in range(3)] == [False, False, True]
+    finally:
+        envs.close()
+    envs = gymnasium.make_vec("legato/FakeDesktop-v0", num_envs=1, config=SMALL)
+    try:
+        assert envs.spec is not None and envs.spec.max_episode_steps == legato_gym.env.DEFAULT_MAX_STEPS
+    finally:
+        envs.close()
+
+
+def test_a_task_solved_on_the_last_allowed_step_scores_1_in_every_vectorization() -> None:
+    task = next(t for t in default_tasks(SMALL) if t.task_id == "fake-click-save")
+    click = fake_solution(task, SMALL.screen)[0].action
+    for mode in ("vector_entry_point", "sync"):
+        envs = gymnasium.make_vec(
+            "legato/FakeDesktop-v0", num_envs=2, vectorization_mode=mode, config=SMALL, max_episode_steps=2
+        )
+        try:
+            envs.reset(seed=0, options={"task": task.task_id})
+            envs.step(["WAIT", "WAIT"])
+            _, rewards, terminated, truncated, _ = envs.step([click, "WAIT"])
+            assert list(rewards) == [1.0, 0.0], mode
+            assert list(terminated) == [False, False] and list(truncated) == [True, True], mode
+        finally:
+            envs.close()
+
+
 # --- EnvPool surface ---------------------------------------------------------------------------------------
 
 
@@ -366,6 +454,16 @@ def test_make_vector_env_accepts_what_make_vec_passes() -> None:
         assert truncated.all() and not terminated.any()
     with pytest.raises(legato_gym.ConfigError, match="render_mode"):
         make_vector_env(num_envs=1, render_mode="human")
+
+
+def test_make_vec_limits_meet_as_gymnasium_make_does() -> None:
+    # gymnasium.make(id, max_steps=8, max_episode_steps=3) ends episodes on step 3; so does make_vec.
+    with make_vector_env(num_envs=1, backend="fake", config=SMALL, max_steps=8, max_episode_steps=3) as env:
+        assert env.max_steps == 3
+    with pytest.raises(legato_gym.ConfigError, match=r"max_steps=3 .*max_episode_steps=5"):
+        make_vector_env(num_envs=1, backend="fake", config=SMALL, max_steps=3, max_episode_steps=5)
+    with make_vector_env(num_envs=1, backend="fake", config=SMALL, max_episode_steps=-1) as env:  # as make: none
+        assert env.max_steps == legato_gym.env.DEFAULT_MAX_STEPS
 
 
 # --- same results as stepping the envs one by one -------------------------------------------------------------

@@ -42,7 +42,11 @@ def png_url(shade: int, size: tuple[int, int] = (16, 12)) -> str:
 
 @dataclass(frozen=True)
 class Try:
-    """One record to write: its group, status, reward, and where it ran."""
+    """One record to write: its group, status, reward, and where it ran.
+
+    ``error`` is the record's error (default: a desktop crash for ``error`` and ``retried``); a policy error
+    ends the try with a failed call of ``failed_call_s`` seconds instead of grading.
+    """
 
     group: str
     status: str
@@ -50,6 +54,8 @@ class Try:
     desktop: int | None = 0
     steps: int = 2
     token_ids: bool = True
+    error: ErrorInfo | None = None
+    failed_call_s: float = 0.0
 
 
 def write_run(
@@ -120,6 +126,12 @@ def write_run(
                 )
                 messages.append({"role": "assistant", "content": content})
             n = spec.steps
+            error = spec.error
+            if error is None and spec.status in ("error", "retried"):
+                error = ErrorInfo("env", "DesktopCrashed", "gone")
+            policy_failed = error is not None and error.kind == "policy"
+            eval_s = 0.0 if policy_failed else 0.5
+            total = 2.0 + 3.75 * n + (spec.failed_call_s - 1.0 if policy_failed else 0.0)  # no eval, no slack
             record = RolloutRecord(
                 rollout_id=f"{spec.group}/a{i}/t0",
                 task_id=f"task-{spec.group}",
@@ -129,7 +141,7 @@ def write_run(
                 policy=PolicyStamp("m", version),
                 status=spec.status,
                 reward=spec.reward,
-                error=ErrorInfo("env", "DesktopCrashed", "gone") if spec.status in ("error", "retried") else None,
+                error=error,
                 desktop=spec.desktop,
                 timing=Timing(
                     reset_s=0.75,
@@ -138,12 +150,12 @@ def write_run(
                     act_s=0.5 * n,
                     wait_s=1.0 * n,
                     obs_s=0.25 * n,
-                    eval_s=0.5,
-                    total_s=2.0 + 3.75 * n,
+                    eval_s=eval_s,
+                    total_s=total,
                 ),
                 steps=tuple(steps),
                 started_at=start,
-                ended_at=start + 2.0 + 3.75 * n,
+                ended_at=start + total,
             )
             store.append(record)
             records.append(record)

@@ -75,11 +75,11 @@ def test_a_retry_avoids_the_desktop_it_failed_on_when_another_is_free() -> None:
     first = book.next_attempt(0)
     assert first is not None
     book.requeue(first, failed_on=0)
-    other = book.next_attempt(0, avoid_failed=True)  # desktop 0 takes the other task's attempt instead
+    other = book.next_attempt(0, free={1})  # desktop 0 takes the other task's attempt instead
     assert other is not None and other.group_id != first.group_id
-    retry = book.next_attempt(1, avoid_failed=True)
+    retry = book.next_attempt(1, free={0})
     assert retry is not None and retry.group_id == first.group_id and retry.failed_on == {0}
-    # with no other desktop free, the failing one may take it again
+    # the only free desktops are ones it failed on too: it runs here rather than wait for a desktop that cannot come
     book.requeue(retry, failed_on=1)
-    again = book.next_attempt(1, avoid_failed=False)
+    again = book.next_attempt(1, free={0})
     assert again is not None and again.failed_on == {0, 1} and again.try_index == 2

@@ -497,3 +497,72 @@ def test_resizing_encodes_the_array_instead_of_the_given_png() -> None:
     same_size = screenshot(2, (64, 64))  # already on the factor: nothing to resize, the PNG is used
     png = encode_png(same_size)
     assert harness.encode_image(same_size, png=png).endswith(base64.b64encode(png).decode("ascii"))
+
+
+# --- hostile replies --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "inside",
+    [
+        "[" * 100_000 + "]" * 100_000,
+        "{" * 100_000,
+        '{"name": "computer_use", "arguments": ' + "[" * 50_000 + "]" * 50_000 + "}",
+        '{"name": "computer_use", "arguments": "' + "[" * 50_000 + "]" * 50_000 + '"}',  # double-encoded
+    ],
+    ids=["brackets", "unclosed-objects", "deep-arguments", "deep-double-encoded-arguments"],
+)
+def test_a_tool_call_nested_100000_deep_is_an_unparsable_call(inside: str) -> None:
+    reply = parse(f"Action: Click.\n<tool_call>\n{inside}\n</tool_call>")
+    assert reply.actions == () and reply.error is not None and "nest" in reply.error
+    assert len(reply.error) < 400  # the error quotes a clipped excerpt, not the reply
+    conversation = QwenHarness().start("do it", SCREEN)
+    conversation.messages(np.zeros((SCREEN[1], SCREEN[0], 3), dtype=np.uint8))
+    recorded = conversation.record_reply(f"<tool_call>{inside}</tool_call>")
+    assert recorded.actions == ("WAIT",) and recorded.unparsable  # the agent's failure: a WAIT step
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
+    assert parse(call("type", text="[" * 1000 + "{" * 1000)).actions[0].startswith("pyautogui.typewrite(")
+    assert parse(call("wait", extra=json.loads("[" * 30 + "]" * 30))).actions == ("WAIT",)  # 32 levels in all
+    assert "nests deeper than 32" in (parse(call("wait", extra=json.loads("[" * 31 + "]" * 31))).error or "")
+
+
+def test_only_max_calls_calls_of_one_reply_are_read() -> None:
+    many = "\n".join(f"<tool_call>{json.dumps({'name': 'computer_use', 'arguments': {'action': 'wait'}})}</tool_call>"
+                     for _ in range(1000))  # fmt: skip
+    reply = parse(many)
+    assert reply.actions == ("WAIT",) * 16 and reply.error is not None and "1000 tool calls" in reply.error
+    assert len(QwenHarness(max_calls=2).parse_reply(many, SCREEN).actions) == 2
+    with pytest.raises(ConfigError, match="max_calls"):
+        QwenHarness(max_calls=0)
+
+
+_OLD_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
+
+
+def _old_strip_thinking(text: str) -> str:
+    text = _OLD_THINK_BLOCK.sub("", text)
+    if "</think>" in text:
+        text = text.rsplit("</think>", 1)[1]
+    return text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "plain",
+        "<think>a</think>b",
+        "x<think>a</think>y<think>b</think>z",
+        "<think>open only",
+        "close only</think>after",
+        "<think>a</think>b<think>unclosed",
+        "<think><think>nested</think>tail</think>end",
+        "</think><think>x</think>",
+        "<think>" * 50 + "</think>" + "<think>" * 50,
+    ],
+)
+def test_thinking_is_stripped_as_before_in_linear_time(text: str) -> None:
+    from legato_rl.harness.qwen import _strip_thinking
+
+    assert _strip_thinking(text) == _old_strip_thinking(text)

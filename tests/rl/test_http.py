@@ -10,8 +10,11 @@ import asyncio
 import base64
 import datetime
 import ipaddress
+import json
 import socket
 import ssl
+import subprocess
+import threading
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
@@ -25,8 +28,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from legato_gym.errors import ConfigError
 from legato_rl import _http
 from legato_rl._http import Answer, HTTPError, HTTPPool, HTTPTimeout, env_proxy
+from legato_rl.errors import PolicyUnreachable
+from legato_rl.policy import PolicyClient, PolicyConfig
 
 T = TypeVar("T")
 
@@ -505,6 +511,134 @@ def test_urls_that_are_not_http_are_refused() -> None:
             with pytest.raises(HTTPError, match="not an http"):
                 await pool.request("GET", url, timeout=PATIENT)
         await pool.close()
+
+    run(story())
+
+
+@pytest.mark.parametrize(
+    ("pool_headers", "request_headers", "match"),
+    [
+        ({"Authorization": "Bearer sk-1\r\nX-Injected: yes"}, {}, "'Authorization' holds a CR or LF at character 11"),
+        ({"Authorization": "Bearer sk-1\nHost: evil.test"}, {}, "CR or LF"),
+        ({"Authorization": "Bearer sk-1\r"}, {}, "CR or LF"),
+        ({}, {"Content-Type": "application/json\r\n\r\nGET /admin HTTP/1.1"}, "'Content-Type' holds a CR or LF"),
+        ({}, {"X-Nul": "a\x00b"}, "U\\+0000"),
+        ({}, {"X-Wide": "caf\u20ac"}, "U\\+20AC"),
+        ({}, {"Bad Name": "v"}, "not an HTTP token"),
+        ({}, {"X-Split:\r\nX-Injected": "v"}, "not an HTTP token"),
+    ],
+)
+def test_headers_that_would_inject_lines_are_refused_before_anything_is_sent(
+    pool_headers: dict[str, str], request_headers: dict[str, str], match: str
+) -> None:
+    async def story() -> None:
+        async with Origin() as origin:
+            with pytest.raises(_http.InvalidRequest, match=match) as info:
+                pool = HTTPPool(pool_headers, proxy_for=direct)
+                await pool.request("POST", origin.url("/v1/x"), b"{}", headers=request_headers, timeout=PATIENT)
+            assert "sk-1" not in str(info.value)  # the message names the header, never its value
+            assert origin.connections == 0
+
+    run(story())
+
+
+def test_a_tab_in_a_header_value_is_allowed() -> None:
+    async def story() -> None:
+        async with Origin() as origin:
+            pool = HTTPPool({"X-Tabbed": "a\tb"}, proxy_for=direct)
+            await pool.request("GET", origin.url(), timeout=PATIENT)
+            await pool.close()
+            assert origin.requests[0].headers["x-tabbed"] == "a\tb"
+
+    run(story())
+
+
+@pytest.mark.parametrize(
+    ("method", "url"),
+    [
+        ("GET", "{origin}/v1/a b"),
+        ("GET\r\nX: 1", "{origin}/"),
+        ("GET", "{origin}/v1/caf\u00e9"),
+        ("GET", "http://a b/v1"),
+    ],
+)
+def test_request_lines_that_would_break_framing_are_refused(method: str, url: str) -> None:
+    async def story() -> None:
+        async with Origin() as origin:
+            pool = HTTPPool(proxy_for=direct)
+            with pytest.raises(_http.InvalidRequest):
+                await pool.request(method, url.format(origin=origin.url("")), timeout=PATIENT)
+            await pool.close()
+            assert origin.connections == 0
+
+    run(story())
+
+
+# --- bounds -----------------------------------------------------------------------------------------------
+
+BOUND = 1000
+
+
+def _chunked(body: bytes, size: int = 100) -> bytes:
+    chunks = b"".join(
+        b"%x\r\n%s\r\n" % (len(body[i : i + size]), body[i : i + size]) for i in range(0, len(body), size)
+    )
+    return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        answer(b"x" * (BOUND + 1)),
+        answer(b"x" * (BOUND + 1))[:80],  # the Content-Length alone is enough: refused before the body comes
+        _chunked(b"x" * (BOUND + 1)),
+        b"HTTP/1.1 200 OK\r\n\r\n" + b"x" * (BOUND + 1),  # framed by the close
+    ],
+    ids=["content-length", "content-length-head-only", "chunked", "until-close"],
+)
+def test_a_body_larger_than_max_body_is_refused_and_its_connection_dropped(data: bytes) -> None:
+    async def story() -> None:
+        async with Origin(reply(data, keep=True)) as origin:
+            pool = HTTPPool(proxy_for=direct, max_body=BOUND)
+            with pytest.raises(_http.HTTPBodyTooLarge, match=f"larger than {BOUND} bytes"):
+                await pool.request("GET", origin.url(), timeout=PATIENT)
+            await eventually(lambda: origin.hung_up == 1 or origin.connections == 1)
+            await pool.close()
+
+    run(story())
+
+
+@pytest.mark.parametrize(
+    "data",
+    [answer(b"x" * BOUND), _chunked(b"x" * BOUND), b"HTTP/1.1 200 OK\r\n\r\n" + b"x" * BOUND],
+    ids=["content-length", "chunked", "until-close"],
+)
+def test_a_body_of_exactly_max_body_is_read(data: bytes) -> None:
+    async def story() -> None:
+        async with Origin(reply(data, keep=False)) as origin:
+            pool = HTTPPool(proxy_for=direct, max_body=BOUND)
+            got = await pool.request("GET", origin.url(), timeout=PATIENT)
+            await pool.close()
+        assert got.body == b"x" * BOUND
+
+    run(story())
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"1" * (_http.MAX_CHUNK_LINE + 1),
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n" + b"X-T: v\r\n" * 9000,
+    ],
+    ids=["chunk-size-line", "trailers"],
+)
+def test_endless_chunk_lines_and_trailers_are_refused(data: bytes) -> None:
+    async def story() -> None:
+        async with Origin(reply(data, keep=True)) as origin:
+            pool = HTTPPool(proxy_for=direct)
+            with pytest.raises(HTTPError, match="longer than"):
+                await pool.request("GET", origin.url(), timeout=PATIENT)
+            await pool.close()
 
     run(story())
 
@@ -1060,3 +1194,84 @@ def test_close_fails_a_request_in_flight_without_reconnecting() -> None:
             assert origin.connections == 1  # a closed pool opens nothing, not even for its silent retry
 
     run(story())
+
+
+# --- the policy client's trust store ----------------------------------------------------------------------
+
+COMPLETION = json.dumps({"choices": [{"message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]})
+
+
+def _chat_over_tls(config: PolicyConfig) -> str:
+    async def story() -> str:
+        async with PolicyClient(config) as client:
+            result = await client.chat([{"role": "user", "content": "hello"}], rollout_id="r0")
+        return result.content
+
+    return run(story())
+
+
+@pytest.fixture
+def no_tls_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in ("SSL_CERT_FILE", "SSL_CERT_DIR", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_PROXY", "*")
+    return monkeypatch
+
+
+class TLSOrigin:
+    """A TLS chat server on a thread of its own (the policy client runs its own event loop)."""
+
+    def __init__(self, certificate: Certificate) -> None:
+        self.certificate = certificate
+        self.url = ""
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._serve()), daemon=True)
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        async with Origin(reply(answer(COMPLETION.encode())), tls=self.certificate.server()) as origin:
+            self.url = origin.url("/v1")
+            self._ready.set()
+            await self._stop.wait()
+
+    def __enter__(self) -> TLSOrigin:
+        self._thread.start()
+        assert self._ready.wait(LIMIT)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._loop is not None and self._stop is not None
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(LIMIT)
+
+
+def test_policy_config_ca_bundle_is_trusted(certificate: Certificate, no_tls_env: pytest.MonkeyPatch) -> None:
+    with TLSOrigin(certificate) as origin:
+        assert _chat_over_tls(PolicyConfig(origin.url, "m", ca_bundle=certificate.cert)) == "hi"
+        with pytest.raises(PolicyUnreachable, match="CERTIFICATE_VERIFY_FAILED"):  # certifi's bundle: not trusted
+            _chat_over_tls(PolicyConfig(origin.url, "m", retries=0))
+    with pytest.raises(ConfigError, match="ca_bundle"):
+        PolicyConfig("https://a/v1", "m", ca_bundle=certificate.cert.parent / "missing.pem")
+
+
+def test_ssl_cert_file_and_dir_are_honoured(
+    certificate: Certificate, no_tls_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    with TLSOrigin(certificate) as origin:
+        no_tls_env.setenv("SSL_CERT_FILE", str(certificate.cert))
+        assert _chat_over_tls(PolicyConfig(origin.url, "m")) == "hi"
+        no_tls_env.delenv("SSL_CERT_FILE")
+        hashed = subprocess.run(
+            ["openssl", "x509", "-hash", "-noout", "-in", str(certificate.cert)], capture_output=True, text=True
+        )
+        if hashed.returncode == 0:  # a c_rehash-style directory: <subject hash>.0
+            (tmp_path / f"{hashed.stdout.strip()}.0").write_bytes(certificate.cert.read_bytes())
+            no_tls_env.setenv("SSL_CERT_DIR", str(tmp_path))
+            assert _chat_over_tls(PolicyConfig(origin.url, "m")) == "hi"
+            assert _chat_over_tls(PolicyConfig(origin.url, "m", ca_bundle=tmp_path)) == "hi"
+    no_tls_env.setenv("SSL_CERT_FILE", str(tmp_path / "missing.pem"))
+    with pytest.raises(ConfigError, match=r"\$SSL_CERT_FILE"):
+        PolicyClient(PolicyConfig("https://a/v1", "m"))

@@ -5,15 +5,19 @@ from __future__ import annotations
 import json
 import logging
 import traceback
+import urllib.parse
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 from _policy_kit import png_data_url, run, user
 from typer.testing import CliRunner
 
+from legato_gym.errors import ConfigError
+from legato_gym.vector.process import WorkerProcess
 from legato_rl.cli.app import _register_commands, app
-from legato_rl.errors import PolicyError
+from legato_rl.errors import PolicyError, redact, secret_forms
 from legato_rl.policy import ChatResult, PolicyClient, PolicyConfig
 from legato_rl.testing import Faults, ReferencePolicyServer, ReplayBrain, Reply
 
@@ -113,3 +117,101 @@ def test_key_never_leaks(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCapt
     assert any(r.name == "legato_rl.policy" for r in ours)
     leaks = [text for text in seen if KEY in text]
     assert not leaks, leaks[:1]
+
+
+# --- the key's own shape ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        f"{KEY}\r\nX-Injected: yes",
+        f"{KEY}\nHost: evil.test",
+        f"{KEY}\rX: 1",
+        f"sk-\r\n{KEY}",
+        f"{KEY}\x1b[2J",
+        f"{KEY}\u00e9",
+    ],
+)
+def test_a_key_that_would_inject_headers_is_refused_before_any_request(
+    bad: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with ReferencePolicyServer(ReplayBrain([Reply("Action: ok", "")], cycle=True)) as server:
+        monkeypatch.setenv("LEGATO_POLICY_KEY", bad)
+        with pytest.raises(ConfigError, match=r"\$LEGATO_POLICY_KEY holds") as from_env:
+            PolicyClient(PolicyConfig(server.url, server.model))
+        monkeypatch.delenv("LEGATO_POLICY_KEY")
+        with pytest.raises(ConfigError, match=r"PolicyConfig\.api_key holds") as given:
+            PolicyConfig(server.url, server.model, api_key=bad)
+        for info in (from_env, given):
+            assert KEY not in str(info.value) and "sk-" not in str(info.value)
+        assert server.requests == []
+
+
+@pytest.mark.parametrize("ending", ["\n", "\r\n", "\n\n", "\r"])
+def test_a_trailing_newline_is_stripped_from_the_key(ending: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with ReferencePolicyServer(ReplayBrain([Reply("Action: ok", "")], cycle=True), api_key=KEY) as server:
+        monkeypatch.setenv("LEGATO_POLICY_KEY", KEY + ending)  # as `$(cat keyfile)` in a .env file leaves it
+        assert PolicyConfig(server.url, server.model).resolved_api_key() == KEY
+        result = run(one_chat(PolicyConfig(server.url, server.model)))
+        assert result.content == "Action: ok"
+        monkeypatch.delenv("LEGATO_POLICY_KEY")
+        run(one_chat(PolicyConfig(server.url, server.model, api_key=KEY + ending)))
+        assert [r.authorized for r in server.requests] == [True, True]
+
+
+async def one_chat(cfg: PolicyConfig) -> ChatResult:
+    async with PolicyClient(cfg) as client:
+        return await client.chat([user("hello")], rollout_id="r0")
+
+
+#: A key whose JSON-escaped, URL-encoded and repr forms all differ from the key itself.
+ODD_KEY = 'sk-legato/odd"key+with=equals\\and-slash'
+
+
+class EchoingEveryFormBrain:
+    """A broken brain echoing the key in every spelling a server may use, the key straddling the 400-char cut."""
+
+    def respond(self, messages: Sequence[Mapping[str, Any]]) -> Reply:
+        forms = [
+            ODD_KEY,
+            json.dumps(ODD_KEY)[1:-1],
+            json.dumps(ODD_KEY)[1:-1].replace("/", "\\/"),
+            urllib.parse.quote(ODD_KEY, safe=""),
+            urllib.parse.quote(ODD_KEY, safe="").lower(),
+            urllib.parse.quote_plus(ODD_KEY),
+            repr(ODD_KEY),
+        ]
+        raise RuntimeError("x" * 334 + " | ".join(forms))  # the body's first form starts at character 385
+
+
+def test_redaction_covers_every_form_of_the_key() -> None:
+    with ReferencePolicyServer(EchoingEveryFormBrain(), api_key=ODD_KEY) as server:
+        cfg = PolicyConfig(server.url, server.model, api_key=ODD_KEY, retries=0)
+        with pytest.raises(PolicyError) as info:
+            run(one_chat(cfg))
+    text = "\n".join(texts_of(info.value))
+    assert "***" in text
+    fragments = {ODD_KEY[i : i + 12] for i in range(0, len(ODD_KEY) - 12)}  # no recognisable piece either
+    for form in secret_forms(ODD_KEY):
+        assert form not in text
+    assert not [f for f in fragments if f in text]
+    assert redact(f"a {urllib.parse.quote(ODD_KEY)} b", ODD_KEY) == "a *** b"
+
+
+def test_desktop_workers_do_not_get_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LEGATO_POLICY_KEY", KEY)
+    worker = WorkerProcess(0, env={"LEGATO_POLICY_KEY": KEY, "LEGATO_TEST_MARK": "1"})
+    try:
+        environ = Path(f"/proc/{worker.pid}/environ").read_bytes().split(b"\0")
+    finally:
+        worker.kill()
+    assert b"LEGATO_TEST_MARK=1" in environ  # read the right process
+    assert not [v for v in environ if v.startswith(b"LEGATO_POLICY_KEY=") or KEY.encode() in v]
+
+
+def test_workers_strip_the_variable_the_policy_client_reads() -> None:
+    from legato_gym.vector import process
+    from legato_rl.policy import KEY_ENV_VAR
+
+    assert KEY_ENV_VAR in process._WORKER_SECRETS  # named twice, since legato_gym cannot import legato_rl

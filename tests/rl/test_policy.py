@@ -13,7 +13,7 @@ from _policy_kit import LONG_TEXT, png_data_url, run, user
 from legato_gym.errors import ConfigError, LegatoError, StateError
 from legato_rl import ChatResult, PolicyClient, PolicyConfig
 from legato_rl.errors import PolicyError, PolicyHTTPError, PolicyResponseError, PolicyTimeout, PolicyUnreachable
-from legato_rl.policy import _cut_prompt_ids, parse_chat_completion
+from legato_rl.policy import _cut_prompt_ids, parse_chat_completion, read_reply_json
 from legato_rl.testing import Faults, Latency, ReferencePolicyServer, ReplayBrain, Reply
 
 REPLY = Reply("Action: Click OK.\n<tool_call>\n{}\n</tool_call>", "I should click OK.")
@@ -386,3 +386,87 @@ def test_one_client_serves_successive_event_loops() -> None:
         second = asyncio.run(client.chat([user("again")], rollout_id="r0"))
         asyncio.run(client.aclose())
     assert first.content == second.content == REPLY.content
+
+
+# --- hostile replies --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fault", "match"),
+    [
+        ("surrogate", "lone surrogate"),
+        ("deep", "nests deeper than 1024 levels"),
+        ("huge", "larger than max_reply_bytes=8388608"),
+    ],
+)
+def test_a_hostile_reply_is_refused_at_once_and_not_asked_again(fault: str, match: str) -> None:
+    with ReferencePolicyServer(brain(), faults=Faults(script=[fault])) as server:
+        with pytest.raises(PolicyResponseError, match=match) as info:
+            run(one_chat(config(server, retries=3)))
+        assert not info.value.retryable and info.value.attempts == 1 and info.value.url == server.url
+        assert server.stats.chat_requests == 1 and server.stats.faults == {fault: 1}
+        assert run(one_chat(config(server))).content == REPLY.content  # the client is fine afterwards
+
+
+def test_max_reply_bytes_is_the_bound() -> None:
+    with ReferencePolicyServer(brain(), faults=Faults(script=["huge"], huge_bytes=300_000)) as server:
+        with pytest.raises(PolicyResponseError, match="max_reply_bytes=200000"):
+            run(one_chat(config(server, max_reply_bytes=200_000)))
+        server.set_faults(Faults(script=["huge"], huge_bytes=300_000))
+        assert len(run(one_chat(config(server, max_reply_bytes=400_000))).content) > 200_000
+    with pytest.raises(ConfigError, match="max_reply_bytes"):
+        PolicyConfig("http://a/v1", "m", max_reply_bytes=0)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"choices": [{"message": {"content": "a\\ud800"}}]}',
+        b'{"choices": [{"message": {"content": "\\udc00 trailing low half"}}]}',
+        b'{"x": NaN, "s": "\\ud800"}',  # a body orjson refuses for its NaN: the stdlib's result is checked too
+        b'{"x\\ud800": 1, "n": NaN}',  # in a key
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"n": NaN, "deep": ' + b"[" * 1025 + b"]" * 1025 + b"}",
+    ],
+)
+def test_read_reply_json_refuses_lone_surrogates_and_deep_nesting(body: bytes) -> None:
+    with pytest.raises(PolicyResponseError) as info:
+        read_reply_json(body, url="http://r/v1")
+    assert not info.value.retryable
+
+
+def test_read_reply_json_reads_what_is_sound() -> None:
+    assert read_reply_json(b'{"s": "\\ud83d\\ude00"}') == {"s": "\U0001f600"}  # a surrogate pair is one character
+    assert (
+        read_reply_json(b'{"n": NaN, "big": 123456789012345678901234567890}')["big"] == 123456789012345678901234567890
+    )
+    nested = b"[" * 1024 + b"]" * 1024
+    assert read_reply_json(nested) is not None  # the bound itself is read
+    text = b'{"n": NaN, "s": "' + b"[" * 5000 + b'"}'  # brackets in a string are not nesting
+    assert read_reply_json(text)["s"] == "[" * 5000
+    with pytest.raises(PolicyResponseError, match="not JSON") as info:
+        read_reply_json(b'{"cut": ')
+    assert info.value.retryable  # cut in transit: worth asking again
+
+
+# --- secrets in URLs ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "match"),
+    [
+        ("http://user:sk-in-url@host:8000/v1", "user:password"),
+        ("https://sk-in-url@host/v1", "user:password"),
+        ("http://host/v1?api_key=sk-in-url", "query"),
+        ("http://host/v1#sk-in-url", "query or fragment"),
+        ("http://host/v1 sk-in-url", "U\\+0020"),
+        ("http://host/v1\r\nX: sk-in-url", "U\\+000D"),
+    ],
+)
+def test_urls_carrying_secrets_or_breaking_lines_are_refused(url: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match) as info:
+        PolicyConfig(url, "m")
+    assert "sk-in-url" not in str(info.value)
+    with pytest.raises(ConfigError) as several:
+        PolicyConfig(("http://ok/v1", url), "m")
+    assert "sk-in-url" not in str(several.value)

@@ -15,14 +15,16 @@ from typer.testing import CliRunner
 from legato_gym.errors import MissingDependencyError
 from legato_rl.cli.app import _register_commands, app
 from legato_rl.profile import LATENCY_KINDS, PHASES, build_timeline, profile_run
-from legato_rl.store import RecordError, RolloutStore, read_records
+from legato_rl.store import ErrorInfo, RecordError, RolloutStore, read_records
 from legato_rl.summary import summarize_run
 
 pytest.importorskip("matplotlib", reason="the pictures need matplotlib: pip install 'legatolabs[plots]'")
 Image = pytest.importorskip("PIL.Image")
 
 T0 = 1_800_000_000.0
-PROFILE_KEYS = {"schema", "run", "in_progress", "torn_tail_bytes", "summary", "desktops", "latency_s", "files"}
+PROFILE_KEYS = {
+    "schema", "run", "in_progress", "torn_tail_bytes", "summary", "desktops", "latency_s", "errors", "files"
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -203,3 +205,65 @@ def test_run_in_progress_and_torn_tail_are_noted(tmp_path: Path) -> None:
     assert not profile.in_progress and profile.torn_tail_bytes == len(torn) and profile.summary.n_records == 2
     result = _cli(str(run), "--no-plots")
     assert result.exit_code == 0 and "torn record" in result.output
+
+
+# --- errors and failed calls (issue 14, item 9) -----------------------------------------------------------
+
+
+def _error_run(run: Path) -> None:
+    timeout = ErrorInfo("policy", "PolicyTimeout", "no answer from http://127.0.0.1:8001/v1 within 60.0 s")
+    write_run(
+        run,
+        [
+            Try("ga", "ok", 1.0, desktop=0),
+            # one step, then a policy call that failed after 30 s (its retries included): no grading
+            Try("ga", "error", None, desktop=1, steps=1, error=timeout, failed_call_s=30.0),
+            Try("gb", "error", None, desktop=0, steps=0, error=ErrorInfo(
+                "policy", "PolicyTimeout", "no answer from http://127.0.0.1:8002/v1 within 60.0 s"
+            ), failed_call_s=12.0),
+            Try("gb", "error", None, desktop=1, steps=0, error=ErrorInfo("policy", "PolicyHTTPError", "HTTP 400")),
+            Try("gc", "retried", None, desktop=0, steps=0),
+            Try("gc", "error", None, desktop=1, steps=0),
+        ],
+        t0=T0,
+    )  # fmt: skip
+
+
+def test_failed_call_time_is_a_phase_of_its_own(tmp_path: Path) -> None:
+    _error_run(tmp_path / "run")
+    timeline = build_timeline(read_records(tmp_path / "run"))
+    d1 = timeline.intervals[1]
+    # try 1 starts at +20: reset 1 s, its step's model call 2 s then its actions 1.75 s, then the failed call
+    assert _spans(d1, "model") == [(21.0, 2.0)]
+    assert _spans(d1, "act") == [(23.0, 0.5)] and _spans(d1, "obs")[-1] == (24.5, 0.25)
+    assert _spans(d1, "failed_call") == [(24.75, 30.0)]
+    assert [s for s in _spans(d1, "eval") if 20 <= s[0] < 60] == []  # a try ended by a failed call is not graded
+    assert _spans(timeline.intervals[0], "failed_call") == [(41.0, 12.0)]  # failed at its first call
+    profile = profile_run(tmp_path / "run", plots=False)
+    usage = {d.desktop: d for d in profile.desktops}
+    assert usage[1].phase_s["failed_call"] == pytest.approx(30.0) and usage[0].phase_s["failed_call"] == 12.0
+    share = profile.summary.phase_share
+    desktop_s = sum(r.timing.total_s for r in read_records(tmp_path / "run"))
+    assert share["failed_call"] == pytest.approx(42.0 / desktop_s)
+    assert sum(v for v in share.values() if v is not None) == pytest.approx(1.0)
+
+
+def test_errors_are_counted_by_kind_with_the_top_messages(tmp_path: Path) -> None:
+    _error_run(tmp_path / "run")
+    profile = profile_run(tmp_path / "run", plots=False)
+    policy, env = profile.errors["policy"], profile.errors["env"]
+    assert (policy.error, policy.retried, env.error, env.retried) == (3, 0, 1, 1)
+    # the two timeouts differ only in a port number: one message, counted twice, shown as first seen
+    assert policy.top == (
+        (2, "PolicyTimeout", "no answer from http://127.0.0.1:8001/v1 within 60.0 s"),
+        (1, "PolicyHTTPError", "HTTP 400"),
+    )
+    assert env.top == ((2, "DesktopCrashed", "gone"),)
+    assert profile.to_json()["errors"]["policy"]["top"][0] == {
+        "count": 2, "type": "PolicyTimeout", "message": "no answer from http://127.0.0.1:8001/v1 within 60.0 s"
+    }  # fmt: skip
+    result = _cli(str(tmp_path / "run"), "--no-plots")
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.stdout.split())
+    assert "errors by kind" in out and "failed_call" in out
+    assert "2× PolicyTimeout: no answer from" in out and "1× PolicyHTTPError: HTTP 400" in out

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import httpx
@@ -254,6 +255,61 @@ def test_fault_rates_are_seeded(http: httpx.Client) -> None:
     assert {"500", "429", None} <= set(first)
     with pytest.raises(ConfigError, match="unknown fault"):
         Faults(script=["boom"])
+
+
+def _raw_post(server: ReferencePolicyServer, body: dict[str, Any]) -> tuple[dict[str, str], bytes]:
+    """POST over a bare socket; the answer's head and whatever body came before the server closed."""
+    data = json.dumps(body).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            + f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
+        received = b""
+        while chunk := sock.recv(1 << 20):
+            received += chunk
+    head, _, rest = received.partition(b"\r\n\r\n")
+    headers = dict(line.split(": ", 1) for line in head.decode("latin-1").split("\r\n")[1:])
+    return {k.lower(): v for k, v in headers.items()}, rest
+
+
+def test_hostile_reply_faults_on_the_wire() -> None:
+    faults = Faults(script=["surrogate", "deep", "deep-tool-call", "huge", "half"], depth=5000, huge_bytes=3_000_000)
+    with ReferencePolicyServer(ReplayBrain(["Action: ok"], cycle=True), faults=faults) as server:
+        body = chat_body([user("hi")])
+        _, surrogate = _raw_post(server, body)
+        assert b'"Action: ok\\ud800"' in surrogate  # the JSON escape of a lone surrogate
+        assert json.loads(surrogate)["choices"][0]["message"]["content"] == "Action: ok\ud800"
+        _, deep = _raw_post(server, body)
+        assert deep == b"[" * 5000 + b"]" * 5000
+        _, tool_call = _raw_post(server, body)
+        content = json.loads(tool_call)["choices"][0]["message"]["content"]
+        assert content == "Action: Click.\n<tool_call>\n" + "[" * 5000 + "]" * 5000 + "\n</tool_call>"
+        headers, huge = _raw_post(server, body)
+        assert int(headers["content-length"]) == len(huge) >= 3_000_000
+        assert json.loads(huge)["choices"][0]["message"]["content"].startswith("Action: ok")
+        headers, half = _raw_post(server, body)
+        assert len(half) == int(headers["content-length"]) // 2  # then the server closed the connection
+        assert server.stats.faults == {"surrogate": 1, "deep": 1, "deep-tool-call": 1, "huge": 1, "half": 1}
+
+
+def test_a_fault_plan_picks_faults_per_request(http: httpx.Client) -> None:
+    seen: list[tuple[int, str | None]] = []
+
+    def plan(number: int, body: Mapping[str, Any]) -> str | None:
+        seen.append((number, prompt_instruction(body["messages"])))
+        return {1: "500", 3: "429", 4: "ok", 5: "no-such-fault"}.get(number)
+
+    faults = Faults(plan=plan, script=[None, None, "500", None, "500"])
+    with ReferencePolicyServer(ReplayBrain(["ok"], cycle=True), faults=faults) as server:
+        answers = [post(http, server, chat_body([user(f"Instruction: task {i}")])) for i in range(6)]
+        post(http, server, {"model": MODEL})  # invalid: meets no fault, takes no number
+        # 2: the plan leaves it to the script; 4: the plan's "ok" overrides the script's 500
+        assert [a.status_code for a in answers] == [200, 500, 500, 429, 200, 500]
+        assert "no-such-fault" in answers[5].json()["error"]["message"]
+        assert seen == [(i, f"task {i}") for i in range(6)]
+        assert [r.fault for r in server.requests[:6]] == [None, "500", "500", "429", None, "no-such-fault"]
 
 
 # --- brains ---------------------------------------------------------------------------------------------------

@@ -456,6 +456,36 @@ def test_resume_with_other_arguments_is_refused_naming_them(
     assert repr(value) in str(info.value)
 
 
+SAMPLING = {"temperature": 0.7, "top_p": 0.95, "max_tokens": 1024}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "option"),
+    [("temperature", 1.0, "--temperature"), ("top_p", 0.9, "--top-p"), ("max_tokens", 2048, "--max-tokens")],
+)
+def test_resume_with_other_sampling_settings_is_refused(tmp_path: Path, field: str, value: Any, option: str) -> None:
+    open_run(tmp_path, manifest(**SAMPLING))
+    assert open_run(tmp_path, manifest(**SAMPLING)) is True
+    with pytest.raises(ConfigError) as info:
+        open_run(tmp_path, manifest(**{**SAMPLING, field: value}))
+    message = str(info.value)
+    assert f"{option}: the run has {SAMPLING[field]!r}, this command gives {value!r}" in message
+    assert "another --out" in message
+
+
+def test_manifests_without_sampling_settings_still_load_and_resume(tmp_path: Path) -> None:
+    """A run made before the sampling settings were recorded has no such keys in run.json."""
+    open_run(tmp_path, manifest())
+    data = json.loads((tmp_path / "run.json").read_text())
+    for key in SAMPLING:
+        data.pop(key)
+    (tmp_path / "run.json").write_text(json.dumps(data))
+    old = read_manifest(tmp_path)
+    assert old is not None and (old.temperature, old.top_p, old.max_tokens) == (None, None, None)
+    assert open_run(tmp_path, manifest(**SAMPLING)) is True
+    check_manifest(manifest(**SAMPLING), manifest())  # a caller that gives none is not compared either
+
+
 def test_check_manifest_lists_every_difference() -> None:
     with pytest.raises(ConfigError) as info:
         check_manifest(manifest(), manifest(group=2, max_steps=3))
@@ -506,3 +536,14 @@ def test_files_are_made_durable_before_the_record_that_needs_them(
         written = len(list((tmp_path / "messages").iterdir())) + len(list((tmp_path / "images").iterdir()))
         assert len(files) == written + 2  # each file, then the messages/ and images/ directories
         assert max(events.index(f) for f in files) < records[0]
+
+
+def test_a_resumed_store_removes_the_temporary_files_a_killed_writer_left(tmp_path: Path) -> None:
+    RolloutStore(tmp_path).close()
+    stale = [tmp_path / "messages" / f".{'a' * 64}.json.123.tmp", tmp_path / "images" / f".{'b' * 64}.png.9.tmp",
+             tmp_path / ".summary.json.x1y2.tmp", tmp_path / ".run.json.k3.tmp"]  # fmt: skip
+    kept = [tmp_path / ".train.jsonl.q7.tmp", tmp_path / "messages" / f"{'c' * 64}.json"]  # an export's, a message
+    for path in stale + kept:
+        path.write_bytes(b"half")
+    RolloutStore(tmp_path).close()
+    assert [p.exists() for p in stale] == [False] * 4 and all(p.exists() for p in kept)

@@ -192,3 +192,17 @@ def test_group_advantages_use_only_completed_attempts_of_each_group() -> None:
 def test_completed_record_without_reward_is_an_error() -> None:
     with pytest.raises(RecordError, match="no reward"):
         group_advantages([rec("g/0", "g", "ok", None)])
+
+
+def test_the_time_of_a_failed_policy_call_is_its_own_phase() -> None:
+    """A try that ended in a policy error spent its unrecorded end in the call that failed, not in the scheduler."""
+    records = [
+        rec("g1/0", "g1", "ok", 1.0, timing=Timing(model_s=3.0, total_s=4.0)),  # 1 s of scheduler time
+        rec("g1/1", "g1", "error", None, error=ErrorInfo("policy", "PolicyTimeout", "slow"),
+            timing=Timing(reset_s=1.0, total_s=11.0)),  # 10 s in the call that failed
+        rec("g1/2", "g1", "error", None, timing=Timing(reset_s=1.0, total_s=5.0)),  # a desktop error: other
+    ]  # fmt: skip
+    share = summarize(records, group=1).phase_share
+    assert share["failed_call"] == pytest.approx(10 / 20)
+    assert share["other"] == pytest.approx((1 + 4) / 20)
+    assert sum(v for v in share.values() if v is not None) == pytest.approx(1.0)

@@ -17,6 +17,7 @@ from legato_gym.backends.osworld.desktop import REVERT_DOMAINS, OSWorldDesktop, 
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import Task
 from legato_gym.errors import ConfigError
+from legato_gym.tasks import check_task_id
 
 __all__ = ["REVERT_DOMAINS", "OSWorldDesktop", "OSWorldOptions", "default_tasks", "tasks_from_index"]
 
@@ -34,7 +35,9 @@ def tasks_from_index(osworld_path: Path, index: str = "test_all.json") -> list[T
     tasks = []
     for domain, ids in listing.items():
         for task_id in ids:
-            path = root / "examples" / domain / f"{task_id}.json"
+            where = str(root / index)  # ids from the file never reach a path unchecked
+            folder = root / "examples" / check_task_id(domain, where, what="domain")
+            path = folder / f"{check_task_id(task_id, where)}.json"
             config = json.loads(path.read_text())
             tasks.append(
                 Task(task_id=task_id, instruction=config["instruction"], config=config, domain=domain, source=path)

@@ -43,7 +43,7 @@ import httpx
 import numpy as np
 
 from legato_gym.config import DesktopConfig
-from legato_gym.contract import SPECIAL_ACTIONS, ActResult, Observation, Task, Waited
+from legato_gym.contract import SPECIAL_ACTIONS, ActResult, Observation, Task, Waited, task_path
 from legato_gym.errors import (
     ConfigError,
     DeadlineExceeded,
@@ -332,7 +332,7 @@ class _VMDesktop:
             self.last_reset_kind = "fallback"
         from legato_gym.backends.local.tasks import TASK_DATA
 
-        self._session.begin(task.config, TASK_DATA / task.task_id)
+        self._session.begin(task.config, task_path(TASK_DATA, task.task_id))
         self._session.setup(task.setup)
         self._expected_windows = sum(1 for step in task.setup if step.get("type") in ("launch", "open"))
         self._task = task

@@ -1,0 +1,163 @@
+"""Desktops that die in every phase of an attempt: each death is a ``retried`` try and a re-run, never a final
+error while retries remain, and never the agent's failure.
+
+The fake backend kills its own worker process (``crash_mode="exit"``) in the desktop phases; the model-call
+phase is covered by a brain that kills the desktop's worker while its attempt waits for the reply.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from legato_gym import DesktopConfig, Timeouts
+from legato_gym.backends.fake import FAULT_PHASES, default_tasks
+from legato_rl.collect import collect
+from legato_rl.export import export_steps
+from legato_rl.policy import PolicyConfig
+from legato_rl.store import read_record_dicts
+from legato_rl.testing import ReferencePolicyServer, ScriptedSolver
+from legato_rl.testing.brains import Reply
+
+SCREEN = (320, 240)
+FINAL = {"ok", "truncated", "cancelled", "skipped", "surplus", "error"}
+
+
+def _config(**options: Any) -> DesktopConfig:
+    return DesktopConfig(screen=SCREEN, options=options, timeouts=Timeouts(reset=60, ready=10, act=10, evaluate=10))
+
+
+def _check_every_death_retried(run: Path, n_attempts: int) -> Counter[str]:
+    records = list(read_record_dicts(run))
+    statuses = Counter(r["status"] for r in records)
+    finals = Counter((r["group_id"], r["attempt"]) for r in records if r["status"] in FINAL)
+    assert len(finals) == n_attempts and set(finals.values()) == {1}, "every attempt ends exactly once"
+    for r in records:
+        if r["status"] == "retried":
+            assert r["error"]["kind"] == "env" and r["error"]["type"] == "DesktopCrashed", r["error"]
+            assert r["reward"] is None
+        else:
+            assert r["status"] == "ok" and r["reward"] == 1.0, (r["status"], r["error"])
+    return statuses
+
+
+@pytest.mark.parametrize("phase", FAULT_PHASES)
+def test_a_desktop_dying_in_any_desktop_phase_is_retried(tmp_path: Path, phase: str) -> None:
+    rate = 0.1 if phase in ("act", "observe") else 0.35  # called once per action, not once per try
+    config = _config(faults={"crash": rate, "crash_mode": "exit", "phases": [phase]})
+    tasks = default_tasks(config)[:3]
+    with ReferencePolicyServer(brain=ScriptedSolver()) as server:
+        summary = collect(tasks, PolicyConfig(server.url, server.model), out=tmp_path / "run", desktops=2, group=2,
+                          env_retries=20, backend="fake", desktop=config, seed=11)  # fmt: skip
+    statuses = _check_every_death_retried(tmp_path / "run", n_attempts=6)
+    assert statuses["retried"] > 0, f"a {rate:.0%} death rate in {phase!r} must kill some tries"
+    assert summary["errors"] == {"policy": 0, "env": 0}
+    assert summary["status_counts"]["ok"] == 6
+
+
+class _KillingBrain:
+    """Answers like :class:`ScriptedSolver`, but first kills the desktop worker on chosen calls.
+
+    It waits until the killed process is gone (a zombie or reaped) before answering, so the attempt's next
+    desktop call always meets a dead or replaced desktop.
+    """
+
+    def __init__(self, kill_calls: set[int]) -> None:
+        self.solver = ScriptedSolver()
+        self.kill_calls = kill_calls
+        self.calls = 0
+        self.killed: list[int] = []
+        self._lock = threading.Lock()
+
+    def respond(self, messages: Sequence[Mapping[str, Any]]) -> Reply:
+        with self._lock:
+            self.calls += 1
+            kill = self.calls in self.kill_calls
+        if kill:
+            (pid,) = _worker_pids()  # one desktop
+            os.kill(pid, signal.SIGKILL)
+            self.killed.append(pid)
+            _wait_gone(pid)
+        return self.solver.respond(messages)
+
+
+def _worker_pids() -> list[int]:
+    """Desktop worker processes that are children of this test process."""
+    me, pids = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == me and fields[0] != "Z" and b"legato_gym.vector.worker" in cmdline:
+            pids.append(int(entry))
+    return pids
+
+
+def _wait_gone(pid: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return
+        except OSError:
+            return
+        time.sleep(0.01)  # a poll, bounded by the deadline
+    raise AssertionError(f"worker {pid} still alive {timeout} s after SIGKILL")
+
+
+def test_a_desktop_dying_while_its_attempt_waits_on_the_model_is_retried(tmp_path: Path) -> None:
+    config = _config()
+    tasks = default_tasks(config)[:2]
+    brain = _KillingBrain(kill_calls={1, 4, 7})  # first calls of several tries: the desktop dies each time
+    with ReferencePolicyServer(brain=brain) as server:
+        summary = collect(tasks, PolicyConfig(server.url, server.model), out=tmp_path / "run", desktops=1, group=2,
+                          env_retries=5, backend="fake", desktop=config)  # fmt: skip
+    statuses = _check_every_death_retried(tmp_path / "run", n_attempts=4)
+    assert len(brain.killed) == 3
+    assert statuses["retried"] == 3, "each death is one retried try"
+    assert summary["errors"] == {"policy": 0, "env": 0}
+    export_steps(tmp_path / "run", tmp_path / "train.jsonl")
+    rows = (tmp_path / "train.jsonl").read_text().splitlines()
+    ok_steps = sum(r["n_steps"] for r in read_record_dicts(tmp_path / "run") if r["status"] == "ok")
+    assert len(rows) == ok_steps > 0, "export holds the completed tries' steps only, never a retried try's"
+
+
+def test_a_desktop_dying_with_no_retries_left_is_an_env_error(tmp_path: Path) -> None:
+    config = _config()
+    tasks = default_tasks(config)[:1]
+    brain = _KillingBrain(kill_calls={1})
+    with ReferencePolicyServer(brain=brain) as server:
+        summary = collect(tasks, PolicyConfig(server.url, server.model), out=tmp_path / "run", desktops=1, group=1,
+                          env_retries=0, backend="fake", desktop=config)  # fmt: skip
+    (record,) = read_record_dicts(tmp_path / "run")
+    assert record["status"] == "error" and record["error"]["kind"] == "env"
+    assert record["error"]["type"] == "DesktopCrashed"
+    assert summary["errors"] == {"policy": 0, "env": 1}
+
+
+@pytest.mark.timeout(120)
+def test_a_retry_that_failed_on_every_desktop_still_runs(tmp_path: Path) -> None:
+    # one attempt, two desktops, every reset dies: after failing on both desktops the retry must run on one of
+    # them (each desktop used to leave it for the other one, and the batch waited forever)
+    config = _config(faults={"crash": 1.0, "crash_mode": "exit", "phases": ["reset"]})
+    tasks = default_tasks(config)[:1]
+    with ReferencePolicyServer(brain=ScriptedSolver()) as server:
+        summary = collect(tasks, PolicyConfig(server.url, server.model), out=tmp_path / "run", desktops=2, group=1,
+                          env_retries=3, backend="fake", desktop=config)  # fmt: skip
+    records = list(read_record_dicts(tmp_path / "run"))
+    assert [r["status"] for r in records] == ["retried"] * 3 + ["error"]
+    assert {r["desktop"] for r in records} == {0, 1}
+    assert summary["errors"] == {"policy": 0, "env": 1}
