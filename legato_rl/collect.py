@@ -11,7 +11,12 @@ Failures stay with the attempt they hit:
 * a desktop failure (worker death, setup failure, hang) records the try as ``retried`` and queues the
   attempt again, up to ``env_retries`` times, then ``error`` (kind ``env``);
 * a policy failure (after the client's own retries) is ``error`` (kind ``policy``);
-* neither is ever recorded as the agent's failure, and neither stops the batch.
+* neither is ever recorded as the agent's failure, and neither stops the batch: only a policy server that
+  cannot be used at all does (:mod:`legato_rl.health`). It is checked before the first attempt; during the
+  batch, attempts that failed because the server was unavailable wait for its next answer before they are
+  recorded ``error``. If the breaker trips instead, they are recorded ``retried`` (kind ``policy``), the
+  attempts still running are dropped unrecorded, and :class:`~legato_rl.errors.PolicyUnavailable` is
+  raised: running the same batch again re-runs all of them.
 """
 
 from __future__ import annotations
@@ -30,9 +35,10 @@ from typing import Any, TypeVar
 from legato_gym import ConfigError, DesktopConfig, DesktopError, LegatoError, Task, get_backend
 from legato_gym.tasks import load_tasks
 from legato_gym.vector import DesktopVectorEnv, RayPlacement, make_vector_env
-from legato_rl.errors import PolicyError
+from legato_rl.errors import PolicyError, PolicyUnavailable
 from legato_rl.groups import Attempt, GroupBook, Status
 from legato_rl.harness import Harness, QwenHarness
+from legato_rl.health import Breaker, check_policy, unavailable_kind
 from legato_rl.policy import ChatResult, PolicyClient, PolicyConfig
 from legato_rl.store import (
     ActionRecord,
@@ -279,9 +285,15 @@ class Collector:
         self._wake: asyncio.Event | None = None
         self._idle: set[int] = set()  # desktops waiting for work
         # The attempt each desktop is playing (its group id and task): a group that closes cancels the others.
-        self._running: dict[int, tuple[str, asyncio.Task[None]]] = {}
+        self._running: dict[int, tuple[_Play, asyncio.Task[None]]] = {}
         self._build_prompt = _Inline("building a prompt")  # on the loop while that is cheap (see _Inline)
         self._store: _StoreWriter | None = None
+        # Attempts that failed because the server was unavailable, recorded once it answers again (error) or
+        # the breaker trips (retried); see the module docstring.
+        self._unanswered: list[tuple[float, _Play, ErrorInfo]] = []  # (when it failed, ...)
+        self._breaker = Breaker(threshold=max(8, 2 * options.desktops))
+        self._stopped: PolicyUnavailable | None = None
+        self._health: asyncio.Task[None] | None = None
 
     def manifest(self) -> RunManifest:
         """The arguments that define this batch (checked on resume)."""
@@ -302,24 +314,36 @@ class Collector:
         )
 
     async def run(self) -> Summary:
-        """Collect the batch; returns its summary (also written to ``OUT/summary.json``)."""
-        resumed = open_run(self.out, self.manifest())
-        self._wake = asyncio.Event()
-        with RolloutStore(self.out) as store:
-            self._store = _StoreWriter(store)
-            try:
-                if resumed:
-                    self._restore()
-                for attempt in self.book.close_remaining():
-                    self._write(self._skipped(attempt))
-                self.progress.groups_closed = sum(g.closed for g in self.book.groups.values())
-                self.progress.attempts = sum(g.n_attempts for g in self.book.groups.values())
-                if not self.book.all_ended:
-                    await self._run_desktops()
-            finally:
-                await self._store.aclose()
+        """Collect the batch; returns its summary (also written to ``OUT/summary.json``).
+
+        Raises:
+            PolicyUnavailable: the policy server cannot be used (before the first attempt, or it went away);
+                what was collected is kept, and running the same batch again finishes it.
+        """
+        async with PolicyClient(self.policy_config) as client:
+            await check_policy(client, self.policy_config)  # before anything is written
+            resumed = open_run(self.out, self.manifest())
+            self._wake = asyncio.Event()
+            with RolloutStore(self.out) as store:
+                self._store = _StoreWriter(store)
+                try:
+                    if resumed:
+                        self._restore()
+                    for attempt in self.book.close_remaining():
+                        self._write(self._skipped(attempt))
+                    self.progress.groups_closed = sum(g.closed for g in self.book.groups.values())
+                    self.progress.attempts = sum(g.n_attempts for g in self.book.groups.values())
+                    if not self.book.all_ended:
+                        await self._run_desktops(client)
+                    self._record_unanswered()
+                finally:
+                    if self._health is not None:
+                        self._health.cancel()
+                    await self._store.aclose()
         summary = summarize_run(self.out)
         write_summary(self.out, summary)
+        if self._stopped is not None:
+            raise self._stopped
         return summary
 
     def _restore(self) -> None:
@@ -335,7 +359,7 @@ class Collector:
         self.book.restore(ended, tries)
         log.info("resuming %s: %d attempts already ended", self.out, len(ended))
 
-    async def _run_desktops(self) -> None:
+    async def _run_desktops(self, client: PolicyClient) -> None:
         opts = self.options
         env = make_vector_env(
             opts.desktops,
@@ -352,9 +376,7 @@ class Collector:
             copy=False,
         )
         try:
-            async with PolicyClient(self.policy_config) as client:
-                loops = [self._desktop_loop(env, client, i) for i in range(opts.desktops)]
-                await asyncio.gather(*loops)
+            await asyncio.gather(*(self._desktop_loop(env, client, i) for i in range(opts.desktops)))
         finally:
             env.close()  # a desktop still finishing a cancelled attempt's action is shut down mid-action
 
@@ -366,12 +388,15 @@ class Collector:
         attempt, without holding the batch). Cancellation costs nothing per step.
         """
         assert self._wake is not None
-        while True:
+        while self._stopped is None:
             attempt = self.book.next_attempt(env_id, free=self._idle)
             if attempt is None:
                 if self.book.all_ended:
                     self._wake.set()
                     return
+                if self._unanswered and not self._running:  # they are all that is left: the server did not
+                    self._record_unanswered()  # come back before the batch's end, so they end as errors
+                    continue
                 # others may still queue a retry (or leave one for this desktop); wait until something changes
                 self._wake.clear()
                 self._idle.add(env_id)
@@ -383,7 +408,7 @@ class Collector:
             stamp = PolicyStamp(self.policy_config.model, self.policy_config.version)  # stamped at dispatch
             play = _Play(attempt, env_id, stamp)
             task = asyncio.ensure_future(self._run_attempt(env, client, play))
-            self._running[env_id] = (attempt.group_id, task)
+            self._running[env_id] = (play, task)
             self.progress.busy += 1
             try:
                 await asyncio.wait((task,))  # unlike `await task`, a cancelled attempt does not raise here
@@ -393,9 +418,9 @@ class Collector:
             finally:
                 del self._running[env_id]
                 self.progress.busy -= 1
-            cancelled = task.cancelled()
-            if cancelled:  # only a closing group cancels an attempt (_end): record it now
-                self._end(play, Status.CANCELLED)
+            cancelled = task.cancelled()  # by its closing group (_end recorded it) or by _stop (unrecorded)
+            if self._stopped is not None:  # the batch stops: an attempt cut short is re-run on resume
+                return
             if self.book.pending or self.book.all_ended:  # a retry was queued, or the batch is done: idle
                 self._wake.set()  # desktops look again (nothing else can give them work)
             if not cancelled:
@@ -428,7 +453,12 @@ class Collector:
             return
         except PolicyError as exc:
             log.warning("%s: policy call failed: %s", attempt.rollout_id, exc)
-            self._end(play, Status.ERROR, ErrorInfo.from_exception("policy", exc))
+            error = ErrorInfo.from_exception("policy", exc)
+            kind = unavailable_kind(exc)
+            if kind is None:  # one reply's problem, not the server's
+                self._end(play, Status.ERROR, error)
+            else:
+                self._policy_unavailable(play, error, kind, client)
             return
         except LegatoError as exc:  # e.g. a task this backend cannot run: the desktop side, not the agent
             log.warning("%s: %s", attempt.rollout_id, exc)
@@ -458,6 +488,7 @@ class Collector:
                 messages = await asyncio.to_thread(conversation.messages, obs["screenshot"])
             else:
                 messages = await self._build_prompt(conversation.messages, obs["screenshot"], png=png)
+            asked = time.monotonic()
             try:
                 result: ChatResult = await asyncio.wait_for(
                     client.chat(messages, rollout_id=attempt.rollout_id), remaining
@@ -466,6 +497,8 @@ class Collector:
                 raise
             except TimeoutError:  # only the rollout's own deadline truncates
                 return await self._grade_now(env, play, Status.TRUNCATED)
+            if self._unanswered or self._breaker.count:
+                self._policy_answered(asked)
             self.progress.model_latency_s.append(result.seconds)
             play.seconds["model_s"] += result.seconds
             reply = conversation.record_reply(result.content)
@@ -511,20 +544,75 @@ class Collector:
         play.reward = float(reward)
         return status
 
+    # -- a policy server that is unavailable -----------------------------------------------------------
+    def _policy_unavailable(self, play: _Play, error: ErrorInfo, kind: str, client: PolicyClient) -> None:
+        self._unanswered.append((time.monotonic(), play, error))
+        if self._breaker.failed(kind):
+            self._stop(
+                PolicyUnavailable(
+                    f"{self._breaker.count} policy calls in a row failed ({kind}) with no answer in between; the "
+                    f"last: {error.message}"
+                )
+            )
+        elif self._health is None or self._health.done():  # is the server there at all? (one check at a time)
+            self._health = asyncio.ensure_future(self._check_health(client))
+
+    async def _check_health(self, client: PolicyClient) -> None:
+        try:
+            await check_policy(client, self.policy_config)
+        except PolicyUnavailable as exc:
+            self._stop(exc)
+
+    def _policy_answered(self, asked: float) -> None:
+        """A call asked at ``asked`` was answered: the server was up after every failure before that."""
+        if self._unanswered and self._unanswered[-1][0] > asked:  # an answer that was on its way before
+            self._record_unanswered(before=asked)  # the latest failures says nothing about them
+            return
+        self._breaker.answered()
+        self._record_unanswered()
+
+    def _record_unanswered(self, before: float | None = None) -> None:
+        """Record the attempts that failed while the server was unavailable (those that failed ``before``, by
+        default all): ``retried`` when the batch stops (resume re-runs them), else ``error``."""
+        unanswered = [u for u in self._unanswered if before is None or u[0] < before]
+        self._unanswered = [u for u in self._unanswered if before is not None and u[0] >= before]
+        for _, play, error in unanswered:
+            if self._stopped is not None:
+                self._write(play.record(Status.RETRIED, error))
+            else:
+                self._end(play, Status.ERROR, error)
+
+    def _stop(self, error: PolicyUnavailable) -> None:
+        """Stop the batch: no attempt starts, running ones are cancelled unrecorded (resume re-runs them)."""
+        if self._stopped is not None:
+            return
+        self._stopped = PolicyUnavailable(
+            f"{error} — the batch stopped; what was collected is kept in {self.out}. Fix the server or the "
+            "arguments and run the same command again: the attempts it cut short run again."
+        )
+        log.error("%s", self._stopped)
+        for _, task in self._running.values():
+            task.cancel()
+        assert self._wake is not None
+        self._wake.set()
+
     # -- records -------------------------------------------------------------------------------------
     def _end(self, play: _Play, status: Status, error: ErrorInfo | None = None) -> None:
         gid = play.attempt.group_id
         was_closed = self.book.is_closed(gid)
         final, dropped = self.book.finish(play.attempt, status)
-        if not was_closed and self.book.is_closed(gid):  # cancel the group's other attempts wherever they are
-            self.progress.groups_closed += 1
-            me = asyncio.current_task()
-            for other, task in self._running.values():
-                if other == gid and task is not me:
-                    task.cancel()
         self._write(play.record(final, error))
         for attempt in dropped:
             self._write(self._skipped(attempt))
+        if not was_closed and self.book.is_closed(gid):
+            self.progress.groups_closed += 1
+            # Cancel the group's other attempts wherever they are, and record them now, right behind the record
+            # that closed the group: a resume then never takes an attempt that was running for one not started.
+            # A task that cancel() reaches records nothing itself; one already done recorded its own end.
+            me = asyncio.current_task()
+            for other, task in list(self._running.values()):
+                if other.attempt.group_id == gid and task is not me and task.cancel():
+                    self._end(other, Status.CANCELLED)
 
     def _skipped(self, attempt: Attempt) -> RolloutRecord:
         stamp = PolicyStamp(self.policy_config.model, self.policy_config.version)

@@ -11,7 +11,8 @@
         ├── PolicyTimeout             no complete answer within ``step_timeout`` (also a TimeoutError)
         ├── PolicyUnreachable         no connection: refused, reset, dropped before the answer, DNS
         ├── PolicyHTTPError           the server answered with an HTTP error status (``status_code``)
-        └── PolicyResponseError       the answer is not JSON, or not the OpenAI chat-completion shape
+        ├── PolicyResponseError       the answer is not JSON, or not the OpenAI chat-completion shape
+        └── PolicyUnavailable         the server cannot be used at all: collect stops the batch (resumable)
 
 Every :class:`PolicyError` carries the replica ``url`` it came from and the number of HTTP ``attempts``
 made for the call. Messages never contain the API key: text that came from the server is passed through
@@ -31,6 +32,7 @@ __all__ = [
     "PolicyHTTPError",
     "PolicyResponseError",
     "PolicyTimeout",
+    "PolicyUnavailable",
     "PolicyUnreachable",
     "redact",
     "secret_forms",
@@ -154,3 +156,12 @@ class PolicyResponseError(PolicyError):
     @property
     def retryable(self) -> bool:  # type: ignore[override]
         return self._retryable
+
+
+class PolicyUnavailable(PolicyError):
+    """The policy server cannot be used at all, so :func:`legato_rl.collect` stops the batch.
+
+    Raised before the first attempt when no replica answers ``GET /models`` with the model, and during a
+    batch when calls keep failing the same way (or the server stops answering that check). Attempts it
+    interrupted are re-run when the same command runs again into the same ``out``.
+    """

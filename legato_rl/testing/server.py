@@ -269,6 +269,28 @@ class _HTTPServer(ThreadingHTTPServer):
     request_queue_size = 256  # many desktops connect at once; the default backlog of 5 drops SYNs
     app: ReferencePolicyServer
 
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(address, handler)
+        self.connections: set[socket.socket] = set()  # open client connections, closed by stop() as a death would
+        self.connections_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.connections_lock:
+            self.connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self.connections_lock:
+            self.connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        with self.connections_lock:
+            connections = list(self.connections)
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that hangs up (a collect that stopped) is not the server's failure: no traceback on stderr.
         if isinstance(sys.exc_info()[1], ConnectionError):
@@ -427,12 +449,13 @@ class ReferencePolicyServer:
         return self
 
     def stop(self) -> None:
-        """Stop serving and release hung requests. Idempotent."""
+        """Stop serving, release hung requests and close every open connection. Idempotent."""
         self._stop.set()
         if self._httpd is None:
             return
         self._httpd.shutdown()
         self._httpd.server_close()
+        self._httpd.close_connections()  # kept-alive connections too: a stopped server answers nothing more
         if self._thread is not None:
             self._thread.join(timeout=10)
         self._httpd = None
