@@ -1,7 +1,9 @@
-"""Local desktops side by side: fast reset vs full restart, ready signal vs a fixed 2 s pause, memory.
+"""Local desktops side by side: fast reset vs full restart, ready signal vs a fixed 2 s pause, memory,
+and the action path: a fresh ``python -c`` with pyautogui's 0.1 s pause vs the warm fork server.
 
-Run: ``python benchmarks/local_desktop.py [--resets 10] [--steps 10] [--max-desktops 8]``. Prints a
-markdown section. Needs the local backend's Debian packages and ``pip install 'legatolabs[local]'``.
+Run: ``python benchmarks/local_desktop.py [--resets 10] [--steps 10] [--actions 30] [--max-desktops 8]
+[--only actions]``. Prints markdown. Needs the local backend's Debian packages and
+``pip install 'legatolabs[local]'``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from legato_gym import DesktopConfig
 from legato_gym.backends.local import LocalDesktop, default_tasks, solution
@@ -82,6 +85,48 @@ def bench_steps(ready_signal: bool, steps: int) -> tuple[list[float], list[float
     return waits, totals
 
 
+#: The action paths compared by :func:`bench_actions`: today's OSWorld-style one and the fork server.
+ACTION_PATHS: dict[str, dict[str, Any]] = {
+    "old: fresh `python -c`, pyautogui pause 0.1 s": {"action_runner": "exec", "pyautogui_pause": None},
+    "new: fork server, pause 0": {"action_runner": "fork", "pyautogui_pause": 0.0},
+}
+
+
+def bench_actions(actions: int) -> dict[str, tuple[list[float], list[float]]]:
+    """Per-action cost (``act_s``) and whole step (act + ready signal + observe) of each action path.
+
+    Both desktops are up at once and step in turns, so both see the same load.
+    """
+    task_id = "local-terminal-create-file"
+    desktops = {}
+    try:
+        for name, options in ACTION_PATHS.items():
+            config = DesktopConfig(options=options)
+            desktops[name] = LocalDesktop(config)
+            task = next(t for t in default_tasks(config) if t.task_id == task_id)
+            desktops[name].reset(task)
+            desktops[name].wait_after_reset()
+        width, height = desktops[next(iter(desktops))].screen_size
+        script = [
+            f"pyautogui.click({width // 2}, {height // 2})",
+            "pyautogui.typewrite('echo step {i}')",
+            "pyautogui.press('enter')",
+        ]
+        times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in desktops}
+        for i in range(actions):
+            action = script[i % len(script)].format(i=i)
+            for name, desktop in desktops.items():
+                start = time.monotonic()
+                result = desktop.act(action)
+                desktop.observe()
+                times[name][0].append(result.act_s)
+                times[name][1].append(time.monotonic() - start)
+        return times
+    finally:
+        for desktop in desktops.values():
+            desktop.close()
+
+
 def bench_memory(max_desktops: int) -> tuple[list[int], int]:
     config = DesktopConfig()
     task = next(t for t in default_tasks(config) if t.task_id == "local-editor-write-save")
@@ -111,24 +156,45 @@ def _mem_available_kib() -> int:
     return 0
 
 
+def print_actions(times: dict[str, tuple[list[float], list[float]]], actions: int) -> None:
+    (old_act, old_step), (new_act, new_step) = times.values()
+    print(f"### Actions: a fresh `python -c` vs the fork server ({actions} actions each, interleaved)\n")
+    print("| Path | per action (act_s) | whole step (act + ready + observe) |")
+    print("|---|---|---|")
+    for name, (act, step) in times.items():
+        print(f"| {name} | {stats(act)} | {stats(step)} |")
+    act_ratio = statistics.median(new_act) / statistics.median(old_act)
+    step_ratio = statistics.median(new_step) / statistics.median(old_step)
+    print(f"| **new / old (medians)** | **{act_ratio:.2f}x** | **{step_ratio:.2f}x** |")
+    print()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--resets", type=int, default=10)
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--actions", type=int, default=30)
     parser.add_argument("--max-desktops", type=int, default=8)
+    parser.add_argument("--only", choices=["actions"], help="run one part only")
     args = parser.parse_args()
 
+    print("## Local desktops (benchmarks/local_desktop.py)\n")
+    if args.only == "actions":
+        times = bench_actions(args.actions)
+        print(f"Machine: {os.cpu_count()} cores; load average at the end {os.getloadavg()[0]:.1f}. Screen 1920x1080.\n")
+        print_actions(times, args.actions)
+        return
     resets = {
         task_id: bench_reset(task_id, args.resets)
         for task_id in ("local-terminal-create-file", "local-editor-write-save")
     }
     ready_waits, ready_totals = bench_steps(True, args.steps)
     fixed_waits, fixed_totals = bench_steps(False, min(args.steps, 5))
+    action_times = bench_actions(args.actions)
     per_desktop, used = bench_memory(args.max_desktops)
     mem_total = _mem_available_kib()
     median_pss = statistics.median(per_desktop)
 
-    print("## Local desktops (benchmarks/local_desktop.py)\n")
     print(f"Machine: {os.cpu_count()} cores; load average at the end {os.getloadavg()[0]:.1f}. Screen 1920x1080.\n")
     print("| What | Median (p90) |")
     print("|---|---|")
@@ -140,6 +206,7 @@ def main() -> None:
     print(f"| whole step (act + wait + observe), ready signal | {stats(ready_totals)} |")
     print(f"| whole step (act + wait + observe), fixed 2 s pause | {stats(fixed_totals)} |")
     print()
+    print_actions(action_times, args.actions)
     print(
         f"Memory with {len(per_desktop)} desktops up at once, each with the text editor open: "
         f"median PSS {median_pss / 1024:.0f} MiB per desktop (Xvfb, openbox, sandbox, server, editor); "

@@ -69,6 +69,11 @@ class DesktopConfig:
             desktop-env's own interpreter). ``None``: the current interpreter.
         provider: OSWorld's VM provider (``docker``, ``vmware``, ...), for the ``osworld`` backend.
         options: backend-specific options (e.g. the fake backend's latencies and faults).
+        memory_mb: memory bound of each desktop, in MiB: its processes and the files its apps write to
+            memory (``/tmp``, the home), for backends that run desktops on this host (``local``).
+        max_processes: bound on the processes (threads included) of each desktop (``local``).
+        tmpfs_mb: size bound of each of a desktop's in-memory folders (home, ``/tmp``, ``/dev/shm``), in
+            MiB (``local``).
     """
 
     screen: tuple[int, int] = (1920, 1080)
@@ -80,11 +85,17 @@ class DesktopConfig:
     python: str | None = None
     provider: str = "docker"
     options: Mapping[str, Any] = field(default_factory=dict)
+    memory_mb: int = 4096
+    max_processes: int = 1024
+    tmpfs_mb: int = 2048
 
     def __post_init__(self) -> None:
         width, height = self.screen
         if width < 64 or height < 64:
             raise ConfigError(f"screen={self.screen!r} is too small; give (width, height), e.g. (1920, 1080)")
+        for name, least in (("memory_mb", 64), ("max_processes", 16), ("tmpfs_mb", 1)):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < least:
+                raise ConfigError(f"{name}={getattr(self, name)!r} must be an integer >= {least}")
         if self.fixed_wait < 0:
             raise ConfigError(f"fixed_wait={self.fixed_wait!r} must be >= 0 seconds")
         if self.osworld_path is not None and not isinstance(self.osworld_path, Path):

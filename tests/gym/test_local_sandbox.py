@@ -1,137 +1,170 @@
-"""Escapes from a local desktop's sandbox, attempted through its own server (as an agent would): each fails.
-
-Every probe has a positive control run the same way (an allowed write, a reachable in-sandbox server, ...)
-so a probe that fails for an unrelated reason (the command not running at all) fails the test.
-"""
+"""How the local backend builds its sandboxes: the desktop interpreter from a venv, the seccomp filter,
+the per-desktop bounds. The escape attempts themselves are in ``test_sandbox_escapes.py``."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
-import socket
-from collections.abc import Iterator
+import struct
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
 
 import pytest
 
-from legato_gym import DesktopConfig
+from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop
+from legato_gym.backends.local.limits import Cgroup, Limits, seccomp_filter, write_to_pipe
+from legato_gym.backends.local.sandbox import ACTION_MODULES, UidLease, interpreter_paths, joined_cgroup
+from legato_gym.errors import ConfigError, MissingDependencyError
 
-pytestmark = [
-    pytest.mark.desktop,
-    pytest.mark.skipif(
-        not all(shutil.which(t) for t in ("Xvfb", "openbox", "bwrap", "wmctrl", "xdotool")),
-        reason="needs the local backend's Debian packages (xvfb openbox bubblewrap wmctrl xdotool)",
-    ),
-]
-
-CONFIG = DesktopConfig(screen=(640, 480))
-
-
-@pytest.fixture(scope="module")
-def desktops() -> Iterator[tuple[LocalDesktop, LocalDesktop]]:
-    a = LocalDesktop(CONFIG)
-    try:
-        b = LocalDesktop(CONFIG)
-    except BaseException:
-        a.close()
-        raise
-    try:
-        yield a, b
-    finally:
-        a.close()
-        b.close()
+HAVE_TOOLS = all(shutil.which(t) for t in ("Xvfb", "openbox", "bwrap", "wmctrl", "xdotool"))
+desktop = pytest.mark.desktop
+needs_tools = pytest.mark.skipif(
+    not HAVE_TOOLS, reason="needs the local backend's Debian packages (xvfb openbox bubblewrap wmctrl xdotool)"
+)
+TASK = Task("t-venv", "x", {"config": [], "evaluator": {"func": "infeasible"}})
 
 
-def bash(desktop: LocalDesktop, script: str) -> tuple[int, str]:
-    response = desktop.client.post_json("/run_bash_script", {"script": script, "timeout": 30})
-    data = response.json()
-    return int(data["returncode"]), str(data["output"])
+def make_venv(where: Path, *, copies: bool) -> Path:
+    """A venv made from the base interpreter, with pyautogui and its dependencies in its own site-packages
+    (copied from this environment, as ``pip install`` would put them; the base interpreter has none)."""
+    base = getattr(sys, "_base_executable", sys.executable)
+    args = [base, "-m", "venv", "--without-pip", *(["--copies"] if copies else []), str(where)]
+    subprocess.run(args, check=True, timeout=120)
+    python = where / "bin" / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    for name in ACTION_MODULES:
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            continue
+        source = Path(spec.origin)
+        if source.name == "__init__.py":
+            shutil.copytree(source.parent, Path(site) / source.parent.name)
+        else:
+            shutil.copy2(source, Path(site) / source.name)
+    return python
 
 
-def test_writes_outside_home_and_tmp_fail(desktops: tuple[LocalDesktop, LocalDesktop]) -> None:
-    a, _ = desktops
-    code, out = bash(a, "touch ~/allowed /tmp/allowed && echo CONTROL-OK")
-    assert code == 0 and "CONTROL-OK" in out
-    for target in ("/etc/legato-escape", "/usr/legato-escape", "/var/legato-escape", "/opt/legato-escape", "/legato"):
-        code, out = bash(a, f"echo x > {target}")
-        assert code != 0, f"wrote {target}: {out}"
-        assert not os.path.exists(target)
-    code, out = bash(a, "mount -o remount,rw / 2>&1; echo x > /etc/legato-escape")
-    assert code != 0 and not os.path.exists("/etc/legato-escape")
-
-
-def test_host_and_other_desktop_files_are_invisible(desktops: tuple[LocalDesktop, LocalDesktop]) -> None:
-    a, b = desktops
-    code, _ = bash(b, "echo top-secret-b > ~/secret.txt")
-    assert code == 0
-    assert b.client.file("~/secret.txt") == b"top-secret-b\n"  # control: B reads its own file
-    assert a.client.file("~/secret.txt") is None
-    for path in (b.state_dir, b.state_dir.parent, b.display.fb_path):
-        code, out = bash(a, f"ls {path} || cat {path}")
-        assert code != 0, f"desktop A could read {path}: {out}"
-    # the pattern is built at run time so that the script file itself (in A's /tmp) does not match
-    code, out = bash(a, 's=top-secret; grep -rs "$s-b" /home /tmp /run/legato /var/tmp /dev/shm; echo searched')
-    assert "searched" in out and "top-secret-b" not in out
-    if os.geteuid() == 0:
-        code, out = bash(a, "cat /etc/shadow")
-        assert code != 0, "root-only host files are readable from the sandbox"
-
-
-def test_other_desktops_display_is_unreachable(desktops: tuple[LocalDesktop, LocalDesktop]) -> None:
-    a, b = desktops
-    code, _ = bash(a, f"xdpyinfo -display {a.display.name} >/dev/null")
-    assert code == 0  # control: its own display works
-    code, out = bash(a, f"xdpyinfo -display {b.display.name}")
-    assert code != 0, out
-
-
-def test_host_processes_are_invisible_and_unsignallable(desktops: tuple[LocalDesktop, LocalDesktop]) -> None:
-    a, _ = desktops
-    me = os.getpid()
-    code, out = bash(a, "ls /proc | grep -E '^[0-9]+$' | wc -l")
-    assert code == 0 and int(out.strip()) < 20, f"the sandbox sees {out.strip()} processes"
-    code, out = bash(a, f"kill -0 {me} 2>&1; kill -9 {me} 2>&1; echo done")
-    assert "done" in out
-    code, out = bash(a, f"test -e /proc/{me}/cmdline && cat /proc/{me}/cmdline | tr '\\0' ' '")
-    assert "pytest" not in out
-    os.kill(me, 0)  # still alive
-    code, out = bash(a, "kill -9 1 2>&1; grep CapEff /proc/self/status")
-    assert "0000000000000000" in out, out
-    assert a.display.alive()
-
-
-def test_network_and_host_loopback_are_unreachable(desktops: tuple[LocalDesktop, LocalDesktop]) -> None:
-    a, _ = desktops
-    server = socket.create_server(("127.0.0.1", 0))  # the host's loopback service
-    port = server.getsockname()[1]
-    probe = (
-        "import socket, sys\n"
-        "def tryit(addr):\n"
-        "    try:\n"
-        "        socket.create_connection(addr, timeout=3).close(); return 'CONNECTED'\n"
-        "    except OSError as exc:\n"
-        "        return type(exc).__name__\n"
-        "srv = socket.create_server(('127.0.0.1', 0))\n"  # control: the sandbox's own loopback works
-        "print('own', tryit(srv.getsockname()))\n"
-        f"print('host', tryit(('127.0.0.1', {port})))\n"
-        "print('net', tryit(('1.1.1.1', 53)))\n"
-        "try:\n"
-        "    socket.getaddrinfo('pypi.org', 443); print('dns CONNECTED')\n"
-        "except OSError as exc:\n"
-        "    print('dns', type(exc).__name__)\n"
+@desktop
+@needs_tools
+@pytest.mark.parametrize("copies", [False, True], ids=["symlinks", "copies"])
+def test_desktop_runs_actions_from_a_venv(tmp_path: Path, copies: bool) -> None:
+    python = make_venv(tmp_path / "venv", copies=copies)
+    base_has_it = subprocess.run(
+        [getattr(sys, "_base_executable", sys.executable), "-c", "import pyautogui"], capture_output=True
     )
-    response = a.client.post_json("/run_python", {"code": probe})
-    output = response.json()["output"]
-    server.setblocking(False)
+    assert base_has_it.returncode != 0 or sys.prefix != sys.base_prefix  # the venv's own packages count
+    config = DesktopConfig(screen=(640, 480), options={"python": str(python)})
+    with LocalDesktop(config) as d:
+        d.reset(TASK)
+        result = d.client.execute(["python", "-c", "import sys, pyautogui; print(sys.prefix)"])
+        assert result["returncode"] == 0, result
+        assert result["output"].strip() == str(tmp_path / "venv")
+        d.act("pyautogui.moveTo(21, 22)")
+        assert d.client.request("GET", "/cursor_position").json() == [21, 22]
+
+
+def test_interpreter_paths_are_its_prefixes_not_the_checkout() -> None:
+    paths = interpreter_paths(sys.executable)
+    assert os.path.realpath(sys.base_prefix) in paths and sys.prefix in paths
+    site = sysconfig.get_path("purelib")
+    assert any(site == p or site.startswith(p + "/") for p in paths)
+    checkout = str(Path(__file__).resolve().parents[2])
+    assert checkout not in paths  # an editable install does not expose the project
+
+
+def test_an_interpreter_without_pyautogui_is_named_with_the_fix(tmp_path: Path) -> None:
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True, timeout=120)
+    with pytest.raises(MissingDependencyError, match=r"legatolabs\[local\]"):
+        interpreter_paths(str(tmp_path / "bare" / "bin" / "python"))
+
+
+# ------------------------------------------------------------------------------------------ seccomp
+
+
+def test_seccomp_filter_is_well_formed_and_refuses_user_namespaces() -> None:
+    prog = seccomp_filter("x86_64")
+    assert len(prog) % 8 == 0 and len(prog) // 8 < 256
+    insns = [struct.unpack("=HBBI", prog[i : i + 8]) for i in range(0, len(prog), 8)]
+    assert insns[0] == (0x20, 0, 0, 4) and insns[1][3] == 0xC000003E  # checks the ABI first
+    assert (0x45, 0, 1, 0x10000000) in insns  # CLONE_NEWUSER tested in clone/unshare flags
+    assert insns[-1] == (0x06, 0, 0, 0x7FFF0000)  # the rest is allowed
+    for code, jt, jf, _ in insns:  # no jump leaves the program
+        assert code not in (0x15, 0x35, 0x45) or max(jt, jf) < len(insns)
+    with pytest.raises(ValueError, match="riscv"):
+        seccomp_filter("riscv64")
+
+
+@pytest.mark.skipif(not shutil.which("bwrap") or not shutil.which("unshare"), reason="needs bwrap and unshare")
+def test_seccomp_filter_blocks_unshare_but_not_fork_or_threads() -> None:
+    fd = write_to_pipe(seccomp_filter())
+    script = (
+        "unshare -Ur true 2>/dev/null; echo unshare=$?; "
+        'python3 -c \'import subprocess, threading; t = threading.Thread(target=print, args=("thread-ok",)); '
+        't.start(); t.join(); print(subprocess.run(["echo", "fork-ok"], capture_output=True, text=True).stdout)\''
+    )
+    userns = [] if os.geteuid() == 0 else ["--unshare-user"]
+    bwrap = ["bwrap", *userns, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid"]
     try:
-        server.accept()  # a connection from the sandbox would be queued here
-        reached = True
-    except BlockingIOError:
-        reached = False
+        out = subprocess.run(
+            [*bwrap, "--seccomp", str(fd), "sh", "-c", script],
+            pass_fds=(fd,),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
-        server.close()
-    lines = dict(line.split(" ", 1) for line in output.strip().splitlines())
-    assert lines["own"] == "CONNECTED", output
-    assert lines["host"] != "CONNECTED" and not reached, output
-    assert lines["net"] != "CONNECTED", output
-    assert lines["dns"] != "CONNECTED", output
+        os.close(fd)
+    assert "unshare=0" not in out.stdout and "unshare=" in out.stdout, out
+    assert "thread-ok" in out.stdout and "fork-ok" in out.stdout, out
+
+
+# ------------------------------------------------------------------------------------------ bounds
+
+
+def test_limits_come_from_the_config_and_are_checked() -> None:
+    config = DesktopConfig(memory_mb=512, max_processes=64, tmpfs_mb=32)
+    limits = Limits.from_mb(config.memory_mb, config.max_processes, config.tmpfs_mb)
+    assert limits == Limits(512 << 20, 64, 32 << 20)
+    with pytest.raises(ConfigError, match="max_processes"):
+        DesktopConfig(max_processes=0)
+    with pytest.raises(ConfigError, match="memory_mb"):
+        DesktopConfig(memory_mb=1)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="creating cgroups needs root (or a delegated v2 subtree)")
+def test_cgroup_bounds_a_process_and_goes_away() -> None:
+    cgroup = Cgroup(f"legato-{os.getpid()}-test", Limits(256 << 20, 40, 1 << 20))
+    if not cgroup.create():
+        pytest.skip("this host offers no writable cgroup with the memory and pids controllers")
+    try:
+        script = "import os, time\nn = 0\nwhile n < 200:\n    try:\n        pid = os.fork()\n"
+        script += "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(30); os._exit(0)\n"
+        script += "    n += 1\nprint(n, flush=True)\nos.killpg(0, 9)\n"
+        argv = joined_cgroup(cgroup.procs, [sys.executable, "-c", script])
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60, start_new_session=True)
+        forked = int(out.stdout.split()[0])
+        assert 0 < forked < 40, out
+    finally:
+        cgroup.remove(time.monotonic() + 10)
+    assert cgroup.dirs == [] and cgroup.members() == []
+
+
+def test_uid_leases_are_exclusive(tmp_path: Path) -> None:
+    first = UidLease(5_000_000, 2, tmp_path)
+    second = UidLease(5_000_000, 2, tmp_path)
+    assert {first.uid, second.uid} == {5_000_000, 5_000_001}
+    with pytest.raises(ConfigError, match="uid_count"):
+        UidLease(5_000_000, 2, tmp_path)
+    first.release()
+    assert UidLease(5_000_000, 2, tmp_path).uid == first.uid

@@ -409,6 +409,13 @@ def test_a_desktop_finishing_a_cancelled_attempt_does_not_hold_the_batch(
     summary = collect(tasks, _policy(server), out=tmp_path / "run", desktops=3, group=1, oversample=1.0,
                       backend="fake", desktop=_config())  # fmt: skip
     assert stub.closed and stub.stuck is not None and not stub.stuck.done()
-    assert summary["status_counts"]["cancelled"] == 1 and summary["status_counts"]["ok"] == 2
-    (cancelled,) = [r for r in _records(tmp_path / "run") if r["status"] == "cancelled"]
-    assert cancelled["desktop"] == 1
+    counts = summary["status_counts"]
+    # B1 is skipped or cancelled, as B0 (on a desktop that never waits) ends before or after B1 starts
+    assert counts["ok"] == 2 and counts["cancelled"] + counts["skipped"] == 2 and counts["cancelled"] >= 1
+    (cancelled,) = [r for r in _records(tmp_path / "run") if r["status"] == "cancelled" and r["desktop"] == 1]
+    assert cancelled["group_id"].startswith("g0000-")
+    # written right behind the record that closed its group, not when its desktop call ends: a kill between the
+    # two cannot make a resume take the running attempt for one that never started (and record it skipped)
+    records = _records(tmp_path / "run")
+    closing = next(i for i, r in enumerate(records) if r["group_id"] == cancelled["group_id"] and r["status"] == "ok")
+    assert records[closing + 1]["rollout_id"] == cancelled["rollout_id"]

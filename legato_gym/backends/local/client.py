@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +49,16 @@ class DesktopClient:
         except httpx.TransportError as exc:
             raise DesktopCrashed(f"desktop server unreachable at {self.socket_path}: {exc}") from exc
 
-    def wait_up(self, deadline: float) -> None:
-        """Wait until the server answers ``GET /platform``."""
+    def wait_up(self, deadline: float, check: Callable[[], None] | None = None) -> None:
+        """Wait until the server answers ``GET /platform``.
+
+        Args:
+            deadline: ``time.monotonic()`` deadline.
+            check: called between attempts; raises when the server can no longer come up (its sandbox died).
+        """
         while True:
+            if check is not None:
+                check()
             try:
                 if self._http.get("/platform", timeout=1.0).status_code == 200:
                     return

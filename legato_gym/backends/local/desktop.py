@@ -14,16 +14,25 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from legato_gym.backends.local import grading
+from legato_gym.backends.local import grading, xstate
 from legato_gym.backends.local.client import DesktopClient
 from legato_gym.backends.local.display import Display, require_tools
 from legato_gym.backends.local.forward import UnixForwarder
-from legato_gym.backends.local.sandbox import HIDDEN_PATHS, Sandbox, SandboxSpec, default_host_uid
+from legato_gym.backends.local.limits import Cgroup, Limits
+from legato_gym.backends.local.sandbox import SYSTEM_PATHS, Sandbox, SandboxSpec, UidLease
 from legato_gym.backends.local.task_setup import SetupRunner, check_setup
 from legato_gym.backends.local.tasks import TASK_DATA
+from legato_gym.backends.local.xstate import XBaseline
 from legato_gym.config import DesktopConfig
-from legato_gym.contract import SPECIAL_ACTIONS, ActResult, Observation, Task, Waited
-from legato_gym.errors import ConfigError, DesktopCrashed, DesktopError, MissingDependencyError, StateError
+from legato_gym.contract import SPECIAL_ACTIONS, ActResult, Observation, Task, Waited, task_path
+from legato_gym.errors import (
+    ConfigError,
+    DeadlineExceeded,
+    DesktopCrashed,
+    DesktopError,
+    MissingDependencyError,
+    StateError,
+)
 
 if TYPE_CHECKING:
     from legato_gym.backends.osworld.session import OSWorldSession
@@ -46,15 +55,26 @@ class LocalOptions:
         python: interpreter run inside the sandbox for the server and for actions (``python``); it needs
             ``pyautogui`` (``pip install 'legatolabs[local]'``). Default: ``DesktopConfig.python`` or the
             current interpreter.
-        sandbox_user: host user that sandboxed processes run as when legato is root.
-        hidden_paths: host paths hidden (an empty tmpfs) inside the sandbox.
+        uid_first: when legato is root, each desktop runs as an unprivileged host uid of its own (its X
+            server, window manager, apps and actions), leased from ``uid_first`` on; pick a range that no
+            host user or subordinate-uid range uses.
+        uid_count: how many uids the range has (at most this many desktops at once on the host).
+        system_paths: host folders bound read-only into the sandbox for the apps (the default binds the
+            system folders, not ``/opt``, ``/srv``, ``/home``, ``/root`` or a folder of your own).
+        extra_paths: more host folders bound read-only at the same place (apps installed under ``/opt``).
         settle_s: the screen counts as settled after this long without a change.
         poll_s: interval between screen checks.
         window_timeout: how long to wait for launched windows to map before giving up on that signal.
         kill_timeout: how long reset waits for the sandbox's processes and windows to be gone before it
             restarts the whole desktop instead.
-        pyautogui_pause: ``pyautogui.PAUSE`` for actions; ``None`` keeps pyautogui's default (0.1 s after
-            every call, as in OSWorld, whose actions run in a fresh ``python -c`` too).
+        pyautogui_pause: ``pyautogui.PAUSE`` for actions. 0 (the default) leaves the waiting to the ready
+            signal that follows every action; ``None`` keeps pyautogui's own 0.1 s after every call, as in
+            OSWorld.
+        action_runner: ``"fork"`` (default) runs each action in a fresh child of a fork server inside the
+            sandbox that has already imported pyautogui; ``"exec"`` runs a fresh ``python -c`` through
+            ``/execute``, as OSWorld's ``PythonController`` does (slower: an interpreter start and the
+            import, about 110 ms, per action). Both kill an action (and what it started, with ``"fork"``)
+            that overruns ``timeouts.act``.
         state_dir: where desktops keep their private files (default: the system temp dir).
         grader: ``"local"`` grades with :mod:`.grading` (OSWorld's semantics, re-implemented, no extra
             interpreter); ``"osworld"`` runs setup, post-config and grading with desktop-env's own
@@ -66,13 +86,16 @@ class LocalOptions:
     """
 
     python: str | None = None
-    sandbox_user: str = "nobody"
-    hidden_paths: tuple[str, ...] = HIDDEN_PATHS
+    uid_first: int = 1_640_000
+    uid_count: int = 4096
+    system_paths: tuple[str, ...] = SYSTEM_PATHS
+    extra_paths: tuple[str, ...] = ()
     settle_s: float = 0.1
     poll_s: float = 0.02
     window_timeout: float = 10.0
     kill_timeout: float = 5.0
-    pyautogui_pause: float | None = None
+    pyautogui_pause: float | None = 0.0
+    action_runner: str = "fork"
     state_dir: str | None = None
     grader: str = "local"
     download_cache: str | None = None
@@ -86,9 +109,12 @@ class LocalOptions:
                 hint = f"; did you mean {close[0]!r}?" if close else f"; known options: {', '.join(names)}"
                 raise ConfigError(f"unknown local backend option {key!r}{hint}")
         values = dict(options)
-        if "hidden_paths" in values:
-            values["hidden_paths"] = tuple(values["hidden_paths"])
+        for name in ("system_paths", "extra_paths"):
+            if name in values:
+                values[name] = tuple(values[name])
         result = cls(**values)
+        if result.action_runner not in ("fork", "exec"):
+            raise ConfigError(f"local backend option action_runner={result.action_runner!r}: choose 'fork' or 'exec'")
         if result.grader not in ("local", "osworld"):
             raise ConfigError(f"local backend option grader={result.grader!r}: choose 'local' or 'osworld'")
         for name in ("settle_s", "poll_s", "window_timeout", "kill_timeout"):
@@ -128,17 +154,27 @@ class LocalDesktop:
         self.options = LocalOptions.from_mapping(self.config.options)
         require_tools(["Xvfb", "openbox", "bwrap", "wmctrl", "xdotool", "setpriv"])
         python = self.options.python or self.config.python or sys.executable
+        limits = Limits.from_mb(self.config.memory_mb, self.config.max_processes, self.config.tmpfs_mb)
+        self._uid: UidLease | None = None
+        if os.geteuid() == 0:
+            self._uid = UidLease(self.options.uid_first, self.options.uid_count)
         self._spec = SandboxSpec(
             python=python,
-            host_uid=default_host_uid(self.options.sandbox_user),
-            hidden=self.options.hidden_paths,
+            host_uid=self._uid.uid if self._uid is not None else None,
+            limits=limits,
+            system_paths=self.options.system_paths,
+            extra_paths=self.options.extra_paths,
             open_file_timeout=min(self.config.timeouts.reset, 1800.0),
         )
         root = Path(self.options.state_dir or tempfile.gettempdir()) / "legato-local"
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        root.mkdir(mode=0o711, parents=True, exist_ok=True)
+        root.chmod(0o711)  # the X server, run as the desktop's uid, reaches its folder; nobody lists them
         _sweep_stale(root)
         self.state_dir = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root))
+        self.state_dir.chmod(0o711)
         (self.state_dir / "owner.pid").write_text(str(os.getpid()))
+        self._cgroup = Cgroup(f"legato-{os.getpid()}-{self.state_dir.name.rpartition('-')[2]}", limits)
+        self._cgroup.create()
         self._display: Display | None = None
         self._sandbox: Sandbox | None = None
         self._client: DesktopClient | None = None
@@ -149,12 +185,13 @@ class LocalDesktop:
         self._checked_python = False
         self._forwarder: UnixForwarder | None = None
         self._osworld: OSWorldSession | None = None
-        #: How the last reset went: ``"fast"``, ``"restart"`` (asked for) or ``"fallback"`` (survivors).
+        self._x_baseline: XBaseline | None = None
+        #: How the last reset went: ``"fast"``, ``"restart"`` (asked for) or ``"fallback"`` (survivors, or
+        #: X server state that could not be put back).
         self.last_reset_kind = ""
         try:
             deadline = time.monotonic() + self.config.timeouts.reset
             self._boot(deadline)
-            self._capture_baseline(deadline)
         except BaseException:
             self.close()
             raise
@@ -192,17 +229,31 @@ class LocalDesktop:
         return pids
 
     def _boot(self, deadline: float) -> None:
-        self._display = Display(self.state_dir / "display", self.config.screen)
+        self._display = Display(self.state_dir / "display", self.config.screen, self._spec.host_uid, self._cgroup.procs)
         self._display.start(deadline)
+        # The window manager lives in the sandbox and dies with it: the X baseline is the server as a
+        # first, untouched sandbox leaves it (the window manager's root properties, the repainted root),
+        # which is what every fast reset's kill leaves too.
         self._start_sandbox(deadline)
+        if not self._spec_baseline_exists():
+            self._capture_baseline(deadline)
+        if not self._kill_sandbox(deadline):
+            raise DesktopCrashed("the first sandbox of the desktop did not die when killed")
+        self._x_baseline = XBaseline.capture(self._display.name, self._display.fingerprint)
+        self._start_sandbox(deadline)
+
+    def _spec_baseline_exists(self) -> bool:
+        return (self.state_dir / "baseline.tar").exists()
 
     def _start_sandbox(self, deadline: float) -> None:
         display = self.display
         assert display.number is not None
-        self._sandbox = Sandbox(self._spec, self.state_dir, display.number, display.fb_path)
+        self._sandbox = Sandbox(
+            self._spec, self.state_dir, display.number, display.socket_path, display.fb_path, self._cgroup.procs
+        )
         self._sandbox.start(deadline)
         self._client = DesktopClient(self._sandbox.socket_path, timeout=self.config.timeouts.act)
-        self._client.wait_up(deadline)
+        self._client.wait_up(deadline, self._sandbox.check_alive)
         if self._checked_python:
             return
         self._checked_python = True
@@ -218,12 +269,16 @@ class LocalDesktop:
 
     def _capture_baseline(self, deadline: float) -> None:
         """Snapshot the freshly booted home as the baseline every later reset restores."""
-        script = f"mkdir -p {' '.join(HOME_DIRS)} && tar -cf /run/legato/baseline.tar -C /home/user ."
+        tar = "/tmp/.legato-baseline.tar"
+        script = f"mkdir -p {' '.join(HOME_DIRS)} && tar -cf {tar} -C /home/user ."
         result = self.client.execute(script, shell=True, timeout=max(1.0, deadline - time.monotonic()))
         if result.get("returncode") != 0:
             raise DesktopCrashed(f"could not capture the home baseline: {result}")
+        data = self.client.file(tar)  # read through the server: the host follows no path of the sandbox's
+        if data is None:
+            raise DesktopCrashed(f"could not read the home baseline {tar} from the desktop")
         assert self._sandbox is not None
-        shutil.move(self._sandbox.run_dir / "baseline.tar", self._sandbox.baseline)
+        self._sandbox.baseline.write_bytes(data)
 
     def _kill_sandbox(self, deadline: float) -> bool:
         ok = True
@@ -252,7 +307,7 @@ class LocalDesktop:
         if self._closed:
             raise StateError("tcp_endpoint() called after close(); create a new LocalDesktop")
         if self._forwarder is None:
-            self._forwarder = UnixForwarder(self.state_dir / "run" / "server.sock")
+            self._forwarder = UnixForwarder(self.state_dir / "control" / "server.sock")
         return str(self._forwarder.host), int(self._forwarder.port)
 
     def _osworld_session(self) -> OSWorldSession:
@@ -282,6 +337,9 @@ class LocalDesktop:
             if self._display is not None:
                 self._display.stop()
                 self._display = None
+            self._cgroup.remove(time.monotonic() + self.options.kill_timeout)
+            if self._uid is not None:
+                self._uid.release()
             shutil.rmtree(self.state_dir, ignore_errors=True)
 
     # ------------------------------------------------------------------ the contract
@@ -305,13 +363,17 @@ class LocalDesktop:
                 self.last_reset_kind = "restart"
             else:
                 kill_deadline = min(deadline, time.monotonic() + self.options.kill_timeout)
-                if self._kill_sandbox(kill_deadline):
-                    self._start_sandbox(deadline)
-                    self.last_reset_kind = "fast"
-                else:
+                if not self._kill_sandbox(kill_deadline):
                     logger.warning("processes or windows survived the sandbox kill; restarting the whole desktop")
                     self._restart(deadline)
                     self.last_reset_kind = "fallback"
+                elif left := self._restore_x_state():
+                    logger.warning("X server state could not be put back (%s); restarting it", "; ".join(left))
+                    self._restart(deadline)
+                    self.last_reset_kind = "fallback"
+                else:
+                    self._start_sandbox(deadline)
+                    self.last_reset_kind = "fast"
             if self.options.grader == "osworld":
                 self._osworld_reset(task)
                 self._task = task
@@ -332,17 +394,23 @@ class LocalDesktop:
         self._expected_windows = runner.expected_windows
         self._task = task
 
+    def _restore_x_state(self) -> list[str]:
+        """Put back what the episode changed in the X server (it outlives the sandbox); what is still off."""
+        if self._x_baseline is None:
+            return ["no X server baseline"]
+        return xstate.restore(self.display.name, self._x_baseline, self.display.fingerprint)
+
     def _osworld_reset(self, task: Task) -> None:
         session = self._osworld_session()
-        session.begin(task.config, TASK_DATA / task.task_id)
+        session.begin(task.config, task_path(TASK_DATA, task.task_id))
         session.setup(task.setup)
         self._expected_windows = sum(1 for step in task.setup if step.get("type") in ("launch", "open"))
 
     def _cache_dir(self, task: Task) -> Path:
-        cache = self.state_dir / "cache" / task.task_id
+        cache = task_path(self.state_dir / "cache", task.task_id)
         if cache.exists():
             shutil.rmtree(cache)
-        gold = TASK_DATA / task.task_id
+        gold = task_path(TASK_DATA, task.task_id)
         if gold.is_dir():
             shutil.copytree(gold, cache)
         else:
@@ -377,7 +445,7 @@ class LocalDesktop:
         return Observation(screenshot=self.display.screenshot(), instruction=task.instruction)
 
     def act(self, action: str) -> ActResult:
-        """Run one ``pyautogui`` action inside the sandbox (``python -c``), then wait for the screen."""
+        """Run one ``pyautogui`` action inside the sandbox (a fresh process), then wait for the screen."""
         self._require_task("act")
         self._actions.append(action)
         if self._osworld is not None:
@@ -389,7 +457,7 @@ class LocalDesktop:
                 set_pause = f"pyautogui.PAUSE = {float(self.options.pyautogui_pause)!r}; "
                 prefix = prefix.replace("{command}", set_pause + "{command}")
             command = prefix.format(command=action)
-            result = self.client.execute(["python", "-c", command], timeout=self.config.timeouts.act)
+            result = self._run_action(command)
             if result.get("status") != "success":
                 raise DesktopCrashed(f"the desktop could not run the action: {result.get('message')}")
             if result.get("returncode"):
@@ -404,6 +472,22 @@ class LocalDesktop:
         self.display.wait_settled(settle_start + self.config.timeouts.ready, self.options.settle_s, self.options.poll_s)
         return ActResult(act_s=act_s, ready_s=time.monotonic() - settle_start)
 
+    def _run_action(self, command: str) -> dict[str, Any]:
+        timeout = self.config.timeouts.act
+        if self.options.action_runner == "exec":
+            return self.client.execute(["python", "-c", command], timeout=timeout)
+        # the server kills the action at `timeout`; the margin lets its answer arrive
+        response = self.client.post_json("/legato/action", {"code": command, "timeout": timeout}, timeout=timeout + 15)
+        result = response.json()
+        if not isinstance(result, dict):
+            return {"status": "error", "message": repr(result)}
+        if result.get("timed_out"):
+            raise DeadlineExceeded(
+                f"the action ran longer than timeouts.act={timeout:g} s and was killed with the processes it "
+                f"started; raise DesktopConfig.timeouts.act if actions need longer: {command[-200:]!r}"
+            )
+        return result
+
     def wait_before_eval(self) -> Waited:
         """Run the task's post-config, then wait until the screen settles (or OSWorld's scaled sleep)."""
         task = self._require_task("wait_before_eval")
@@ -415,7 +499,7 @@ class LocalDesktop:
         elif postconfig:
             settle = self._settle_windows if self.config.ready_signal else None
             runner = SetupRunner(
-                self.client, self.state_dir / "cache" / task.task_id, self.config.screen, deadline, settle
+                self.client, task_path(self.state_dir / "cache", task.task_id), self.config.screen, deadline, settle
             )
             runner.launched = self._expected_windows
             runner.run(postconfig)
@@ -430,7 +514,7 @@ class LocalDesktop:
         task = self._require_task("evaluate")
         if self.options.grader == "osworld":
             return self._osworld_session().evaluate()
-        return grading.evaluate(task, self.client, self.state_dir / "cache" / task.task_id, self._actions)
+        return grading.evaluate(task, self.client, task_path(self.state_dir / "cache", task.task_id), self._actions)
 
     def _require_task(self, call: str) -> Task:
         if self._closed:

@@ -1,7 +1,7 @@
-"""One X display on this host: Xvfb with a framebuffer file, and openbox as the window manager.
+"""One X display on this host: Xvfb with a framebuffer file and a socket folder of its own.
 
-The display is the trusted part of a desktop and lives outside the sandbox: the apps inside reach it only
-through its filesystem socket, bind-mounted into their sandbox. legato reads the screen from the
+The X server lives outside the sandbox (the window manager and the apps are inside): the apps reach it
+only through its socket file, bind-mounted into their sandbox. legato reads the screen from the
 framebuffer file that ``Xvfb -fbdir`` memory-maps (no X client library, no copy through the X protocol).
 """
 
@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from legato_gym.backends.local.sandbox import drop_to, joined_cgroup
 from legato_gym.errors import DeadlineExceeded, DesktopCrashed, MissingDependencyError
 
 __all__ = ["Display", "WindowInfo", "require_tools"]
@@ -52,11 +53,6 @@ def require_tools(names: Sequence[str]) -> None:
         )
 
 
-def _pdeathsig(command: list[str]) -> list[str]:
-    """Wrap a command so the kernel SIGKILLs it when legato's process dies (no cleanup code needed)."""
-    return ["setpriv", "--pdeathsig", "KILL", "--", *command]
-
-
 class WindowInfo(tuple[str, str, str]):
     """``(window id, WM_CLASS, title)`` of one managed window."""
 
@@ -74,20 +70,36 @@ class WindowInfo(tuple[str, str, str]):
 
 
 class Display:
-    """An Xvfb display with openbox, started by :meth:`start` and ended by :meth:`stop`.
+    """An Xvfb display, started by :meth:`start` and ended by :meth:`stop`.
+
+    The X server keeps its socket in a folder of this display's own (bound over ``/tmp/.X11-unix`` in a
+    mount namespace of its own), so desktops never share, replace or delete each other's sockets, whatever
+    display numbers they get. Host-side clients (``wmctrl``) reach it through its abstract socket, which
+    sandboxes, in network namespaces of their own, cannot see. When legato is root the X server and those
+    clients run as the desktop's unprivileged uid. The window manager runs inside the sandbox.
 
     Args:
-        state_dir: a private directory for this display (framebuffer file, openbox's home).
+        state_dir: a private directory for this display (framebuffer file, socket folder).
         screen: ``(width, height)``.
+        uid: unprivileged host uid to run the X server and host-side clients as (``None``: don't switch).
+        cgroup_procs: ``cgroup.procs`` files the X server joins (its memory counts against the desktop's).
     """
 
-    def __init__(self, state_dir: Path, screen: tuple[int, int]) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        screen: tuple[int, int],
+        uid: int | None = None,
+        cgroup_procs: list[Path] | None = None,
+    ) -> None:
         self.state_dir = state_dir
         self.screen = screen
+        self.uid = uid
+        self.cgroup_procs = list(cgroup_procs or [])
         self.number: int | None = None
         self._xvfb: subprocess.Popen[bytes] | None = None
-        self._wm: subprocess.Popen[bytes] | None = None
         self._fb_path = state_dir / "fb" / "Xvfb_screen0"
+        self._socket_dir = state_dir / "x11"
         self._fb_view: npt.NDArray[np.uint8] | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -100,8 +112,8 @@ class Display:
 
     @property
     def socket_path(self) -> Path:
-        """The display's X socket (the only way into it: TCP is off and sandboxes have no abstract sockets)."""
-        return Path("/tmp/.X11-unix") / f"X{self.number}"
+        """The display's X socket file, in this display's own folder (bound into its sandbox)."""
+        return self._socket_dir / f"X{self.number}"
 
     @property
     def fb_path(self) -> Path:
@@ -109,38 +121,61 @@ class Display:
 
     @property
     def pids(self) -> list[int]:
-        return [p.pid for p in (self._xvfb, self._wm) if p is not None]
+        return [self._xvfb.pid] if self._xvfb is not None else []
 
     def env(self) -> dict[str, str]:
         return {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "DISPLAY": self.name,
-            "HOME": str(self.state_dir / "wm"),
+            "HOME": str(self.state_dir),
             "LANG": "C.UTF-8",
         }
 
+    def _client(self, argv: list[str]) -> list[str]:
+        """A host-side X client, run without root (it parses what the agent's windows say)."""
+        return drop_to(self.uid, argv)
+
     def start(self, deadline: float) -> None:
-        """Start Xvfb (free display number from ``-displayfd``) and openbox; return once both are ready."""
+        """Start Xvfb (free display number from ``-displayfd``); return once it accepts clients."""
         width, height = self.screen
-        (self.state_dir / "fb").mkdir(parents=True, exist_ok=True)
-        (self.state_dir / "wm").mkdir(parents=True, exist_ok=True)
+        for folder in (self.state_dir / "fb", self._socket_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+            if self.uid is not None:
+                os.chown(folder, self.uid, self.uid)
+        self.state_dir.chmod(0o711)  # the X server's uid reaches its folders, nobody lists them
+        userns = [] if os.geteuid() == 0 else ["--unshare-user"]
+        xvfb = [
+            "Xvfb",
+            "-displayfd",
+            "",
+            "-screen",
+            "0",
+            f"{width}x{height}x24",
+            "-nolisten",
+            "tcp",
+            "-noreset",  # else the server resets when its last client leaves (races the WM)
+            "-fbdir",
+            str(self.state_dir / "fb"),
+        ]
         read_fd, write_fd = os.pipe()
+        xvfb[2] = str(write_fd)
         try:
             self._xvfb = subprocess.Popen(
-                _pdeathsig(
+                joined_cgroup(
+                    self.cgroup_procs,
                     [
-                        "Xvfb",
-                        "-displayfd",
-                        str(write_fd),
-                        "-screen",
-                        "0",
-                        f"{width}x{height}x24",
-                        "-nolisten",
-                        "tcp",
-                        "-noreset",  # else the server resets when its last client leaves (races the WM)
-                        "-fbdir",
-                        str(self.state_dir / "fb"),
-                    ]
+                        "bwrap",
+                        *userns,
+                        "--dev-bind",
+                        "/",
+                        "/",
+                        "--bind",
+                        str(self._socket_dir),
+                        "/tmp/.X11-unix",
+                        "--die-with-parent",
+                        "--",
+                        *drop_to(self.uid, xvfb),
+                    ],
                 ),
                 pass_fds=(write_fd,),
                 stdin=subprocess.DEVNULL,
@@ -155,27 +190,8 @@ class Display:
             os.close(read_fd)
             if write_fd >= 0:
                 os.close(write_fd)
-        # openbox runs --startup only once it manages windows; polling `wmctrl -m` instead leaves a window
-        # launched right away unmanaged for ~5 s in about a third of starts (measured here).
-        marker = self.state_dir / "wm" / "ready"
-        marker.unlink(missing_ok=True)
-        self._wm = subprocess.Popen(
-            _pdeathsig(["openbox", "--sm-disable", "--startup", f"touch {marker}"]),
-            env=self.env(),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        while not marker.exists():
-            if self._wm.poll() is not None:
-                self.stop()
-                raise DesktopCrashed(f"openbox exited during start-up on display :{self.number}")
-            if time.monotonic() >= deadline:
-                self.stop()
-                raise DeadlineExceeded("openbox did not start before the reset deadline")
-            time.sleep(_POLL_S)
-        logger.debug("display %s up (Xvfb pid %s, openbox pid %s)", self.name, self._xvfb.pid, self._wm.pid)
+        self._socket_dir.chmod(0o755)  # Xvfb makes it world-writable, as it does /tmp/.X11-unix
+        logger.debug("display %s up (pid %s, socket %s)", self.name, self._xvfb.pid, self.socket_path)
 
     def _read_line(self, fd: int, deadline: float, what: str) -> str:
         data = b""
@@ -194,21 +210,20 @@ class Display:
         return data.decode().strip()
 
     def alive(self) -> bool:
-        return all(p is not None and p.poll() is None for p in (self._xvfb, self._wm))
+        return self._xvfb is not None and self._xvfb.poll() is None
 
     def stop(self) -> None:
-        """Kill openbox and Xvfb (their process groups) and reap them. Idempotent."""
+        """Kill Xvfb (its process group) and reap it. Idempotent; removes only this display's own files."""
         self._fb_view = None
-        for proc in (self._wm, self._xvfb):
-            if proc is None:
-                continue
+        if self._xvfb is not None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        self._wm = self._xvfb = None
+                os.killpg(self._xvfb.pid, signal.SIGKILL)
+            self._xvfb.wait()
+        self._xvfb = None
         if self.number is not None:
-            for stale in (self.socket_path, Path(f"/tmp/.X{self.number}-lock")):
-                stale.unlink(missing_ok=True)  # Xvfb removes these itself, but not when SIGKILLed
+            with contextlib.suppress(OSError):
+                for stale in self._socket_dir.iterdir():  # our own folder: no other desktop's socket is here
+                    stale.unlink()
         self.number = None
 
     # ------------------------------------------------------------------ screen
@@ -252,7 +267,9 @@ class Display:
     # ------------------------------------------------------------------ windows
     def windows(self) -> list[WindowInfo]:
         """Managed top-level windows (``_NET_CLIENT_LIST``, through ``wmctrl -lx``)."""
-        out = subprocess.run(["wmctrl", "-lx"], env=self.env(), capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            self._client(["wmctrl", "-lx"]), env=self.env(), capture_output=True, text=True, timeout=10
+        )
         if out.returncode != 0:
             return []
         result = []

@@ -1,0 +1,486 @@
+"""Escapes from a local desktop's sandbox, each attempted through the agent's own channel: an action
+(``desktop.act``: pyautogui code, which is arbitrary Python), keys and clicks on the screen, or a task's
+setup or grading command (the in-desktop server's ``/execute`` and ``/run_bash_script``). None succeeds.
+
+Every probe has a positive control run the same way (an allowed write, a reachable in-sandbox server,
+...), so a probe that fails for an unrelated reason (the command not running at all) fails the test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from legato_gym import DesktopConfig, Task
+from legato_gym.backends.local import LocalDesktop
+from legato_gym.errors import DesktopError
+
+pytestmark = [
+    pytest.mark.desktop,
+    pytest.mark.skipif(
+        not all(shutil.which(t) for t in ("Xvfb", "openbox", "bwrap", "wmctrl", "xdotool", "xterm")),
+        reason="needs the local backend's Debian packages (xvfb openbox bubblewrap wmctrl xdotool xterm)",
+    ),
+]
+
+#: Small bounds, so that the attempts to exceed them stay cheap.
+CONFIG = DesktopConfig(screen=(640, 480), memory_mb=384, max_processes=96, tmpfs_mb=64)
+TASK = Task("t-escape", "Try to get out.", {"config": [], "evaluator": {"func": "infeasible"}})
+PROBE = "/home/user/.escape-probe"
+
+
+@pytest.fixture(scope="module")
+def desktops() -> Iterator[tuple[LocalDesktop, LocalDesktop]]:
+    a = LocalDesktop(CONFIG)
+    try:
+        b = LocalDesktop(CONFIG)
+    except BaseException:
+        a.close()
+        raise
+    try:
+        a.reset(TASK)
+        b.reset(TASK)
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
+def agent(desktop: LocalDesktop, script: str, timeout: float = 60) -> tuple[int, str]:
+    """Run a shell script as the agent would: from an action (pyautogui code is Python)."""
+    code = (
+        "import subprocess\n"
+        f"r = subprocess.run({script!r}, shell=True, capture_output=True, text=True, timeout={timeout})\n"
+        f"open({PROBE!r}, 'w').write('%d\\n' % r.returncode + r.stdout + r.stderr)\n"
+    )
+    desktop.client.execute(["rm", "-f", PROBE])
+    desktop.act(code)
+    data = desktop.client.file(PROBE)
+    assert data is not None, "the action did not run"
+    code_line, _, out = data.decode(errors="replace").partition("\n")
+    return int(code_line), out
+
+
+def setup_command(desktop: LocalDesktop, script: str) -> tuple[int, str]:
+    """Run a shell script as a task's setup or grading command does (``/run_bash_script``)."""
+    data = desktop.client.post_json("/run_bash_script", {"script": script, "timeout": 60}).json()
+    return int(data["returncode"]), str(data["output"])
+
+
+def host_processes_on(display: str) -> list[tuple[int, int, str]]:
+    """``(pid, pid namespace inode, command)`` of every host process whose environment has ``DISPLAY``."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
+            if f"DISPLAY={display}".encode() not in environ:
+                continue
+            ns = os.stat(f"/proc/{entry.name}/ns/pid").st_ino
+            cmd = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        found.append((int(entry.name), ns, cmd))
+    return found
+
+
+def outside_sandbox(desktop: LocalDesktop) -> list[str]:
+    """Commands running on this desktop's display outside its sandbox (the X server has no DISPLAY)."""
+    sandbox = desktop._sandbox
+    assert sandbox is not None and sandbox.pidns is not None
+    own = os.stat("/proc/self/ns/pid").st_ino
+    return [
+        cmd
+        for pid, ns, cmd in host_processes_on(desktop.display.name)
+        if ns != sandbox.pidns and not (ns == own and pid == os.getpid())
+    ]
+
+
+def wait_for(condition: object, seconds: float = 15) -> bool:
+    assert callable(condition)
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+# ------------------------------------------------------------------------ the window manager (item 2)
+
+
+def test_window_manager_runs_inside_the_sandbox(desktops: tuple[LocalDesktop, LocalDesktop]) -> None:
+    a, _ = desktops
+    code, out = agent(a, "ps -eo comm")
+    assert code == 0 and "openbox" in out.split(), out  # control: it runs, and the agent sees it inside
+    assert outside_sandbox(a) == []
+
+
+def test_desktop_menu_and_key_bindings_start_nothing_outside(desktops: tuple[LocalDesktop, LocalDesktop]) -> None:
+    a, _ = desktops
+    a.reset(TASK)
+    before = a.display.windows()
+    w, h = a.screen_size
+    # openbox's stock menu: right-click on the desktop, the first item is a terminal
+    a.act(f"pyautogui.rightClick({w // 2}, {h // 2}); pyautogui.click({w // 2 + 20}, {h // 2 + 10})")
+    a.act("pyautogui.press('enter')")
+    for keys in (("win", "e"), ("ctrl", "alt", "t"), ("alt", "f2"), ("ctrl", "alt", "delete"), ("win", "r")):
+        a.act(f"pyautogui.hotkey(*{keys!r})")
+    marker = f"/tmp/menu-escape-{uuid.uuid4().hex}"
+    a.act(f"pyautogui.typewrite('id > {marker}\\n')")
+    wait_for(lambda: len(a.display.windows()) > len(before), 1)
+    assert outside_sandbox(a) == []
+    assert not Path(marker).exists()
+    assert a.display.alive()
+
+
+def test_exiting_or_killing_the_window_manager_does_not_end_the_desktop(
+    desktops: tuple[LocalDesktop, LocalDesktop],
+) -> None:
+    a, _ = desktops
+    a.reset(TASK)
+    _, out = agent(a, "openbox --exit; sleep 0.3; pkill -KILL -x openbox; echo tried")
+    assert "tried" in out
+    assert a.display.alive()
+
+    def managed() -> bool:
+        return subprocess.run(["wmctrl", "-m"], env=a.display.env(), capture_output=True).returncode == 0
+
+    assert wait_for(managed)  # a window manager is back, inside the sandbox again
+    assert outside_sandbox(a) == []
+    a.client.post_json("/setup/launch", {"command": ["xterm", "-T", "after-exit"]})
+    assert a.display.wait_windows(1, time.monotonic() + 15)
+
+
+def test_terminal_typed_commands_stay_inside(desktops: tuple[LocalDesktop, LocalDesktop]) -> None:
+    a, _ = desktops
+    a.reset(TASK)
+    a.client.post_json("/setup/launch", {"command": ["xterm", "-T", "agent-terminal"]})
+    assert a.display.wait_windows(1, time.monotonic() + 15)
+    marker = f"/tmp/typed-{uuid.uuid4().hex}"
+    a.act(f"pyautogui.typewrite('id > {marker}; echo $? >> {marker}\\n', interval=0.01)")
+    assert wait_for(lambda: a.client.file(marker) is not None)  # control: the terminal ran it
+    assert b"uid=0" not in (a.client.file(marker) or b"")
+    assert not Path(marker).exists()  # it ran in the sandbox's /tmp, not the host's
+
+
+# ------------------------------------------------------------------------ the control socket (item 3)
+
+
+def test_server_socket_cannot_be_redirected_to_a_host_socket(
+    desktops: tuple[LocalDesktop, LocalDesktop], tmp_path: Path
+) -> None:
+    a, _ = desktops
+    a.reset(TASK)
+    bait_path = tmp_path / "host-service.sock"
+    bait = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    bait.bind(str(bait_path))
+    bait.listen(8)
+    bait.setblocking(False)
+    try:
+        script = (
+            f"find / -xdev -type s 2>/dev/null | grep -v X11-unix; "
+            f"for d in /run /run/legato /tmp /home/user /dev/shm; do "
+            f"rm -f $d/server.sock; ln -sf {bait_path} $d/server.sock 2>/dev/null && echo linked-$d; done; "
+            "echo tried"
+        )
+        _, out = setup_command(a, script)
+        assert "tried" in out and "control/server.sock" not in out  # the host's socket is not in the sandbox
+        with contextlib.suppress(DesktopError):  # the server dies while it answers
+            setup_command(a, "kill -9 $(pgrep -f legato-server.py)")
+        with pytest.raises(DesktopError):
+            a.act("pyautogui.moveTo(5, 5)")  # the server is gone: the host reports it, on its own path
+        try:
+            bait.accept()
+            connected = True
+        except BlockingIOError:
+            connected = False
+        assert not connected, "the host connected to a socket the sandbox pointed it at"
+    finally:
+        bait.close()
+    a.reset(TASK)  # the next episode gets a new server
+    assert a.client.request("GET", "/platform").text == "Linux"
+
+
+# ------------------------------------------------------------------------ the file system (item 4)
+
+
+def test_host_folders_outside_the_desktops_needs_are_invisible(desktops: tuple[LocalDesktop, LocalDesktop]) -> None:
+    a, _ = desktops
+    secret = uuid.uuid4().hex
+    new_root_dir = Path(f"/legato-escape-{secret[:8]}")
+    files = [new_root_dir / "data.txt", Path("/root") / f".legato-escape-{secret[:8]}"]
+    if Path("/home").is_dir():
+        files.append(Path("/home") / f"legato-escape-{secret[:8]}.txt")
+    checkout = Path(__file__).resolve().parents[2] / "README.md"
+    try:
+        new_root_dir.mkdir()
+        for path in files:
+            path.write_text(secret)
+            path.chmod(0o644)
+        new_root_dir.chmod(0o755)
+        code, out = agent(a, "ls -a / /root /home")
+        assert code == 0 and "usr" in out.split()  # control: the probe ran
+        assert new_root_dir.name not in out and files[1].name not in out, out
+        code, out = agent(a, f"cat {' '.join(map(str, files))} {checkout}; echo searched")
+        assert "searched" in out and "No such file" in out  # control: the probe ran
+        assert secret not in out, out
+        if checkout.exists():
+            assert checkout.read_text().splitlines()[0] not in out  # the project checkout is not there
+    finally:
+        for path in files:
+            path.unlink(missing_ok=True)
+        if new_root_dir.exists():
+            new_root_dir.rmdir()
+
+
+def test_only_home_tmp_and_shm_are_writable(desktops: tuple[LocalDesktop, LocalDesktop]) -> None:
+    a, _ = desktops
+    code, out = agent(a, "touch ~/w /tmp/w /dev/shm/w /tmp/runtime-user/w && echo CONTROL-OK")
+    assert code == 0 and "CONTROL-OK" in out, out
+    interpreter = os.path.dirname(os.path.dirname(sys.executable))
+    targets = ["/", "/etc", "/usr", "/run", "/var", "/dev", "/home", "/root", interpreter, "/tmp/.X11-unix"]
+    for target in targets:
+        code, out = agent(a, f"touch {target}/legato-w 2>&1 || mkdir {target}/legato-d 2>&1 || echo REFUSED")
+        assert "REFUSED" in out, f"the agent wrote into {target}: {out}"
+    assert not Path(interpreter, "legato-w").exists()
+
+
+@pytest.mark.parametrize("folder", ["/tmp", "/home/user", "/dev/shm"])
+def test_writes_stop_at_the_tmpfs_bound(desktops: tuple[LocalDesktop, LocalDesktop], folder: str) -> None:
+    a, _ = desktops
+    a.reset(TASK)
+    # 200 MB into a 64 MB folder (the bound itself stops it, whatever the host's disk)
+    script = f"dd if=/dev/zero of={folder}/fill bs=1M count=200 2>&1; stat -c %s {folder}/fill; rm {folder}/fill"
+    _, out = agent(a, script)
+    size = int(out.split()[-1])
+    assert "No space left" in out and size <= CONFIG.tmpfs_mb << 20, out
+    a.reset(TASK)
+
+
+# ------------------------------------------------------------------------ namespaces and limits (item 5)
+
+
+def test_new_user_namespaces_are_refused(desktops: tuple[LocalDesktop, LocalDesktop]) -> None:
+    a, _ = desktops
+    _, out = agent(a, "unshare --help >/dev/null && echo HAVE-UNSHARE; unshare -Ur id 2>&1; echo rc=$?")
+    assert "HAVE-UNSHARE" in out and "rc=0" not in out and "uid=0" not in out, out
+    _, out = agent(a, "bwrap --ro-bind / / --unshare-user --uid 0 id 2>&1; echo rc=$?")
+    assert "rc=0" not in out and "uid=0" not in out, out
+    probe = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print('unshare', libc.unshare(0x10000000), ctypes.get_errno())\n"  # CLONE_NEWUSER
+    )
+    _, out = agent(a, f"python -c {shlex.quote(probe)}")
+    assert "unshare -1" in out, out
+
+
+def test_fork_bomb_is_bounded_and_the_others_go_on(desktops: tuple[LocalDesktop, LocalDesktop]) -> None:
+    a, b = desktops
+    a.reset(TASK)
+    bomb = (
+        "import os, time\n"
+        "n = 0\n"
+        "deadline = time.monotonic() + 20\n"
+        "while time.monotonic() < deadline:\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except OSError:\n"
+        "        break\n"
+        "    if pid == 0:\n"
+        "        time.sleep(60)\n"
+        "        os._exit(0)\n"
+        "    n += 1\n"
+        "print('forked', n, flush=True)\n"
+    )
+    # the children keep the output file open, not the action's pipe
+    _, out = agent(a, f"python -c {shlex.quote(bomb)} </dev/null >/tmp/bomb 2>&1; cat /tmp/bomb")
+    forked = int(out.split("forked")[1].split()[0])
+    assert 0 < forked < CONFIG.max_processes, out  # it hit the bound, not the deadline
+    b.act("pyautogui.moveTo(7, 7)")  # the other desktop still runs actions
+    assert b.client.request("GET", "/cursor_position").json() == [7, 7]
+    assert subprocess.run(["true"]).returncode == 0  # and the host still forks
+    a.reset(TASK)
+
+
+def test_memory_is_bounded_per_desktop(desktops: tuple[LocalDesktop, LocalDesktop]) -> None:
+    a, b = desktops
+    a.reset(TASK)
+    hog = (
+        "chunks = []\n"
+        "for i in range(64):\n"  # 1 GiB in 16 MiB pieces, touched
+        "    chunks.append(bytearray(16 << 20))\n"
+        "print('ALLOCATED', flush=True)\n"
+    )
+    _, out = agent(a, f"python -c {shlex.quote(hog)}; echo rc=$?")
+    assert "ALLOCATED" not in out and "rc=0" not in out, out
+    b.act("pyautogui.moveTo(9, 9)")
+    assert b.client.request("GET", "/cursor_position").json() == [9, 9]
+    a.reset(TASK)
+    a.act("pyautogui.moveTo(3, 3)")  # and the desktop itself recovers at reset
+
+
+def test_desktops_have_their_own_uid_and_cgroup(desktops: tuple[LocalDesktop, LocalDesktop]) -> None:
+    a, b = desktops
+    code_a, uid_a = agent(a, "id -u")
+    code_b, uid_b = agent(b, "id -u")
+    assert code_a == code_b == 0
+    if os.geteuid() == 0:
+        assert uid_a.strip() != uid_b.strip() and "0" not in (uid_a.strip(), uid_b.strip())
+        sandbox = a._sandbox
+        assert sandbox is not None and sandbox.init_pid is not None
+        if a._cgroup.dirs:
+            assert sandbox.init_pid in a._cgroup.members()
+            assert a.display.pids[0] in a._cgroup.members()
+
+
+# ------------------------------------------------------------------------ desktops and each other (item 7)
+
+
+FIRST = """
+import sys
+from legato_gym import DesktopConfig, Task
+from legato_gym.backends.local import LocalDesktop
+task = Task("t", "x", {"config": [], "evaluator": {"func": "infeasible"}})
+with LocalDesktop(DesktopConfig(screen=(640, 480))) as d:
+    print(d.display.number, flush=True)
+    sys.stdin.readline()  # the other desktop comes and goes
+    d.reset(task)  # a fresh sandbox binds this desktop's X socket again
+    d.act("pyautogui.moveTo(11, 11)")
+    print(d.client.request("GET", "/cursor_position").json(), flush=True)
+"""
+SECOND = """
+from legato_gym import DesktopConfig
+from legato_gym.backends.local import LocalDesktop
+with LocalDesktop(DesktopConfig(screen=(640, 480))) as d:
+    print(d.display.number, flush=True)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root for network namespaces")
+def test_a_desktop_that_exits_leaves_the_others_socket_alone() -> None:
+    # two legato processes, each in a network namespace of its own: their X servers get the same display
+    # number (the abstract sockets do not collide), and the second one starts and exits while the first runs
+    first = subprocess.Popen(
+        ["unshare", "--net", sys.executable, "-c", FIRST], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert first.stdin is not None and first.stdout is not None
+    try:
+        number = first.stdout.readline().strip()
+        second = subprocess.run(
+            ["unshare", "--net", sys.executable, "-c", SECOND], capture_output=True, text=True, timeout=120
+        )
+        assert second.returncode == 0, second.stderr[-2000:]
+        assert second.stdout.strip() == number  # the same display number: the case that broke
+        first.stdin.write("\n")
+        first.stdin.flush()
+        out, _ = first.communicate(timeout=120)
+    finally:
+        first.kill()
+        first.wait()
+    assert first.returncode == 0 and "[11, 11]" in out, out
+
+
+# ------------------------------------------------------------------------ the first five (from the old suite)
+
+
+def test_writes_outside_home_and_tmp_fail(desktops: tuple[LocalDesktop, LocalDesktop]) -> None:
+    a, _ = desktops
+    code, out = setup_command(a, "touch ~/allowed /tmp/allowed && echo CONTROL-OK")
+    assert code == 0 and "CONTROL-OK" in out
+    for target in ("/etc/legato-escape", "/usr/legato-escape", "/var/legato-escape", "/opt/legato-escape", "/legato"):
+        code, out = setup_command(a, f"echo x > {target}")
+        assert code != 0, f"wrote {target}: {out}"
+        assert not os.path.exists(target)
+    code, out = setup_command(a, "mount -o remount,rw / 2>&1; echo x > /etc/legato-escape")
+    assert code != 0 and not os.path.exists("/etc/legato-escape")
+
+
+def test_host_and_other_desktop_files_are_invisible(desktops: tuple[LocalDesktop, LocalDesktop]) -> None:
+    a, b = desktops
+    code, _ = setup_command(b, "echo top-secret-b > ~/secret.txt")
+    assert code == 0
+    assert b.client.file("~/secret.txt") == b"top-secret-b\n"  # control: B reads its own file
+    assert a.client.file("~/secret.txt") is None
+    for path in (b.state_dir, b.state_dir.parent, b.display.fb_path):
+        code, out = setup_command(a, f"ls {path} || cat {path}")
+        assert code != 0, f"desktop A could read {path}: {out}"
+    # the pattern is built at run time so that the script file itself (in A's /tmp) does not match
+    code, out = setup_command(a, 's=top-secret; grep -rs "$s-b" /home /tmp /run /var/tmp /dev/shm; echo searched')
+    assert "searched" in out and "top-secret-b" not in out
+    if os.geteuid() == 0:
+        code, out = setup_command(a, "cat /etc/shadow")
+        assert code != 0, "root-only host files are readable from the sandbox"
+
+
+def test_other_desktops_display_is_unreachable(desktops: tuple[LocalDesktop, LocalDesktop]) -> None:
+    a, b = desktops
+    code, _ = setup_command(a, f"xdpyinfo -display {a.display.name} >/dev/null")
+    assert code == 0  # control: its own display works
+    code, out = setup_command(a, f"xdpyinfo -display {b.display.name}")
+    assert code != 0 or a.display.name == b.display.name, out
+
+
+def test_host_processes_are_invisible_and_unsignallable(desktops: tuple[LocalDesktop, LocalDesktop]) -> None:
+    a, _ = desktops
+    me = os.getpid()
+    code, out = setup_command(a, "ls /proc | grep -E '^[0-9]+$' | wc -l")
+    assert code == 0 and int(out.strip()) < 20, f"the sandbox sees {out.strip()} processes"
+    code, out = setup_command(a, f"kill -0 {me} 2>&1; kill -9 {me} 2>&1; echo done")
+    assert "done" in out
+    code, out = setup_command(a, f"test -e /proc/{me}/cmdline && cat /proc/{me}/cmdline | tr '\\0' ' '")
+    assert "pytest" not in out
+    os.kill(me, 0)  # still alive
+    code, out = setup_command(a, "kill -9 1 2>&1; grep CapEff /proc/self/status")
+    assert "0000000000000000" in out, out
+    assert a.display.alive()
+
+
+def test_network_and_host_loopback_are_unreachable(desktops: tuple[LocalDesktop, LocalDesktop]) -> None:
+    a, _ = desktops
+    server = socket.create_server(("127.0.0.1", 0))  # the host's loopback service
+    port = server.getsockname()[1]
+    probe = (
+        "import socket, sys\n"
+        "def tryit(addr):\n"
+        "    try:\n"
+        "        socket.create_connection(addr, timeout=3).close(); return 'CONNECTED'\n"
+        "    except OSError as exc:\n"
+        "        return type(exc).__name__\n"
+        "srv = socket.create_server(('127.0.0.1', 0))\n"  # control: the sandbox's own loopback works
+        "print('own', tryit(srv.getsockname()))\n"
+        f"print('host', tryit(('127.0.0.1', {port})))\n"
+        "print('net', tryit(('1.1.1.1', 53)))\n"
+        "try:\n"
+        "    socket.getaddrinfo('pypi.org', 443); print('dns CONNECTED')\n"
+        "except OSError as exc:\n"
+        "    print('dns', type(exc).__name__)\n"
+    )
+    response = a.client.post_json("/run_python", {"code": probe})
+    output = response.json()["output"]
+    server.setblocking(False)
+    try:
+        server.accept()  # a connection from the sandbox would be queued here
+        reached = True
+    except BlockingIOError:
+        reached = False
+    finally:
+        server.close()
+    lines = dict(line.split(" ", 1) for line in output.strip().splitlines())
+    assert lines["own"] == "CONNECTED", output
+    assert lines["host"] != "CONNECTED" and not reached, output
+    assert lines["net"] != "CONNECTED", output
+    assert lines["dns"] != "CONNECTED", output
