@@ -50,6 +50,10 @@ MEANING: dict[str, str] = {
     "model name or the /v1 base URL is wrong (`legato rl probe` lists the served models); 429: lower "
     "`--max-inflight`; 5xx: the server failed.",
     "PolicyResponseError": "The answer is not an OpenAI chat completion (wrong URL, a proxy's error page).",
+    "PolicyUnavailable": "The policy server cannot be used at all, so `legato rl collect` stopped the batch "
+    "(exit 2): before the first attempt when no replica serves the model at the URL, or mid-batch when calls "
+    "kept failing the same way. Fix what the message names and run the same command again: the attempts "
+    "the outage cut short run again (docs/reliability.md).",
     "RunInProgressError": "The run is still being written: a `legato rl collect` holds its writer lock. Wait "
     "for it to finish, or stop it, before exporting or resuming.",
     "ProtocolError": "Internal to the vector env: a malformed frame between the parent and a desktop worker. "
@@ -107,7 +111,7 @@ def render() -> str:
         "",
         "Two failures are not errors: a desktop failure during `legato rl collect` becomes a `retried` record "
         "and the attempt runs again, and a policy failure becomes an `error` record (kind `policy`); neither "
-        "stops the batch. Read them with `legato rl profile RUN` or in `rollouts.jsonl` (`error.type`, "
+        "stops the batch (only a policy server that cannot be used at all does: `PolicyUnavailable`). Read them with `legato rl profile RUN` or in `rollouts.jsonl` (`error.type`, "
         "`error.message`).",
         "",
     ]

@@ -22,7 +22,7 @@ from legato_rl.testing.brains import (
     qwen_reply,
     to_qwen_actions,
 )
-from legato_rl.testing.faults import FaultTally, HitTasks, documented_outcome, tally
+from legato_rl.testing.faults import FaultTally, HitTasks, KillDesktopOnCalls, documented_outcome, tally
 from legato_rl.testing.server import (
     BEHAVIOURS,
     FAULTS,
@@ -46,6 +46,7 @@ __all__ = [
     "FaultTally",
     "Faults",
     "HitTasks",
+    "KillDesktopOnCalls",
     "Latency",
     "PrefixCache",
     "RandomBrain",

@@ -14,15 +14,27 @@ the status legato documents for that fault (docs/reliability.md, "Hostile replie
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+import os
+import signal
+import threading
+import time
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from legato_gym.errors import ConfigError
-from legato_rl.testing.brains import prompt_instruction, prompt_step_index
+from legato_rl.testing.brains import Brain, Reply, prompt_instruction, prompt_step_index
 from legato_rl.testing.server import FAULTS
 
-__all__ = ["FINAL_STATUSES", "FaultTally", "HitTasks", "documented_outcome", "tally"]
+__all__ = [
+    "FINAL_STATUSES",
+    "FaultTally",
+    "HitTasks",
+    "KillDesktopOnCalls",
+    "documented_outcome",
+    "tally",
+    "worker_pids",
+]
 
 #: Statuses that end an attempt (``retried`` is a try that is run again).
 FINAL_STATUSES = frozenset({"ok", "truncated", "cancelled", "skipped", "surplus", "error"})
@@ -134,3 +146,71 @@ def tally(records: Iterable[Mapping[str, Any]], plan: HitTasks, *, task_ids: Col
             others_ok += record["status"] == "ok"
     duplicates = sum(1 for count in seen.values() if count > 1)
     return FaultTally(plan.kind, hit, as_documented, others, others_ok, len(seen), duplicates)
+
+
+def worker_pids(parent: int | None = None) -> list[int]:
+    """Live desktop worker processes (``legato_gym.vector.worker``) whose parent is ``parent`` (default: this
+    process), read from ``/proc``."""
+    parent = os.getpid() if parent is None else parent
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            state, ppid = _stat(int(entry))
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if ppid == parent and state != "Z" and b"legato_gym.vector.worker" in cmdline:
+            pids.append(int(entry))
+    return pids
+
+
+def _stat(pid: int) -> tuple[str, int]:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return fields[0], int(fields[1])
+
+
+class KillDesktopOnCalls:
+    """A brain that kills a desktop's worker process (SIGKILL) on chosen calls, then answers as ``brain``.
+
+    It waits until the process is gone before it answers, so the attempt that asked always meets a dead or
+    replaced desktop at its next desktop call: the "worker died while its attempt waited on the model" case.
+    Use it with one desktop per collect, or the victim is whichever worker comes first.
+
+    Args:
+        brain: answers every call.
+        calls: the 1-based numbers of the calls before which a worker is killed.
+    """
+
+    def __init__(self, brain: Brain, calls: Collection[int]) -> None:
+        self.brain, self.calls = brain, frozenset(calls)
+        self.killed: list[int] = []
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def respond(self, messages: Sequence[Mapping[str, Any]]) -> Reply:
+        with self._lock:
+            self._count += 1
+            kill = self._count in self.calls
+        if kill:
+            pids = worker_pids()
+            if pids:
+                os.kill(pids[0], signal.SIGKILL)
+                self.killed.append(pids[0])
+                _wait_gone(pids[0])
+        return self.brain.respond(messages)
+
+
+def _wait_gone(pid: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if _stat(pid)[0] == "Z":
+                return
+        except OSError:
+            return
+        time.sleep(0.01)  # a poll, bounded by the deadline
+    raise TimeoutError(f"worker {pid} still alive {timeout} s after SIGKILL")

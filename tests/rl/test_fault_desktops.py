@@ -7,12 +7,7 @@ phase is covered by a brain that kills the desktop's worker while its attempt wa
 
 from __future__ import annotations
 
-import os
-import signal
-import threading
-import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +20,7 @@ from legato_rl.export import export_steps
 from legato_rl.policy import PolicyConfig
 from legato_rl.store import read_record_dicts
 from legato_rl.testing import ReferencePolicyServer, ScriptedSolver
-from legato_rl.testing.brains import Reply
+from legato_rl.testing.faults import KillDesktopOnCalls
 
 SCREEN = (320, 240)
 FINAL = {"ok", "truncated", "cancelled", "skipped", "surplus", "error"}
@@ -63,65 +58,12 @@ def test_a_desktop_dying_in_any_desktop_phase_is_retried(tmp_path: Path, phase: 
     assert summary["status_counts"]["ok"] == 6
 
 
-class _KillingBrain:
-    """Answers like :class:`ScriptedSolver`, but first kills the desktop worker on chosen calls.
-
-    It waits until the killed process is gone (a zombie or reaped) before answering, so the attempt's next
-    desktop call always meets a dead or replaced desktop.
-    """
-
-    def __init__(self, kill_calls: set[int]) -> None:
-        self.solver = ScriptedSolver()
-        self.kill_calls = kill_calls
-        self.calls = 0
-        self.killed: list[int] = []
-        self._lock = threading.Lock()
-
-    def respond(self, messages: Sequence[Mapping[str, Any]]) -> Reply:
-        with self._lock:
-            self.calls += 1
-            kill = self.calls in self.kill_calls
-        if kill:
-            (pid,) = _worker_pids()  # one desktop
-            os.kill(pid, signal.SIGKILL)
-            self.killed.append(pid)
-            _wait_gone(pid)
-        return self.solver.respond(messages)
-
-
-def _worker_pids() -> list[int]:
-    """Desktop worker processes that are children of this test process."""
-    me, pids = os.getpid(), []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == me and fields[0] != "Z" and b"legato_gym.vector.worker" in cmdline:
-            pids.append(int(entry))
-    return pids
-
-
-def _wait_gone(pid: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                return
-        except OSError:
-            return
-        time.sleep(0.01)  # a poll, bounded by the deadline
-    raise AssertionError(f"worker {pid} still alive {timeout} s after SIGKILL")
-
-
 def test_a_desktop_dying_while_its_attempt_waits_on_the_model_is_retried(tmp_path: Path) -> None:
     config = _config()
     tasks = default_tasks(config)[:2]
-    brain = _KillingBrain(kill_calls={1, 4, 7})  # first calls of several tries: the desktop dies each time
+    brain = KillDesktopOnCalls(
+        ScriptedSolver(), calls={1, 4, 7}
+    )  # first calls of several tries: the desktop dies each time
     with ReferencePolicyServer(brain=brain) as server:
         summary = collect(tasks, PolicyConfig(server.url, server.model), out=tmp_path / "run", desktops=1, group=2,
                           env_retries=5, backend="fake", desktop=config)  # fmt: skip
@@ -138,7 +80,7 @@ def test_a_desktop_dying_while_its_attempt_waits_on_the_model_is_retried(tmp_pat
 def test_a_desktop_dying_with_no_retries_left_is_an_env_error(tmp_path: Path) -> None:
     config = _config()
     tasks = default_tasks(config)[:1]
-    brain = _KillingBrain(kill_calls={1})
+    brain = KillDesktopOnCalls(ScriptedSolver(), calls={1})
     with ReferencePolicyServer(brain=brain) as server:
         summary = collect(tasks, PolicyConfig(server.url, server.model), out=tmp_path / "run", desktops=1, group=1,
                           env_retries=0, backend="fake", desktop=config)  # fmt: skip
