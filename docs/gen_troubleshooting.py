@@ -111,7 +111,8 @@ def render() -> str:
         "",
         "Two failures are not errors: a desktop failure during `legato rl collect` becomes a `retried` record "
         "and the attempt runs again, and a policy failure becomes an `error` record (kind `policy`); neither "
-        "stops the batch (only a policy server that cannot be used at all does: `PolicyUnavailable`). Read them with `legato rl profile RUN` or in `rollouts.jsonl` (`error.type`, "
+        "stops the batch (only a policy server that cannot be used at all does: `PolicyUnavailable`). "
+        "Read them with `legato rl profile RUN` or in `rollouts.jsonl` (`error.type`, "
         "`error.message`).",
         "",
     ]

@@ -394,8 +394,8 @@ class Collector:
                 if self.book.all_ended:
                     self._wake.set()
                     return
-                if self._unanswered and not self._running:  # they are all that is left: the server did not
-                    self._record_unanswered()  # come back before the batch's end, so they end as errors
+                if self._unanswered and not self._running and not self.book.pending:  # all that is left: the
+                    self._record_unanswered()  # server did not come back before the batch's end: errors
                     continue
                 # others may still queue a retry (or leave one for this desktop); wait until something changes
                 self._wake.clear()
