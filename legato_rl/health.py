@@ -62,7 +62,7 @@ async def _check_replica(client: PolicyClient, url: str, model: str) -> str | No
             return f"{url} refused the key (HTTP {exc.status_code}): set ${KEY_ENV_VAR} to the server's key"
         return f"{url}/models answered HTTP {exc.status_code}: {FIX_START}"
     except PolicyError as exc:
-        return f"{url} did not answer ({type(exc).__name__}: {exc}): {FIX_START}; {FIX_URL}"
+        return f"{url} did not answer ({exc}): {FIX_START}"
     if model not in served:
         shown = ", ".join(repr(m) for m in served[:8]) or "none"
         return (

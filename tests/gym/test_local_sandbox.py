@@ -29,11 +29,22 @@ needs_tools = pytest.mark.skipif(
 TASK = Task("t-venv", "x", {"config": [], "evaluator": {"func": "infeasible"}})
 
 
-def make_venv(where: Path, *, copies: bool) -> Path:
-    """A venv made from the base interpreter, with pyautogui and its dependencies in its own site-packages
-    (copied from this environment, as ``pip install`` would put them; the base interpreter has none)."""
+def make_venv(where: Path, *, kind: str) -> Path:
+    """An environment made from the base interpreter by ``kind`` (the stdlib ``venv`` with symlinks or copies,
+    ``virtualenv``, or ``uv venv``), with pyautogui and its dependencies in its own site-packages (copied from
+    this environment, as ``pip install`` would put them; the base interpreter has none)."""
     base = getattr(sys, "_base_executable", sys.executable)
-    args = [base, "-m", "venv", "--without-pip", *(["--copies"] if copies else []), str(where)]
+    if kind == "virtualenv":
+        pytest.importorskip("virtualenv", reason="virtualenv is not installed (the dev extra has it)")
+        args = [sys.executable, "-m", "virtualenv", "--quiet", "--no-pip", "--no-setuptools", "--no-wheel",
+                "--python", base, str(where)]  # fmt: skip
+    elif kind == "uv":
+        uv = shutil.which("uv") or str(Path(sys.executable).with_name("uv"))
+        if not Path(uv).exists():
+            pytest.skip("uv is not installed (the dev extra has it)")
+        args = [uv, "venv", "--quiet", "--python", base, str(where)]
+    else:
+        args = [base, "-m", "venv", "--without-pip", *(["--copies"] if kind == "copies" else []), str(where)]
     subprocess.run(args, check=True, timeout=120)
     python = where / "bin" / "python"
     site = subprocess.run(
@@ -56,9 +67,9 @@ def make_venv(where: Path, *, copies: bool) -> Path:
 
 @desktop
 @needs_tools
-@pytest.mark.parametrize("copies", [False, True], ids=["symlinks", "copies"])
-def test_desktop_runs_actions_from_a_venv(tmp_path: Path, copies: bool) -> None:
-    python = make_venv(tmp_path / "venv", copies=copies)
+@pytest.mark.parametrize("kind", ["symlinks", "copies", "virtualenv", "uv"])
+def test_desktop_runs_actions_from_a_venv(tmp_path: Path, kind: str) -> None:
+    python = make_venv(tmp_path / "venv", kind=kind)
     base_has_it = subprocess.run(
         [getattr(sys, "_base_executable", sys.executable), "-c", "import pyautogui"], capture_output=True
     )
