@@ -179,3 +179,35 @@ def test_uid_leases_are_exclusive(tmp_path: Path) -> None:
         UidLease(5_000_000, 2, tmp_path)
     first.release()
     assert UidLease(5_000_000, 2, tmp_path).uid == first.uid
+
+
+def _fake_cgroup2(root: Path, controllers: str) -> Path:
+    """A cgroup v2 tree as the kernel lays it out, for the path this machine cannot mount (it runs v1)."""
+    parent = root / "legato.slice"
+    parent.mkdir(parents=True)
+    (parent / "cgroup.controllers").write_text(controllers + "\n")
+    (parent / "cgroup.subtree_control").write_text("\n")
+    return parent
+
+
+@pytest.mark.parametrize("controllers", ["cpu memory pids io", "cpu io"])
+def test_a_cgroup_v2_host_gets_a_v2_cgroup_with_the_bounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, controllers: str
+) -> None:
+    from legato_gym.backends.local import limits as limits_module
+
+    parent = _fake_cgroup2(tmp_path / "cg", controllers)
+    monkeypatch.setattr(limits_module, "_mounts", lambda: [(str(tmp_path / "cg"), "cgroup2", {"rw"})])
+    monkeypatch.setattr(limits_module, "_own_paths", lambda: {"0": "/legato.slice"})
+    cgroup = Cgroup(f"legato-{os.getpid()}-t", Limits.from_mb(memory_mb=256, max_processes=64, tmpfs_mb=32))
+    created = cgroup.create()
+    if "memory" not in controllers:  # the host offers no memory/pids controllers: no cgroup, rlimits only
+        assert not created and cgroup.procs == [] and [p.name for p in parent.iterdir()].count(cgroup.name) == 0
+        return
+    assert created and cgroup.kind == "v2"
+    child = parent / cgroup.name
+    assert cgroup.procs == [child / "cgroup.procs"]
+    assert (child / "memory.max").read_text() == str(256 * 2**20)
+    assert (child / "pids.max").read_text() == "64"
+    assert (child / "memory.swap.max").read_text() == "0"
+    assert set((parent / "cgroup.subtree_control").read_text().split()) == {"+memory", "+pids"}
