@@ -51,8 +51,9 @@ def _standalone_prefix(base: Path, where: Path) -> None:
 
 def make_venv(where: Path, *, kind: str) -> Path:
     """An environment made from the base interpreter by ``kind`` (the stdlib ``venv`` with symlinks or copies,
-    ``virtualenv``, ``uv venv``, or a conda-like standalone prefix), with pyautogui and its dependencies in its own site-packages (copied from
-    this environment, as ``pip install`` would put them; the base interpreter has none)."""
+    ``virtualenv``, ``uv venv``, or a conda-like standalone prefix), with pyautogui and its dependencies in
+    its own site-packages (copied from this environment, as ``pip install`` would put them; the base
+    interpreter has none)."""
     base = getattr(sys, "_base_executable", sys.executable)
     if kind == "virtualenv":
         pytest.importorskip("virtualenv", reason="virtualenv is not installed (the dev extra has it)")
