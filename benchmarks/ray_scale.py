@@ -19,6 +19,11 @@ Run::
     python benchmarks/ray_scale.py --desktops 1000 --nodes 4 --hosting inproc
     python benchmarks/ray_scale.py --desktops 128 --nodes 4 --hosting process
     python benchmarks/ray_scale.py --desktops 64 --nodes 2 --hosting process --screen 1920x1080 --png
+    python benchmarks/ray_scale.py --desktops 8 --nodes 2 --hosting process --screen 1920x1080 --png --pixels eager
+
+``--png`` drives the desktops as collect does (``png=True, copy=False``, reading ``info["screenshot_png"]``);
+``--pixels eager`` decodes every PNG on the driver as well (the behaviour before ``pixels="lazy"``), the
+default ``lazy`` only when read, which collect never does.
 
 Results and the cost model are in docs/benchmarks.md.
 """
@@ -105,6 +110,7 @@ def main() -> None:
     parser.add_argument("--hosting", choices=["inproc", "process"], default="inproc")
     parser.add_argument("--codec", choices=["auto", "zlib", "png", "raw"], default="auto")
     parser.add_argument("--png", action="store_true", help="ask for PNG screenshots too (as collect does)")
+    parser.add_argument("--pixels", choices=["lazy", "eager"], default="lazy", help="when --png: decode PNGs when")
     parser.add_argument("--screen", default="200x150", help="WxH; the smallest that fits every fake task")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--warmup", type=float, default=5.0)
@@ -136,6 +142,8 @@ def main() -> None:
             deadlines=deadlines,
             placement=placement,
             png=args.png,
+            copy=not args.png,
+            pixels=args.pixels,
         )
         t_open = time.perf_counter() - t0
         try:
@@ -161,6 +169,7 @@ def main() -> None:
         hosting=args.hosting,
         codec=args.codec,
         png=args.png,
+        pixels=args.pixels,
         screen=f"{width}x{height}",
         cluster_start_s=t_cluster,
         open_s=t_open,

@@ -45,6 +45,7 @@ from legato_rl.store import (
     ErrorInfo,
     ModelStats,
     PolicyStamp,
+    PromptContext,
     RequestRef,
     Response,
     RolloutRecord,
@@ -53,6 +54,7 @@ from legato_rl.store import (
     StepRecord,
     Timing,
     open_run,
+    prompt_ids_of,
     read_records,
     tasks_sha256,
 )
@@ -374,6 +376,8 @@ class Collector:
             # their shared buffers: a screenshot is only read before the desktop's next step
             png=True,
             copy=False,
+            # a PNG that came alone from a Ray host is decoded only if the harness reads the pixels
+            pixels="lazy",
         )
         try:
             await asyncio.gather(*(self._desktop_loop(env, client, i) for i in range(opts.desktops)))
@@ -477,6 +481,7 @@ class Collector:
         play.add_timings(info.get("timings", {}))
         deadline = None if opts.rollout_timeout is None else time.monotonic() + opts.rollout_timeout
         conversation = self.harness.start(attempt.task.instruction, self.desktop_config.screen)
+        context: PromptContext | None = None  # the previous step's prompt and response token ids
         for index in range(opts.max_steps):
             if self.book.is_closed(attempt.group_id):
                 return Status.CANCELLED
@@ -505,6 +510,7 @@ class Collector:
             assert self._store is not None
             await self._store.wait_backlog()
             request = self._store.put_request(result.request)
+            prompt_ids, context = prompt_ids_of(result, context)
             actions: list[ActionRecord] = []
             ended = False
             if not self.book.is_closed(attempt.group_id):
@@ -528,6 +534,7 @@ class Collector:
                     description=reply.description or None,
                     parse_error=reply.error,
                     started_at=step_started,
+                    prompt_ids=prompt_ids,
                 )
             )
             if ended:

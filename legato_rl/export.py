@@ -4,15 +4,31 @@ Each row holds exactly these fields, in this order (JSONL value; Parquet type):
 
 * ``rollout_id``, ``task_id``, ``group_id``: strings (``string`` not null); the identity a trainer joins on.
 * ``step_index``: the step's 0-based index in its rollout (``int32`` not null).
+* ``status``: the rollout's status, ``ok`` or ``truncated`` (``string`` not null).
 * ``messages``: the prompt as sent, a list of chat messages (``string`` not null: the same list as JSON text).
+* ``prompt_token_ids``: the prompt's token ids exactly as the server returned them (vLLM
+  ``prompt_token_ids``, SGLang ``choices[0].prompt_token_ids``), or null (``list<int32>``).
+* ``prompt_continues``: whether the prompt continues the previous step's prompt and response token for
+  token (:class:`~legato_rl.store.PromptIds`), or null without prompt ids (``bool``).
 * ``response_text``: the reply's content (``string`` not null).
 * ``response_reasoning``: the reasoning the server split off, or null (``string``).
-* ``response_token_ids``: the reply's token ids, or null when the server gave none (``list<int64>``).
-* ``response_logprobs``: one logprob per token, or null (``list<double>``).
+* ``response_token_ids``: the reply's token ids, or null when the server gave none (``list<int32>``).
+* ``response_logprobs``: one logprob per token, or null (``list<float32>``: vLLM computes them in float32).
 * ``response_tokens``: the tokens as text, only when there are no token ids, else null (``list<string>``).
+* ``finish_reason``: ``stop``, ``length``, ... as the server said, or null (``string``).
 * ``reward``: the rollout's reward (``double`` not null).
 * ``advantage``: the rollout's group advantage (``double`` not null).
-* ``policy_version``: the version stamped on the rollout, or null (``string``).
+* ``policy_version``: the version stamped on the rollout (``--version``), or null (``string``).
+* ``weight_version``: the weight version the server reported for this reply, or null (``string``).
+
+With ``image_column`` (Parquet only) a last column ``images`` holds the step's screenshots in the order
+``messages`` references them, as a Hugging Face ``datasets`` ``List(Image())`` column
+(``list<struct<bytes: binary, path: string>>``, ``path`` being ``images/<sha>.png``); the file's
+``huggingface`` metadata says so, so ``datasets.load_dataset("parquet", ...)`` decodes them as PIL images.
+Every row carries its whole prompt's screenshots: that file grows with the steps squared, as the prompts do.
+
+Token ids are ``int32`` and logprobs ``float32`` in Parquet (JSONL keeps the recorded numbers as they are); an
+id outside the ``int32`` range fails the export with :class:`~legato_rl.store.RecordError`.
 
 ``messages`` is the prompt exactly as it was sent (:func:`legato_rl.store.load_request`), each image as its
 ``legato-image://<sha>`` reference (the PNG is ``RUN/images/<sha>.png``) or, with ``inline_images``, as its
@@ -49,7 +65,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from legato_gym.errors import ConfigError
+import numpy as np
+
+from legato_gym.errors import ConfigError, MissingDependencyError
 from legato_rl.store import (
     IMAGE_SCHEME,
     IMAGES_DIR,
@@ -62,6 +80,7 @@ from legato_rl.store import (
     StepRecord,
     StorageError,
     check_run_dir,
+    expand_prompt_ids,
     load_request,
     read_record_dicts,
     read_records,
@@ -70,7 +89,16 @@ from legato_rl.store import (
 )
 from legato_rl.summary import COMPLETED, group_advantages
 
-__all__ = ["EXPORT_FIELDS", "EXPORT_SCHEMA", "FORMATS", "ExportStats", "export_steps", "parquet_schema"]
+__all__ = [
+    "DATASETS_EXTRA",
+    "EXPORT_FIELDS",
+    "EXPORT_SCHEMA",
+    "FORMATS",
+    "IMAGES_FIELD",
+    "ExportStats",
+    "export_steps",
+    "parquet_schema",
+]
 
 log = logging.getLogger(__name__)
 
@@ -84,16 +112,27 @@ EXPORT_FIELDS = (
     "task_id",
     "group_id",
     "step_index",
+    "status",
     "messages",
+    "prompt_token_ids",
+    "prompt_continues",
     "response_text",
     "response_reasoning",
     "response_token_ids",
     "response_logprobs",
     "response_tokens",
+    "finish_reason",
     "reward",
     "advantage",
     "policy_version",
+    "weight_version",
 )
+#: The column ``image_column=True`` adds after :data:`EXPORT_FIELDS`.
+IMAGES_FIELD = "images"
+#: The extra that installs Hugging Face ``datasets`` (for ``image_column``).
+DATASETS_EXTRA = "export"
+
+_INT32 = np.iinfo(np.int32)
 
 # A Parquet row group is written when it holds this many rows, or this many characters of messages
 # (inline screenshots make a row megabytes large), whichever comes first.
@@ -129,27 +168,51 @@ class ExportStats:
     seconds: float = 0.0
 
 
-def parquet_schema() -> Any:
-    """The ``pyarrow.Schema`` of a Parquet export (see the module docstring)."""
+def parquet_schema(*, image_column: bool = False) -> Any:
+    """The ``pyarrow.Schema`` of a Parquet export (see the module docstring).
+
+    Args:
+        image_column: add the ``images`` column and the ``huggingface`` metadata that makes it a
+            ``datasets`` ``List(Image())`` (needs Hugging Face ``datasets``).
+
+    Raises:
+        MissingDependencyError: ``image_column`` and ``datasets`` is not installed.
+    """
     pa = _pyarrow()
-    return pa.schema(
-        [
-            pa.field("rollout_id", pa.string(), nullable=False),
-            pa.field("task_id", pa.string(), nullable=False),
-            pa.field("group_id", pa.string(), nullable=False),
-            pa.field("step_index", pa.int32(), nullable=False),
-            pa.field("messages", pa.string(), nullable=False, metadata={"encoding": "json"}),
-            pa.field("response_text", pa.string(), nullable=False),
-            pa.field("response_reasoning", pa.string()),
-            pa.field("response_token_ids", _list_of(pa, pa.int64())),
-            pa.field("response_logprobs", _list_of(pa, pa.float64())),
-            pa.field("response_tokens", _list_of(pa, pa.string())),
-            pa.field("reward", pa.float64(), nullable=False),
-            pa.field("advantage", pa.float64(), nullable=False),
-            pa.field("policy_version", pa.string()),
-        ],
-        metadata={"legato.schema": EXPORT_SCHEMA},
-    )
+    fields = [
+        pa.field("rollout_id", pa.string(), nullable=False),
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("group_id", pa.string(), nullable=False),
+        pa.field("step_index", pa.int32(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("messages", pa.string(), nullable=False, metadata={"encoding": "json"}),
+        pa.field("prompt_token_ids", _list_of(pa, pa.int32())),
+        pa.field("prompt_continues", pa.bool_()),
+        pa.field("response_text", pa.string(), nullable=False),
+        pa.field("response_reasoning", pa.string()),
+        pa.field("response_token_ids", _list_of(pa, pa.int32())),
+        pa.field("response_logprobs", _list_of(pa, pa.float32())),
+        pa.field("response_tokens", _list_of(pa, pa.string())),
+        pa.field("finish_reason", pa.string()),
+        pa.field("reward", pa.float64(), nullable=False),
+        pa.field("advantage", pa.float64(), nullable=False),
+        pa.field("policy_version", pa.string()),
+        pa.field("weight_version", pa.string()),
+    ]
+    metadata = {"legato.schema": EXPORT_SCHEMA}
+    if image_column:
+        image = pa.struct([pa.field("bytes", pa.binary()), pa.field("path", pa.string())])
+        fields.append(pa.field(IMAGES_FIELD, _list_of(pa, image)))
+        metadata["huggingface"] = _hf_metadata(pa.schema(fields))
+    return pa.schema(fields, metadata=metadata)
+
+
+def _hf_metadata(schema: Any) -> str:
+    """The ``huggingface`` schema metadata ``datasets`` reads its features from (``images``: ``List(Image())``)."""
+    datasets = _datasets()
+    features = datasets.Features.from_arrow_schema(schema.remove(schema.get_field_index(IMAGES_FIELD)))
+    features[IMAGES_FIELD] = datasets.List(datasets.Image()) if hasattr(datasets, "List") else [datasets.Image()]
+    return json.dumps({"info": {"features": features.to_dict()}})
 
 
 def _list_of(pa: Any, item: Any) -> Any:
@@ -163,6 +226,7 @@ def export_steps(
     *,
     inline_images: bool = False,
     format: str | None = None,
+    image_column: bool = False,
 ) -> ExportStats:
     """Write one training sample per policy step of every ``ok`` or ``truncated`` rollout of a run.
 
@@ -172,6 +236,8 @@ def export_steps(
         inline_images: put each screenshot in ``messages`` as its ``data:image/png;base64`` URL instead of
             its ``legato-image://<sha>`` reference.
         format: ``jsonl`` or ``parquet``; ``None`` picks it from ``out``'s suffix (``.jsonl``, ``.parquet``).
+        image_column: (Parquet only) add an ``images`` column holding each step's screenshots as a Hugging
+            Face ``datasets`` ``List(Image())`` (see the module docstring).
 
     Returns:
         What was written.
@@ -179,9 +245,10 @@ def export_steps(
     Raises:
         RecordError: ``run_dir`` is not a run, a record is damaged, or a message or image file is missing.
         RunInProgressError: a collect is still writing the run.
-        ConfigError: ``format`` or ``out``'s suffix is not a known format, or ``out`` is a directory or a
-            file of the run itself.
-        MissingDependencyError: Parquet was asked for and pyarrow is not installed.
+        ConfigError: ``format`` or ``out``'s suffix is not a known format, ``out`` is a directory or a
+            file of the run itself, or ``image_column`` was asked for with JSONL.
+        MissingDependencyError: Parquet was asked for and pyarrow is not installed, or ``image_column`` and
+            Hugging Face ``datasets`` is not (``pip install 'legatolabs[export]'``).
         StorageError: ``out`` cannot be written (a full disk, a read-only folder, a file in its path); the
             file that was there is left as it was and no temporary file remains.
 
@@ -195,6 +262,12 @@ def export_steps(
     root = check_run_dir(run_dir)
     path = Path(out)
     fmt = _format(path, format)
+    if image_column and fmt != "parquet":
+        raise ConfigError(
+            f"the images column is a Parquet column (a datasets Image list); export to {path.with_suffix('.parquet')} "
+            "or drop --image-column (JSONL rows reference the screenshots by legato-image://<sha>, or inline them "
+            "with --inline-images)"
+        )
     _check_out(root, path)
     torn = torn_tail_bytes(root)
     if torn:
@@ -205,7 +278,7 @@ def export_steps(
             torn,
         )
     advantages = group_advantages(_outcomes(root))
-    writer = _ParquetRows(path) if fmt == "parquet" else _JsonlRows(path)
+    writer = _ParquetRows(path, image_column=image_column) if fmt == "parquet" else _JsonlRows(path)
     rows = rollouts = 0
     groups: set[str] = set()
     excluded: Counter[str] = Counter()
@@ -225,8 +298,12 @@ def export_steps(
                 rollouts += 1
                 groups.add(record.group_id)
                 images_seen: set[str] = set()
-                for step in record.steps:
-                    writer.write(_row(root, record, step, advantage, inline_images, images_seen))
+                prompts = expand_prompt_ids(record.steps, f"rollout {record.rollout_id}")
+                for step, prompt_ids in zip(record.steps, prompts, strict=True):
+                    row = _row(root, record, step, advantage, inline_images, images_seen, prompt_ids)
+                    if image_column:
+                        row[IMAGES_FIELD] = _image_list(root, step, None if inline_images else row["messages"])
+                    writer.write(row)
                     rows += 1
         finally:
             writer.close()
@@ -258,7 +335,13 @@ def _outcomes(root: Path) -> Iterator[dict[str, Any]]:
 
 
 def _row(
-    root: Path, record: RolloutRecord, step: StepRecord, advantage: float, inline: bool, images_seen: set[str]
+    root: Path,
+    record: RolloutRecord,
+    step: StepRecord,
+    advantage: float,
+    inline: bool,
+    images_seen: set[str],
+    prompt_ids: list[int] | None,
 ) -> dict[str, Any]:
     where = f"rollout {record.rollout_id} step {step.index}"
     try:
@@ -275,20 +358,55 @@ def _row(
         "task_id": record.task_id,
         "group_id": record.group_id,
         "step_index": step.index,
+        "status": record.status,
         "messages": messages,
+        "prompt_token_ids": _ids32(prompt_ids, where, "prompt"),
+        "prompt_continues": None if step.prompt_ids is None else step.prompt_ids.prefix,
         "response_text": response.content,
         "response_reasoning": response.reasoning,
-        "response_token_ids": _list(response.token_ids),
+        "response_token_ids": _ids32(_list(response.token_ids), where, "response"),
         "response_logprobs": _list(response.logprobs),
         "response_tokens": _list(response.tokens),
+        "finish_reason": response.finish_reason,
         "reward": record.reward,
         "advantage": advantage,
         "policy_version": record.policy.version,
+        "weight_version": step.model.weight_version,
     }
 
 
-def _check_images(root: Path, messages: list[Any], seen: set[str], where: str) -> None:
-    """Referenced screenshots must exist beside the export's references (a stat, not a hash check)."""
+def _ids32(ids: list[int] | None, where: str, what: str) -> list[int] | None:
+    """``ids``, checked to fit the ``int32`` column (in C: a prompt holds tens of thousands)."""
+    if not ids:
+        return ids
+    if min(ids) < _INT32.min or max(ids) > _INT32.max:
+        bad = next(i for i in ids if not _INT32.min <= i <= _INT32.max)
+        raise RecordError(
+            f"cannot export {where}: its {what} token id {bad} does not fit int32 (vocabularies do); the "
+            "server's reply was not a real token id, so the record cannot be trained on as it is"
+        )
+    return ids
+
+
+def _image_list(root: Path, step: StepRecord, messages: list[Any] | None) -> list[dict[str, Any]]:
+    """The step's screenshots as ``datasets`` Image values, in the order its messages reference them.
+
+    ``messages`` are the step's messages with image references (``None``: read them again).
+    """
+    images = []
+    if messages is None:
+        messages = load_request(root, step.request, inline_images=False)["messages"]
+    for url in _image_refs(messages):
+        name = f"{IMAGES_DIR}/{url[len(IMAGE_SCHEME) :]}.png"
+        try:
+            data = (root / name).read_bytes()
+        except OSError as exc:
+            raise RecordError(f"cannot export step {step.index}: cannot read {root / name} ({exc})") from exc
+        images.append({"bytes": data, "path": name})
+    return images
+
+
+def _image_refs(messages: list[Any]) -> Iterator[str]:
     for message in messages:
         content = message.get("content") if isinstance(message, dict) else None
         if not isinstance(content, list):
@@ -298,17 +416,22 @@ def _check_images(root: Path, messages: list[Any], seen: set[str], where: str) -
                 continue
             image = part.get("image_url")
             url = image.get("url") if isinstance(image, dict) else image
-            if not isinstance(url, str) or not url.startswith(IMAGE_SCHEME):
-                continue
-            sha = url[len(IMAGE_SCHEME) :]
-            if sha in seen:
-                continue
-            image_path = root / IMAGES_DIR / f"{sha}.png"
-            if not image_path.is_file():
-                raise RecordError(
-                    f"cannot export {where}: image file {image_path} is missing: the run directory is incomplete"
-                )
-            seen.add(sha)
+            if isinstance(url, str) and url.startswith(IMAGE_SCHEME):
+                yield url
+
+
+def _check_images(root: Path, messages: list[Any], seen: set[str], where: str) -> None:
+    """Referenced screenshots must exist beside the export's references (a stat, not a hash check)."""
+    for url in _image_refs(messages):
+        sha = url[len(IMAGE_SCHEME) :]
+        if sha in seen:
+            continue
+        image_path = root / IMAGES_DIR / f"{sha}.png"
+        if not image_path.is_file():
+            raise RecordError(
+                f"cannot export {where}: image file {image_path} is missing: the run directory is incomplete"
+            )
+        seen.add(sha)
 
 
 def _list(values: tuple[Any, ...] | None) -> list[Any] | None:
@@ -338,12 +461,13 @@ class _JsonlRows:
 
 
 class _ParquetRows:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, image_column: bool = False) -> None:
         self.path = path
         self._pa = _pyarrow()
-        self._schema = parquet_schema()
+        self._schema = parquet_schema(image_column=image_column)
+        self._names = (*EXPORT_FIELDS, IMAGES_FIELD) if image_column else EXPORT_FIELDS
         self._writer: Any = None
-        self._columns: dict[str, list[Any]] = {name: [] for name in EXPORT_FIELDS}
+        self._columns: dict[str, list[Any]] = {name: [] for name in self._names}
         self._rows = 0
         self._chars = 0
 
@@ -354,10 +478,10 @@ class _ParquetRows:
 
     def write(self, row: dict[str, Any]) -> None:
         messages = json.dumps(row["messages"], ensure_ascii=False, separators=(",", ":"))
-        for name in EXPORT_FIELDS:
+        for name in self._names:
             self._columns[name].append(messages if name == "messages" else row[name])
         self._rows += 1
-        self._chars += len(messages)
+        self._chars += len(messages) + sum(len(image["bytes"]) for image in row.get(IMAGES_FIELD) or ())
         if self._rows >= _BATCH_ROWS or self._chars >= _BATCH_CHARS:
             self._flush()
 
@@ -366,7 +490,7 @@ class _ParquetRows:
             return
         table = self._pa.Table.from_pydict(self._columns, schema=self._schema)
         self._writer.write_table(table)
-        self._columns = {name: [] for name in EXPORT_FIELDS}
+        self._columns = {name: [] for name in self._names}
         self._rows = self._chars = 0
 
     def close(self) -> None:
@@ -485,10 +609,19 @@ def _pyarrow() -> Any:
     try:
         import pyarrow
     except ImportError as exc:  # pragma: no cover  (a core dependency; only a broken install lacks it)
-        from legato_gym.errors import MissingDependencyError
-
         raise MissingDependencyError(
             "Parquet export needs pyarrow: pip install 'pyarrow>=14' (a dependency of legatolabs), "
             "or export JSONL (--out FILE.jsonl)"
         ) from exc
     return pyarrow
+
+
+def _datasets() -> Any:
+    try:
+        import datasets
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"the images column (--image-column) is written as a Hugging Face datasets Image list: pip install "
+            f"'legatolabs[{DATASETS_EXTRA}]' (or 'datasets>=2.18'), or export without it"
+        ) from exc
+    return datasets

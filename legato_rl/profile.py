@@ -679,8 +679,17 @@ def summary_rows(profile: Profile) -> list[tuple[str, str]]:
         ("prefix-cache hit rate", _share(s.prefix_cache_hit_rate)),
         ("steps with logprobs", _share(s.share_steps_with_logprobs)),
         ("steps with token ids", _share(s.share_steps_with_token_ids)),
+        ("steps with prompt ids", _share(s.share_steps_with_prompt_ids)),
+        ("server weight versions", _weight_versions(s.weight_versions, s.weight_version_mismatches)),
         ("groups (short)", f"{s.groups} ({s.groups_short})"),
     ]
+
+
+def _weight_versions(versions: Mapping[str, int], mismatches: int) -> str:
+    if not versions:
+        return "not reported"
+    text = ", ".join(f"{label} ({n})" for label, n in versions.items())
+    return f"{text}; {mismatches} call(s) differ from --version" if mismatches else text
 
 
 def error_rows(profile: Profile) -> list[tuple[str, str, str, str]]:

@@ -17,6 +17,13 @@ Definitions (each key of ``summary.json`` is always present; a figure with nothi
 * ``errors``: records that ended in ``error``, by kind (``policy``, ``env``).
 * ``prefix_cache_hit_rate``: cached prompt tokens / prompt tokens, over calls that report both.
 * ``share_steps_with_logprobs`` / ``share_steps_with_token_ids``: share of policy calls whose response has them.
+* ``share_steps_with_prompt_ids``: share of policy calls whose step kept the prompt's token ids.
+* ``weight_versions``: policy calls per weight version the server reported (SGLang
+  ``metadata.weight_version``, vLLM >= 0.33 ``weight_versions``); empty when it reports none.
+* ``weight_version_mismatches``: policy calls whose server-reported weight version differs from the
+  ``--version`` stamped on their record (both known). Not 0 means the server was serving other weights
+  than the records claim, or its label was never set to ``--version`` (vLLM and SGLang say ``default``):
+  label the weights on the server with the same string as ``--version``.
 * ``groups``, ``groups_short``, ``groups_short_ids``: groups seen, and those that ended with fewer than
   ``group`` completed attempts.
 
@@ -89,6 +96,9 @@ class Summary:
     groups: int
     groups_short: int
     groups_short_ids: tuple[str, ...] = field(default=())
+    share_steps_with_prompt_ids: float | None = None
+    weight_versions: Mapping[str, int] = field(default_factory=dict)
+    weight_version_mismatches: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """``summary.json``'s content, keys in a fixed order."""
@@ -107,6 +117,9 @@ class Summary:
             "prefix_cache_hit_rate": self.prefix_cache_hit_rate,
             "share_steps_with_logprobs": self.share_steps_with_logprobs,
             "share_steps_with_token_ids": self.share_steps_with_token_ids,
+            "share_steps_with_prompt_ids": self.share_steps_with_prompt_ids,
+            "weight_versions": dict(self.weight_versions),
+            "weight_version_mismatches": self.weight_version_mismatches,
             "groups": self.groups,
             "groups_short": self.groups_short,
             "groups_short_ids": list(self.groups_short_ids),
@@ -138,7 +151,8 @@ def summarize(records: Iterable[RolloutRecord], *, group: int, wall_s: float | N
     total_s = failed_call_s = other_s = 0.0
     rewards: list[float] = []
     latencies: list[float] = []
-    retried_calls = n_steps = with_logprobs = with_token_ids = 0
+    retried_calls = n_steps = with_logprobs = with_token_ids = with_prompt_ids = mismatches = 0
+    weight_versions: dict[str, int] = defaultdict(int)
     prompt_tokens = cached_tokens = 0
     completed_per_group: dict[str, int] = defaultdict(int)
     first: float | None = None
@@ -173,6 +187,11 @@ def summarize(records: Iterable[RolloutRecord], *, group: int, wall_s: float | N
             retried_calls += step.model.attempts > 1
             with_logprobs += step.response.logprobs is not None
             with_token_ids += step.response.token_ids is not None
+            with_prompt_ids += step.prompt_ids is not None
+            served = step.model.weight_version
+            if served is not None:
+                weight_versions[served] += 1
+                mismatches += record.policy.version is not None and served != record.policy.version
             if step.model.prompt_tokens is not None and step.model.cached_tokens is not None:
                 prompt_tokens += step.model.prompt_tokens
                 cached_tokens += step.model.cached_tokens
@@ -203,6 +222,9 @@ def summarize(records: Iterable[RolloutRecord], *, group: int, wall_s: float | N
         groups=len(completed_per_group),
         groups_short=len(short),
         groups_short_ids=tuple(short),
+        share_steps_with_prompt_ids=with_prompt_ids / n_steps if n_steps else None,
+        weight_versions=dict(sorted(weight_versions.items())),
+        weight_version_mismatches=mismatches,
     )
 
 

@@ -23,11 +23,11 @@ def make_vector_env(num_envs: int = 1, **kwargs: Any) -> DesktopVectorEnv:
     """The ``vector_entry_point`` of legato's Gymnasium ids: a :class:`DesktopVectorEnv`.
 
     Takes :class:`DesktopVectorEnv`'s arguments (``backend``, ``config``, ``max_steps``, ``tasks``, ``seed``,
-    ``deadlines``, ``worker_env``, ``screenshots``, ``png``, ``copy``). ``gymnasium.make_vec`` also passes
+    ``deadlines``, ``worker_env``, ``screenshots``, ``png``, ``copy``, ``pixels``). ``gymnasium.make_vec`` also passes
     ``max_episode_steps`` (the step limit, as for ``gymnasium.make``: a larger ``max_steps`` yields to it, a
     smaller one is a ``ConfigError``) and ``render_mode`` (only ``None``). ``ray`` (a cluster
     address or a :class:`~legato_gym.vector.ray_env.RayPlacement`) places the desktops on a Ray cluster
-    (:class:`~legato_gym.vector.ray_env.RayDesktopVectorEnv`).
+    (:class:`~legato_gym.vector.ray_env.RayDesktopVectorEnv`; host setup in docs/ray.md).
 
     Example::
 

@@ -69,6 +69,8 @@ from legato_gym.vector.spaces import UniformBox
 if TYPE_CHECKING:
     from gymnasium.envs.registration import EnvSpec
 
+    from legato_gym.vector.ray_host import LazyScreenshot
+
 __all__ = ["Deadlines", "DesktopVectorEnv"]
 
 logger = logging.getLogger(__name__)
@@ -131,6 +133,17 @@ class _Result:
     error: LegatoError | None = None
     from_shm: bool = False
     png: bytes | None = None
+    lazy: bool = False  # the screenshot (of ``shape``) is in ``png`` only; ``decode()`` makes ``screen``
+    shape: tuple[int, ...] = ()
+
+    def decode(self) -> Screens | None:
+        """The screenshot's pixels, decoded from ``png`` first if it came as a PNG only."""
+        if self.lazy and self.png is not None:
+            from legato_gym.vector.ray_host import LazyScreenshot
+
+            self.screen = LazyScreenshot(self.png, self.shape).array()
+            self.lazy = False
+        return self.screen
 
     def own_screen(self) -> None:
         """Copy the screenshot out of the worker's shared buffer (before the worker may overwrite it)."""
@@ -187,8 +200,14 @@ class _Slot:
         self.lost: DesktopError | None = None
         self.idle_waiters: list[asyncio.Future[None]] = []  # idle() futures, done when busy clears
         self.unconsumed: _Result | None = None
-        self.last_screen: Screens | None = None
+        self.last_screen: Screens | LazyScreenshot | None = None
         self.last_instruction = ""
+
+
+def _worker_name(proc: WorkerProcess) -> str:
+    """``worker PID``, plus the host it ran on for a remote worker (its ``where``, e.g. a Ray host agent)."""
+    where = getattr(proc, "where", None)
+    return f"worker {proc.pid} on {where}" if where else f"worker {proc.pid}"
 
 
 def _kill_all(procs: set[WorkerProcess]) -> None:
@@ -219,6 +238,12 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
             stays valid until that desktop's next request, and saves a copy of the whole screen per step
             for callers that are done with it by then (``legato rl collect``). Batched results are always
             copies.
+        pixels: ``"eager"`` (the default) decodes a screenshot that arrived as a PNG only (a desktop on a Ray
+            host with ``png=True``) as soon as it arrives. ``"lazy"`` leaves it to the caller: ``areset`` /
+            ``astep`` then return it as a :class:`~legato_gym.vector.ray_host.LazyScreenshot`, an array-like
+            whose pixels are decoded when first read, for callers that send ``info["screenshot_png"]`` and
+            rarely read the pixels (``legato rl collect``). Local desktops' screenshots and batched results are
+            arrays either way.
 
     One thread drives a vector env (asyncio callers: the thread running the event loop). It is a context
     manager; ``close()`` is idempotent, and workers left running at interpreter exit are killed.
@@ -250,6 +275,7 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         screenshots: Literal["shm", "blob"] = "shm",
         png: bool = False,
         copy: bool = True,
+        pixels: Literal["eager", "lazy"] = "eager",
     ) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
             raise ConfigError(f"num_envs={num_envs!r} must be a positive integer")
@@ -257,6 +283,8 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
             raise ConfigError(f"max_steps={max_steps!r} must be a positive integer, e.g. 15")
         if screenshots not in ("shm", "blob"):
             raise ConfigError(f"screenshots={screenshots!r}; choose 'shm' (shared memory) or 'blob' (framed bytes)")
+        if pixels not in ("eager", "lazy"):
+            raise ConfigError(f"pixels={pixels!r}; choose 'eager' (decode at once) or 'lazy' (when read)")
         self.closed = True  # until the workers are up; close() is then a no-op
         self.num_envs = num_envs
         self.backend = backend
@@ -267,6 +295,7 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         self.screenshots = screenshots
         self.png = bool(png)
         self.copy = bool(copy)
+        self.pixels = pixels
         _, default_tasks = get_backend(backend)
         self.tasks: list[Task] = list(tasks) if tasks is not None else list(default_tasks(self.config))
         self._config_json = config_to_json(self.config)
@@ -654,7 +683,8 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
             self._fail_worker(
                 slot,
                 DesktopCrashed(
-                    f"worker {proc.pid} died (exit status {proc.proc.returncode}) before it got {request.op!r} ({exc})"
+                    f"{_worker_name(proc)} died (exit status {proc.proc.returncode}) before it got "
+                    f"{request.op!r} ({exc})"
                 ),
             )
 
@@ -747,12 +777,12 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
                     return
                 self._on_message(slot, proc, message, blob)
         except (ProtocolError, KeyError, TypeError, ValueError, OSError) as exc:
-            self._fail_worker(slot, DesktopCrashed(f"worker {proc.pid} broke the protocol: {exc}"))
+            self._fail_worker(slot, DesktopCrashed(f"{_worker_name(proc)} broke the protocol: {exc}"))
             return
         if not alive and slot.proc is proc:
             self._unwatch(proc)
             proc.kill()
-            self._fail_worker(slot, DesktopCrashed(f"worker {proc.pid} died (exit status {proc.proc.returncode})"))
+            self._fail_worker(slot, DesktopCrashed(f"{_worker_name(proc)} died (exit status {proc.proc.returncode})"))
 
     def _on_message(self, slot: _Slot, proc: WorkerProcess, message: dict[str, Any], blob: bytearray | None) -> None:
         kind = message.get("kind")
@@ -814,6 +844,12 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
             if obs["where"] == "shm":
                 assert proc.screens is not None
                 result.screen, result.from_shm = proc.screens.array(shape), True
+            elif obs["where"] == "png":  # a remote worker sent its PNG alone: the pixels are decoded from it
+                if result.png is None:
+                    raise ProtocolError("observation says its pixels are in its PNG but has no PNG")
+                result.lazy, result.shape = True, shape
+                if self.pixels == "eager":
+                    result.decode()
             else:
                 result.screen = np.frombuffer(data, dtype=np.uint8).reshape(shape)
             result.instruction = str(obs["instruction"])
@@ -933,10 +969,11 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
             request = slot.current
             if request is not None and request.deadline is not None and now >= request.deadline:
                 what = "start" if request.op == "init" else request.op
+                who = "the worker" if slot.proc is None else _worker_name(slot.proc)
                 self._fail_worker(
                     slot,
                     DeadlineExceeded(
-                        f"{what!r} overran its {request.timeout:g} s deadline; the worker was killed "
+                        f"{what!r} overran its {request.timeout:g} s deadline; {who} was killed "
                         "(raise the deadline via DesktopConfig.timeouts or deadlines=)"
                     ),
                 )
@@ -1082,7 +1119,13 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         return self._assemble([(r.env_id, r) for r in finished], full=False)
 
     def _single_obs(self, result: _Result) -> Obs:
-        screen = result.screen if result.screen is not None else np.zeros(self._shape, np.uint8)
+        screen: Any
+        if result.lazy and result.png is not None:
+            from legato_gym.vector.ray_host import LazyScreenshot
+
+            screen = LazyScreenshot(result.png, result.shape)
+        else:
+            screen = result.screen if result.screen is not None else np.zeros(self._shape, np.uint8)
         slot = self._slots[result.env_id]
         slot.last_screen, slot.last_instruction = screen, result.instruction
         return {"screenshot": screen, "instruction": result.instruction}
@@ -1102,13 +1145,14 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
             slot = self._slots[env_id]
             if result is None:
                 if slot.last_screen is not None:
-                    screens[row] = slot.last_screen
+                    screens[row] = np.asarray(slot.last_screen)
                 else:
                     screens[row] = 0
                 instructions.append(slot.last_instruction)
                 continue
-            if result.screen is not None and result.error is None:
-                screens[row] = result.screen
+            screen = result.decode() if result.error is None else None
+            if screen is not None:
+                screens[row] = screen
             else:
                 screens[row] = 0
             result.from_shm, result.screen = False, None

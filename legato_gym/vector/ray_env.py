@@ -10,8 +10,10 @@ Placement: an agent asks Ray for its group's resources, per desktop ``cpus``, ``
 resources a host advertises for the backend (:meth:`RayPlacement.for_backend`): ``{"legato_kvm": 1,
 "legato_docker": 1}`` for osworld, ``{"legato_xvfb": 1}`` for local, none for fake. A host offers desktops by
 advertising those resources, e.g. ``ray start --address HEAD:6379 --resources '{"legato_kvm": 16,
-"legato_docker": 16}'`` for a host that runs 16 VMs. Agents are spread over the hosts that fit
-(``SPREAD``).
+"legato_docker": 16}'`` for a host that runs 16 VMs (host setup and the reserve for the host itself:
+docs/ray.md). Agents are spread over the hosts that fit (``SPREAD``), and never made larger than the
+smallest host that runs a desktop. Demand the alive nodes cannot meet fails at once (:func:`check_fit`),
+naming the resources missing, and an address where no cluster answers fails within seconds.
 
 Failures: a lost agent, node or partition ends the requests in flight on it as a dead worker does
 locally: :class:`~legato_gym.errors.DesktopCrashed` (or :class:`~legato_gym.errors.DeadlineExceeded` when
@@ -39,6 +41,7 @@ from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, cast
 
 from legato_gym.errors import ConfigError, MissingDependencyError
@@ -47,7 +50,7 @@ from legato_gym.vector.process import WorkerProcess
 from legato_gym.vector.protocol import FrameReader
 from legato_gym.vector.ray_host import Codec, HostAgent, decode_screen
 
-__all__ = ["RayDesktopVectorEnv", "RayPlacement", "import_ray"]
+__all__ = ["Fit", "RayDesktopVectorEnv", "RayPlacement", "check_fit", "desktops_per_node", "import_ray"]
 
 logger = logging.getLogger(__name__)
 
@@ -84,8 +87,9 @@ class RayPlacement:
     Attributes:
         address: the cluster (``"auto"``, ``"HOST:6379"``, ``"ray://HOST:10001"``); ``None`` joins the Ray
             instance this process already runs, or starts a local one.
-        group: desktops per host agent (one actor); an agent asks for ``group`` times the per-desktop
-            resources, so a host of 16 desktops runs two agents of 8.
+        group: desktops per host agent (one actor) at most; an agent asks for ``group`` times the per-desktop
+            resources, so a host of 16 desktops runs two agents of 8. Agents are never made larger than the
+            smallest host that can run a desktop (a cluster of 2-desktop hosts gets agents of 2).
         cpus: CPUs per desktop (``None``: the backend's default, 4 for osworld).
         memory: bytes of memory per desktop (``None``: the backend's default, 4 GiB for osworld).
         resources: custom resources per desktop (``None``: the backend's, e.g. ``{"legato_xvfb": 1}``).
@@ -96,6 +100,10 @@ class RayPlacement:
             no hang can be killed: fake desktops and benchmarks only).
         namespace: the Ray namespace of the agents.
         runtime_env: Ray ``runtime_env`` of the agents (e.g. ``{"pip": ["legatolabs[ray]==0.1.0"]}``).
+        require_fit: check at start that the cluster's nodes have room for every desktop and raise
+            :class:`~legato_gym.errors.ConfigError` naming what is missing if not; ``False`` waits for hosts to
+            join instead (an autoscaling cluster), up to the start deadline.
+        connect_timeout: seconds to wait for the cluster to accept this driver (``ray.init``) before giving up.
     """
 
     address: str | None = None
@@ -107,8 +115,12 @@ class RayPlacement:
     hosting: Literal["process", "inproc"] = "process"
     namespace: str | None = None
     runtime_env: Mapping[str, Any] | None = field(default=None, hash=False, compare=False)
+    require_fit: bool = True
+    connect_timeout: float = 60.0
 
     def __post_init__(self) -> None:
+        if not self.connect_timeout > 0:
+            raise ConfigError(f"RayPlacement.connect_timeout={self.connect_timeout!r} must be > 0 seconds")
         if isinstance(self.group, bool) or not isinstance(self.group, int) or self.group < 1:
             raise ConfigError(f"RayPlacement.group={self.group!r} must be a positive number of desktops per agent")
         if self.cpus is not None and self.cpus < 0:
@@ -142,6 +154,182 @@ class RayPlacement:
         )
 
 
+@dataclass(frozen=True)
+class Fit:
+    """How many desktops of one kind the cluster's nodes have room for (by the resources they advertise).
+
+    Attributes:
+        per_node: desktops each alive node can host, by node address (``None``: the desktops need nothing).
+        smallest: the fewest desktops a node that can host any can host (``None``: unknown or unbounded).
+    """
+
+    per_node: Mapping[str, int] | None
+    smallest: int | None
+
+    @property
+    def total(self) -> int | None:
+        """Desktops the whole cluster has room for (``None``: unbounded or unknown)."""
+        return None if self.per_node is None else sum(self.per_node.values())
+
+
+def desktops_per_node(node_resources: Mapping[str, float], needs: Mapping[str, float]) -> int | None:
+    """How many desktops needing ``needs`` (Ray resource name -> amount) fit in ``node_resources``.
+
+    ``None`` when the desktop needs nothing (fake desktops: no limit).
+
+    Example::
+
+        >>> desktops_per_node({"CPU": 8.0, "legato_xvfb": 2.0}, {"CPU": 1.0, "legato_xvfb": 1.0})
+        2
+    """
+    counts = [int(float(node_resources.get(name, 0.0)) / amount + 1e-9) for name, amount in needs.items() if amount > 0]
+    return min(counts) if counts else None
+
+
+def _needs(placement: RayPlacement, backend: str) -> dict[str, float]:
+    cpus, memory, resources = placement.for_backend(backend)
+    needs = {"CPU": cpus, "memory": float(memory)}
+    needs.update(resources)
+    return {name: amount for name, amount in needs.items() if amount > 0}
+
+
+def _amount(name: str, amount: float) -> str:
+    return f"{amount / GiB:g} GiB memory" if name == "memory" else f"{amount:g} {name}"
+
+
+def check_fit(ray: Any, placement: RayPlacement, backend: str, num_envs: int) -> Fit:
+    """Compare what ``num_envs`` desktops need with what the cluster's alive nodes advertise.
+
+    Raises:
+        ConfigError: no node can host a desktop, or (``placement.require_fit``) the nodes have room for fewer
+            than ``num_envs``; the message names the resources missing and how to advertise them.
+    """
+    needs = _needs(placement, backend)
+    if not needs:
+        return Fit(None, None)
+    try:
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+    except Exception as exc:  # e.g. a client connection that cannot list nodes: Ray will place what it can
+        logger.warning("cannot list the Ray cluster's nodes to check that the desktops fit: %s", exc)
+        return Fit(None, None)
+    per_node: dict[str, int] = {}
+    for node in nodes:
+        resources = node.get("Resources") or {}
+        name = f"{node.get('NodeManagerAddress', '?')} (node {str(node.get('NodeID', '?'))[:12]})"
+        per_node[name] = desktops_per_node(resources, needs) or 0
+    hosting = [count for count in per_node.values() if count > 0]
+    fit = Fit(per_node, min(hosting) if hosting else None)
+    each = ", ".join(_amount(name, amount) for name, amount in needs.items())
+    advertise = (
+        "advertise them when starting each host, e.g. ray start --address HEAD:6379 --num-cpus 8 "
+        "--resources '{\"legato_xvfb\": 6}' (docs/ray.md), or ask for less with RayPlacement(cpus=..., memory=..., "
+        "resources=...)"
+    )
+    if not hosting:
+        offered = {
+            name: max((float((n.get("Resources") or {}).get(name, 0.0)) for n in nodes), default=0.0) for name in needs
+        }
+        short = [
+            f"{_amount(name, needs[name])} (the most any node offers: {offered[name]:g})"
+            for name in needs
+            if offered[name] < needs[name]
+        ]
+        missing = (
+            "; missing: " + ", ".join(short) if short else "; each is offered somewhere, but no node offers all of them"
+        )
+        raise ConfigError(
+            f"no node of the Ray cluster ({len(nodes)} alive) can host a {backend!r} desktop, which needs {each}"
+            f"{missing}; {advertise}"
+        )
+    total = sum(hosting)
+    if total < num_envs:
+        where = ", ".join(f"{name}: {count}" for name, count in per_node.items())
+        message = (
+            f"the Ray cluster has room for {total} of the {num_envs} {backend!r} desktops asked for (each needs "
+            f"{each}; room by node: {where}); add hosts ({advertise}), or ask for {total} desktops (--desktops {total})"
+        )
+        if placement.require_fit:
+            raise ConfigError(message + ", or wait for hosts to join with RayPlacement(require_fit=False)")
+        logger.warning("%s; the others wait for hosts to join", message)
+    return fit
+
+
+def _gcs_target(address: str | None) -> tuple[str, int] | None:
+    """The ``(host, port)`` a cluster address connects to first (GCS, or the Ray client server), if known."""
+    from_env = os.environ.get("RAY_ADDRESS")
+    if from_env and not (address or "").startswith("ray://"):
+        address = from_env  # ray.init lets RAY_ADDRESS win over the address it is given
+    if address is None:
+        return None
+    if address == "auto":
+        address = ""
+        with contextlib.suppress(OSError):  # where `ray start` records the cluster this machine belongs to
+            address = Path(os.environ.get("RAY_TMPDIR", "/tmp"), "ray", "ray_current_cluster").read_text().strip()
+        if not address or address == "auto":
+            return None
+    if "://" in address:
+        scheme, _, address = address.partition("://")
+        default = 10001 if scheme == "ray" else 6379
+        if scheme not in ("ray", "gcs"):
+            return None
+    else:
+        default = 6379
+    host, colon, port = address.rpartition(":")
+    if not colon:
+        host, port = address, str(default)
+    host = host.strip("[]")
+    if not host or not port.isdigit():
+        return None
+    return host, int(port)
+
+
+def _init_ray(ray: Any, init: dict[str, Any], timeout: float) -> None:
+    """``ray.init(**init)`` that fails within seconds when nothing answers at the address, and within
+    ``timeout`` when the cluster answers but never accepts the driver (a Ray started here is not bounded).
+
+    Raises:
+        ConfigError: the cluster is unreachable, refused the driver, or did not accept it in time.
+    """
+    address = init.get("address")
+    fix = "give --ray the head's address (HOST:6379, ray://HOST:10001, or 'auto' on a cluster node)"
+    target = _gcs_target(address)
+    if target is not None:
+        host, port = target
+        try:
+            socket.create_connection((host, port), timeout=min(5.0, timeout)).close()
+        except OSError as exc:
+            raise ConfigError(
+                f"no Ray cluster answers at {address!r} ({host}:{port}: {exc.strerror or exc}); start its head "
+                f"there (ray start --head --port {port}) or {fix}"
+            ) from exc
+    failure: list[BaseException] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            ray.init(**init)
+        except BaseException as exc:  # handed to the caller's thread below
+            failure.append(exc)
+        finally:
+            done.set()
+
+    if address is None and target is None:  # starting a Ray of our own here: no cluster to wait for
+        run()
+    else:
+        threading.Thread(target=run, name="legato-ray-init", daemon=True).start()
+    if not done.wait(timeout):
+        raise ConfigError(
+            f"the Ray cluster at {address!r} answers but did not accept this driver within {timeout:g} s; check that "
+            "the driver runs the cluster's Ray and Python versions (ray --version on the head) and can reach every "
+            "node's ports, or raise RayPlacement.connect_timeout"
+        )
+    if failure:
+        error = failure[0]
+        if isinstance(error, (ConnectionError, ValueError, RuntimeError, TimeoutError)):
+            raise ConfigError(f"cannot connect to the Ray cluster at {address!r}: {error}; {fix}") from error
+        raise error
+
+
 class _Host:
     """One host agent: its actor handle, its capacity and the desktops it hosts."""
 
@@ -155,12 +343,20 @@ class _Host:
         self.why = ""
         self.started = False  # a worker started on it: the actor was placed and runs
         self.node_id: str | None = None
+        self.where: str | None = None  # "hostname (ip)" once the agent answered
+
+    def label(self) -> str:
+        """The agent and the host it runs on, for messages: ``host agent 2 on gpu7 (10.0.0.7), node 3f2a...``."""
+        where = self.where or "a host not known yet (the agent never answered)"
+        return f"host agent {self.index} on {where}, node {(self.node_id or '?')[:12]}"
 
 
 class _Hosts:
     """Places desktops on host agents, creates agents as needed and retires lost ones. Thread-safe."""
 
-    def __init__(self, ray: Any, placement: RayPlacement, backend: str, agent_args: tuple[Any, ...]) -> None:
+    def __init__(
+        self, ray: Any, placement: RayPlacement, backend: str, agent_args: tuple[Any, ...], largest: int | None = None
+    ) -> None:
         self.ray = ray
         self.placement = placement
         self.cpus, self.memory, self.resources = placement.for_backend(backend)
@@ -169,7 +365,7 @@ class _Hosts:
         self.hosts: list[_Host] = []
         self.lock = threading.Lock()
         self.expected = 0  # desktops about to be placed (sizes new agents)
-        self.group = placement.group
+        self.group = placement.group if largest is None else max(1, min(placement.group, largest))
         self._keys = 0
         self._agents = 0
 
@@ -222,7 +418,7 @@ class _Hosts:
             self.expected += len(host.keys)
             if not host.started:  # it never ran: maybe no host fits a group this size
                 self.group = max(1, self.group // 2)
-        logger.warning("host agent %d (node %s) lost: %s", host.index, host.node_id or "?", why)
+        logger.warning("%s lost: %s", host.label(), why)
 
     def release(self, host: _Host, key: int) -> None:
         """Desktop ``key`` left ``host``: kill its worker there; a lost agent with no desktops is killed."""
@@ -297,12 +493,18 @@ class RayWorker(WorkerProcess):
         self.host, self.key = hosts.place()
         self._watch(self.host.actor.start.remote(self.key))
 
+    @property
+    def where(self) -> str:
+        """The host agent and host this desktop runs on (named in the vector env's error messages)."""
+        host = self.host
+        return f"{host.where or 'a host not known yet'} (host agent {host.index}, node {(host.node_id or '?')[:12]})"
+
     # ------------------------------------------------------------------ what the vector env calls
 
     def send(self, message: Mapping[str, Any], deadline: float) -> None:
         """Relay one request to the worker; returns at once (the reply arrives through :meth:`read`)."""
         if self._lost is not None or not self.alive or self.host.dead:
-            why = f"host agent {self.host.index} on node {self.host.node_id or '?'} lost: {self.host.why}"
+            why = f"{self.host.label()} lost: {self.host.why}"
             if not self.stderr_tail:
                 self._tail(why)
             raise OSError(why)
@@ -367,13 +569,17 @@ class RayWorker(WorkerProcess):
         try:
             value = future.result()
         except Exception as exc:  # a lost actor, node or object: the host is gone for this desktop
-            lost = f"host agent {self.host.index} on node {self.host.node_id or '?'} lost: {type(exc).__name__}: {exc}"
+            lost = f"{self.host.label()} lost: {type(exc).__name__}: {exc}"
             self._hosts.lose(self.host, f"{type(exc).__name__}: {str(exc)[:200]}", dead=True)
         else:
             message, payload = value if isinstance(value, tuple) else (value, b"")
             if message.get("kind") == "eof":
+                self.host.where = message.get("host") or self.host.where
+                self.host.node_id = message.get("node_id") or self.host.node_id
                 status = message.get("status")
-                lost = str(message.get("stderr") or "") + f"\n(worker exited with status {status} on its host)"
+                lost = (
+                    str(message.get("stderr") or "") + f"\n(worker exited with status {status} on {self.host.label()})"
+                )
                 self.proc.returncode = status
         with self._lock:
             if self._closed:
@@ -398,6 +604,7 @@ class RayWorker(WorkerProcess):
             self.host.started = True
             self.pid = int(message.get("pid", -1))
             self.node_id = self.host.node_id = message.get("node_id") or self.host.node_id
+            self.host.where = message.get("host") or self.host.where
             return message, None
         result = message.get("result")
         obs = result.get("obs") if isinstance(result, dict) else None
@@ -407,13 +614,17 @@ class RayWorker(WorkerProcess):
 
 
 def _unwire(obs: dict[str, Any], payload: bytes) -> bytearray:
-    """The worker's blob (raw pixels, then its PNG if any) from a payload a :class:`HostAgent` encoded."""
+    """The worker's blob from a payload a :class:`HostAgent` encoded: raw pixels then its PNG if any, or the PNG
+    alone (``where="png"``) when it stands for the pixels too; the vector env decodes those when they are read
+    (``pixels="lazy"``) or at once."""
     shape = tuple(int(n) for n in obs["shape"])
     wire = str(obs.pop("wire"))
+    if wire == "png-tail":
+        obs["where"] = "png"
+        return bytearray(payload)
     view = memoryview(payload)
     png_bytes = int(obs.get("png", 0) or 0)
-    pixels_part = view if wire == "png-tail" else view[: len(view) - png_bytes]
-    blob = decode_screen(pixels_part, shape, "png" if wire == "png-tail" else wire, extra=png_bytes)
+    blob = decode_screen(view[: len(view) - png_bytes], shape, wire, extra=png_bytes)
     if png_bytes:
         blob[len(blob) - png_bytes :] = view[len(view) - png_bytes :]
     return blob
@@ -428,6 +639,8 @@ class RayDesktopVectorEnv(DesktopVectorEnv):
 
     Raises:
         MissingDependencyError: Ray is not installed.
+        ConfigError: no cluster answers at the address, or its nodes cannot host the desktops (what is missing
+            is named; see :func:`check_fit`).
 
     Attributes:
         worker_nodes: the Ray node id of each desktop's current host (``None`` while it starts).
@@ -446,14 +659,14 @@ class RayDesktopVectorEnv(DesktopVectorEnv):
                 init["_node_ip_address"] = "127.0.0.1"
             if self.placement.namespace is not None:
                 init["namespace"] = self.placement.namespace
-            try:
-                ray.init(**init)
-            except (ConnectionError, ValueError, RuntimeError) as exc:
-                raise ConfigError(
-                    f"cannot connect to the Ray cluster at {self.placement.address!r}: {exc}; "
-                    "give --ray the head's address (HOST:6379, ray://HOST:10001, or 'auto' on a cluster node)"
-                ) from exc
+            _init_ray(ray, init, self.placement.connect_timeout)
             self._owns_ray = True
+        backend = str(args[0] if args else kwargs.get("backend", "fake"))
+        try:
+            self._fits = check_fit(ray, self.placement, backend, num_envs)
+        except BaseException:
+            self._shutdown_ray()
+            raise
         self._pending_expected = num_envs
         try:
             super().__init__(num_envs, *args, **kwargs)
@@ -466,7 +679,7 @@ class RayDesktopVectorEnv(DesktopVectorEnv):
             height, width, _ = self._shape
             shape = height * width * 3
             args = (self.placement.hosting, self.placement.codec, shape, self.config.python, self.worker_env)
-            self._hosts = _Hosts(self._ray, self.placement, self.backend, args)
+            self._hosts = _Hosts(self._ray, self.placement, self.backend, args, self._fits.smallest)
             self._hosts.expected = self._pending_expected
         return RayWorker(env_id, self._hosts, self._ray)
 

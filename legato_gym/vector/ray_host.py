@@ -40,7 +40,7 @@ from legato_gym.vector.process import WorkerProcess
 from legato_gym.vector.protocol import PROTOCOL_VERSION
 from legato_gym.vector.worker import _error, _Worker
 
-__all__ = ["Codec", "HostAgent", "decode_screen", "encode_screen"]
+__all__ = ["Codec", "HostAgent", "LazyScreenshot", "decode_screen", "encode_screen"]
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +128,94 @@ def _decode_png(data: bytes, shape: tuple[int, ...], pixels: np.ndarray[Any, np.
     pixels[:] = image.reshape(-1)
 
 
+class LazyScreenshot:
+    """A screenshot that arrived as a PNG only: the array's ``shape`` and ``dtype`` at once, its pixels decoded
+    from :attr:`png` the first time they are read, then kept.
+
+    A vector env made with ``pixels="lazy"`` returns one as ``obs["screenshot"]`` from ``areset``/``astep``
+    when its desktop runs on another host and sent just the PNG (``png=True``, Ray): a caller that only sends
+    ``info["screenshot_png"]`` to a model never pays for decoding. Reading the pixels in any way numpy or
+    Pillow does (``np.asarray(s)``, ``s[y, x]``, ``Image.fromarray(s)``) decodes them; the array is read-only,
+    as a ``copy=False`` view is.
+
+    Example::
+
+        >>> from legato_gym.png import encode_png
+        >>> pixels = np.zeros((2, 3, 3), np.uint8)
+        >>> shot = LazyScreenshot(encode_png(pixels), (2, 3, 3))
+        >>> shot.shape, shot.decoded
+        ((2, 3, 3), False)
+        >>> bool((np.asarray(shot) == pixels).all()), shot.decoded
+        (True, True)
+    """
+
+    __slots__ = ("_array", "png", "shape")
+    dtype = np.dtype(np.uint8)
+
+    def __init__(self, png: bytes, shape: tuple[int, ...]) -> None:
+        self.png = png
+        self.shape = tuple(int(n) for n in shape)
+        self._array: np.ndarray[Any, np.dtype[np.uint8]] | None = None
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions (3: height, width, RGB)."""
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        """Number of ``uint8`` values."""
+        return int(np.prod(self.shape))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the decoded pixels."""
+        return self.size
+
+    @property
+    def decoded(self) -> bool:
+        """Whether the pixels were decoded already."""
+        return self._array is not None
+
+    def array(self) -> np.ndarray[Any, np.dtype[np.uint8]]:
+        """The pixels, a read-only ``(H, W, 3)`` ``uint8`` array (decoded from the PNG on the first call).
+
+        Raises:
+            ValueError: :attr:`png` is not a PNG of :attr:`shape`.
+        """
+        if self._array is None:
+            array = np.frombuffer(decode_screen(self.png, self.shape, "png"), dtype=np.uint8).reshape(self.shape)
+            array.flags.writeable = False
+            self._array = array
+        return self._array
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray[Any, Any]:
+        array = self.array()
+        if dtype is not None and np.dtype(dtype) != array.dtype:
+            return array.astype(dtype)
+        return array.copy() if copy else array
+
+    @property
+    def __array_interface__(self) -> dict[str, Any]:
+        array = self.array()
+        # explicit strides: Pillow then copies via tobytes() instead of asking this object for a buffer
+        return {**array.__array_interface__, "strides": array.strides}
+
+    def tobytes(self) -> bytes:
+        """The pixels as bytes (row-major), as ``ndarray.tobytes``."""
+        return self.array().tobytes()
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.array()[key]
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        state = "decoded" if self.decoded else "not decoded yet"
+        return f"LazyScreenshot(shape={self.shape}, png={len(self.png)} bytes, {state})"
+
+
 class _Hosted:
     """One desktop on this host: a worker process, or an in-process worker."""
 
@@ -167,16 +255,22 @@ class HostAgent:
         self._hosted: dict[int, _Hosted] = {}
         self._pool = ThreadPoolExecutor(max_workers=max(1, capacity), thread_name_prefix="legato-desktop")
         self.node_id = ""
-        with contextlib.suppress(Exception):  # outside Ray (unit tests) there is no runtime context
+        address = "?"
+        with contextlib.suppress(Exception):  # outside Ray (unit tests): no node, and no Ray started to ask
             import ray
 
-            self.node_id = str(ray.get_runtime_context().get_node_id())
+            if ray.is_initialized():
+                self.node_id = str(ray.get_runtime_context().get_node_id())
+                address = str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+        #: This host as error messages name it: ``hostname (ip)``.
+        self.host = f"{socket.gethostname()} ({address})"
 
     def info(self) -> dict[str, Any]:
         """Where this agent runs: node id, host name, pid and the desktops it hosts."""
         return {
             "node_id": self.node_id,
             "hostname": socket.gethostname(),
+            "host": self.host,
             "pid": os.getpid(),
             "hosted": sorted(self._hosted),
         }
@@ -198,7 +292,7 @@ class HostAgent:
                 proc = WorkerProcess(key, python=self.python, env=self.worker_env, screen_bytes=self.screen_bytes)
             except Exception as exc:  # e.g. no such interpreter on this host: the desktop's failure, not ours
                 why = f"{type(exc).__name__}: {exc}"
-                return {"kind": "eof", "status": None, "stderr": why, "node_id": self.node_id}
+                return {"kind": "eof", "status": None, "stderr": why, "node_id": self.node_id, "host": self.host}
             hosted = _Hosted(key, proc, None)
             self._hosted[key] = hosted
             loop = asyncio.get_running_loop()
@@ -208,7 +302,7 @@ class HostAgent:
             if reply is None:
                 return self._eof(hosted)
             hello = reply[0]
-        hello["node_id"] = self.node_id
+        hello["node_id"], hello["host"] = self.node_id, self.host
         return hello
 
     async def request(self, key: int, message: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
@@ -295,7 +389,7 @@ class HostAgent:
         if proc is not None:
             self._forget(hosted.key)
             status, stderr = proc.proc.returncode, proc.stderr_text()
-        return {"kind": "eof", "status": status, "stderr": stderr, "node_id": self.node_id}
+        return {"kind": "eof", "status": status, "stderr": stderr, "node_id": self.node_id, "host": self.host}
 
     def _encode(
         self, response: dict[str, Any], proc: WorkerProcess | None, blob: bytes | bytearray | memoryview | None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import threading
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from legato_gym import DesktopConfig, LegatoError, Task, get_backend
+from legato_gym.backends.local.file_cache import FILE_CACHE_ENV_VAR
 from legato_gym.tasks import load_tasks
 from legato_rl.cli._errors import fail
 from legato_rl.cli.app import rl_app
@@ -96,13 +98,23 @@ def collect_command(
         ),
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="No live display; log lines only.")] = False,
+    file_cache: Annotated[
+        Path | None,
+        typer.Option(
+            "--file-cache",
+            metavar="DIR",
+            help=f"Cache of OSWorld's task files by URL (sets ${FILE_CACHE_ENV_VAR}; fill it: legato osworld cache).",
+        ),
+    ] = None,
 ) -> None:
     """Collect one batch: every task × (group + oversample) attempts, graded, in legato.rollout/v0."""
     console = Console(stderr=True)
     _configure_logging(console)
     try:
         config = DesktopConfig() if osworld is None else DesktopConfig(osworld_path=osworld.expanduser())
-        _, default_tasks = get_backend(backend)
+        if file_cache is not None:
+            os.environ[FILE_CACHE_ENV_VAR] = str(file_cache.expanduser().resolve())
+        backend_class, default_tasks = get_backend(backend)
         task_list: list[Task]
         if tasks is not None:
             task_list = load_tasks(tasks, osworld_path=config.osworld_path)
@@ -110,6 +122,9 @@ def collect_command(
             task_list = list(default_tasks(config))
             if not task_list:
                 raise typer.BadParameter(f"backend {backend!r} has no task suite of its own; give --tasks FILE")
+        check_tasks = getattr(backend_class, "check_tasks", None)
+        if callable(check_tasks):  # refuse what the backend cannot run now, all at once, not at a reset
+            check_tasks(task_list, config)
         progress = Progress()
         with (
             _policy_urls(policy_url, model, backend, task_list, config) as (urls, served_model),

@@ -13,7 +13,7 @@ from rich.markup import escape
 from legato_gym import LegatoError
 from legato_rl.cli._errors import fail, terminate_as_exit
 from legato_rl.cli.app import rl_app
-from legato_rl.export import FORMATS, export_steps
+from legato_rl.export import DATASETS_EXTRA, FORMATS, export_steps
 
 __all__ = ["export_command"]
 
@@ -32,13 +32,21 @@ def export_command(
         str | None,
         typer.Option("--format", help=f"{' or '.join(FORMATS)}; default: from the --out suffix."),
     ] = None,
+    image_column: Annotated[
+        bool,
+        typer.Option(
+            "--image-column",
+            help="Parquet only: add an 'images' column of each step's screenshots, a Hugging Face datasets "
+            f"Image list (needs legatolabs[{DATASETS_EXTRA}]).",
+        ),
+    ] = False,
 ) -> None:
     """Write one line per policy step of every ok or truncated rollout, with reward and group advantage."""
     console = Console(stderr=True, soft_wrap=True)
     _configure_logging(console)
     try:
         with terminate_as_exit():  # a SIGTERM mid-write still removes the temporary file
-            stats = export_steps(run, out, inline_images=inline_images, format=format)
+            stats = export_steps(run, out, inline_images=inline_images, format=format, image_column=image_column)
     except (LegatoError, OSError) as exc:  # a full disk or a read-only folder: one line, no traceback
         fail(console, exc)
     excluded = ", ".join(f"{status} {n}" for status, n in stats.excluded.items()) or "none"

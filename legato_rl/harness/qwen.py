@@ -341,7 +341,9 @@ class QwenHarness(BaseHarness):
         Raises:
             ConfigError: the array is not ``(H, W, 3)`` ``uint8``, or ``png`` is not a PNG of its size.
         """
-        array = np.asarray(screenshot)
+        # with png= and no resize the pixels are not read: a vector env's LazyScreenshot then stays undecoded
+        lazy = png is not None and not self.resize and hasattr(screenshot, "shape") and hasattr(screenshot, "dtype")
+        array = screenshot if lazy else np.asarray(screenshot)
         if array.ndim != 3 or array.shape[2] != 3 or array.dtype != np.uint8:
             raise ConfigError(
                 f"a screenshot must be an (H, W, 3) uint8 array, got shape {array.shape} dtype {array.dtype}"

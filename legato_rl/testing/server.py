@@ -8,15 +8,15 @@ token ids, reasoning), in the field names of the chosen behaviour:
 behaviour      what it mimics
 ============== =====================================================================================
 ``vllm``       vLLM 0.33: ``choices[i].token_ids`` and top-level ``prompt_token_ids`` when
-               ``return_token_ids`` is set (``null`` otherwise); ``message.reasoning``; unknown fields
-               ignored.
+               ``return_token_ids`` is set (``null`` otherwise); ``choices[i].weight_versions`` when
+               ``return_weight_versions`` is set; ``message.reasoning``; unknown fields ignored.
 ``vllm-0.10.1`` vLLM before 0.10.2: ``return_token_ids`` ignored (no token-id fields at all);
                ``message.reasoning_content``.
 ``openai``     OpenAI: HTTP 400 ``Unrecognized request argument supplied: <field>`` for unknown fields;
                no token ids; ``prompt_tokens_details.cached_tokens`` always (0 below 1024 tokens,
                then in steps of 128).
 ``sglang``     SGLang 0.5.23: ``choices[i].prompt_token_ids`` and ``choices[i].response_token_ids``;
-               ``message.reasoning_content``; unknown fields silently dropped; ``metadata``.
+               ``message.reasoning_content``; unknown fields silently dropped; ``metadata.weight_version``.
 ============== =====================================================================================
 
 Tokens come from :class:`~legato_rl.testing.tokenizer.ToyTokenizer` (deterministic; images cost one token
@@ -61,6 +61,7 @@ import logging
 import os
 import random
 import socket
+import struct
 import sys
 import threading
 import time
@@ -383,6 +384,11 @@ class ReferencePolicyServer:
         seed: seeds the logprob values.
         return_logprobs: answer ``logprobs=true`` (``False`` mimics a server that drops them, as vLLM does
             with a reasoning parser and ``include_reasoning=false``).
+        weight_version: the weight version label reported (SGLang ``metadata.weight_version``, vLLM
+            ``weight_versions``); ``"default"`` as both servers until told otherwise. An attribute: set it
+            between requests to mimic a weight update.
+
+    Logprobs are float32 values (as vLLM computes them), written as JSON floats.
     """
 
     def __init__(
@@ -401,6 +407,7 @@ class ReferencePolicyServer:
         cache_blocks: int = 8192,
         seed: int = 0,
         return_logprobs: bool = True,
+        weight_version: str = "default",
     ) -> None:
         if behaviour not in BEHAVIOURS:
             raise ConfigError(f"unknown behaviour {behaviour!r}; choose one of {', '.join(BEHAVIOURS)}")
@@ -413,6 +420,7 @@ class ReferencePolicyServer:
         self.latency = latency or Latency()
         self.seed = seed
         self.return_logprobs = return_logprobs
+        self.weight_version = weight_version
         self.tokenizer = ToyTokenizer()
         if behaviour == "openai":
             self.cache = PrefixCache(block_size=128, capacity=cache_blocks, min_tokens=1024)
@@ -724,6 +732,8 @@ class ReferencePolicyServer:
         if self.behaviour == "vllm":
             choice["stop_reason"] = None
             choice["token_ids"] = ids if want_ids else None
+            spans = [{"version": self.weight_version, "start": 0, "end": len(ids)}]
+            choice["weight_versions"] = spans if body.get("return_weight_versions") else None
             payload["prompt_logprobs"] = None
             payload["prompt_token_ids"] = prompt.ids if want_ids else None
             payload["kv_transfer_params"] = None
@@ -739,7 +749,7 @@ class ReferencePolicyServer:
             choice["matched_stop"] = IM_END if finish == "stop" else None
             choice["prompt_token_ids"] = prompt.ids if want_ids else None
             choice["response_token_ids"] = ids if want_ids else None
-            payload["metadata"] = {"weight_version": "default"}
+            payload["metadata"] = {"weight_version": self.weight_version}
             if self.prompt_tokens_details:
                 usage["prompt_tokens_details"] = {"cached_tokens": cached}
         else:  # openai
@@ -754,7 +764,7 @@ class ReferencePolicyServer:
         out = []
         for i, (piece, token_id) in enumerate(zip(pieces, ids, strict=True)):
             h = hashlib.blake2b(f"{self.seed}:{digest}:{i}:{token_id}".encode(), digest_size=4).digest()
-            logprob = -3.0 * (int.from_bytes(h, "big") / 2**32) ** 2
+            logprob = _float32(-3.0 * (int.from_bytes(h, "big") / 2**32) ** 2)
             entry: dict[str, Any] = {"token": piece, "logprob": logprob, "bytes": list(piece.encode())}
             alternatives = [{"token": piece, "logprob": logprob, "bytes": list(piece.encode())}]
             for k in range(1, top):
@@ -763,6 +773,11 @@ class ReferencePolicyServer:
             entry["top_logprobs"] = alternatives[:top] if top else []
             out.append(entry)
         return out
+
+
+def _float32(value: float) -> float:
+    """``value`` rounded to the nearest float32, as vLLM's logprobs are."""
+    return float(struct.unpack("<f", struct.pack("<f", value))[0])
 
 
 def _brain(name: str, seed: int, replies: str | None) -> Brain:
@@ -790,6 +805,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--behaviour", choices=BEHAVIOURS, default="vllm")
     parser.add_argument("--model", default="legato/reference-policy")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--weight-version", default="default", help="the weight version label reported (SGLang, vLLM >= 0.33)"
+    )
     parser.add_argument("--latency", type=float, default=0.0, help="fixed seconds per request")
     parser.add_argument("--per-token", type=float, default=0.0, help="seconds per generated token")
     parser.add_argument(
@@ -812,6 +830,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prompt_tokens_details=not args.no_prompt_tokens_details,
         latency=Latency(fixed=args.latency, per_token=args.per_token, seed=args.seed),
         seed=args.seed,
+        weight_version=args.weight_version,
     )
     server.start()
     print(server.url, flush=True)

@@ -20,6 +20,19 @@ from legato_gym.errors import ConfigError, MissingDependencyError
 from legato_gym.registration import ENV_IDS
 
 
+@pytest.fixture(autouse=True)
+def _shim_stays_in_its_test() -> Iterator[None]:
+    """The shim is meant for desktop-env's own interpreter: once a test installs it here, later tests (TRL's,
+    whose transformers asks whether torchvision exists) would see stubs. Take it out again."""
+    finders = list(sys.meta_path)
+    modules = set(sys.modules)
+    yield
+    sys.meta_path[:] = finders
+    for key in set(sys.modules) - modules:
+        if isinstance(sys.modules[key], shim.StubModule):
+            del sys.modules[key]
+
+
 @pytest.fixture
 def fake_optional(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     name = "legato_absent_ocr"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import threading
 import time
 from collections import Counter
@@ -26,8 +27,9 @@ ray_constants = pytest.importorskip("ray._private.ray_constants", reason="needs 
 
 from legato_gym.backends.fake import default_tasks, fake_solution  # noqa: E402
 from legato_gym.config import DesktopConfig, Timeouts  # noqa: E402
-from legato_gym.errors import DesktopCrashed, DesktopError  # noqa: E402
+from legato_gym.errors import ConfigError, DesktopCrashed, DesktopError  # noqa: E402
 from legato_gym.vector import Deadlines, DesktopVectorEnv, RayDesktopVectorEnv, RayPlacement  # noqa: E402
+from legato_gym.vector.ray_host import LazyScreenshot  # noqa: E402
 from legato_rl.cli.app import _register_commands, app  # noqa: E402
 from legato_rl.collect import collect  # noqa: E402
 from legato_rl.policy import PolicyConfig  # noqa: E402
@@ -39,6 +41,7 @@ pytestmark = pytest.mark.ray
 SCREEN = (320, 240)
 CONFIG = DesktopConfig(screen=SCREEN, timeouts=Timeouts(reset=60, ready=10, act=10, evaluate=10))
 DEADLINES = Deadlines(start=90, reset=30, step=30, truncate=30, call=30, close=10)
+SHORT = Deadlines(start=20, reset=30, step=30, truncate=30, call=30, close=10)  # where old code waited it out
 FINAL = {"ok", "truncated", "cancelled", "skipped", "surplus", "error"}
 NODE = {"num_cpus": 1, "object_store_memory": 80 * 1024**2}
 
@@ -165,6 +168,7 @@ def test_lost_node_fails_its_desktops_with_env_id_and_a_joining_node_takes_them(
         assert rewards.tolist() == [0.0, 0.0]
         for env_id, error in enumerate(info["error"]):
             assert isinstance(error, DesktopCrashed) and error.env_id == env_id
+            assert f"{socket.gethostname()} (127.0.0.1)" in str(error)  # the record names the host it lost
             assert "lost" in (error.remote_traceback or "") and "ActorDiedError" in (error.remote_traceback or "")
         # nowhere to go until a host with legato_join joins; then the replacements start there
         second = cluster.add_node(**NODE, resources={"legato_join": 2})
@@ -176,6 +180,59 @@ def test_lost_node_fails_its_desktops_with_env_id_and_a_joining_node_takes_them(
     finally:
         env.close()
     cluster.remove_node(second)
+
+
+def test_agents_fit_the_hosts_and_demand_beyond_them_fails_at_once(cluster: Any) -> None:
+    small = [cluster.add_node(**NODE, resources={"legato_slot": 2}) for _ in range(2)]
+    try:
+        # the default group (8) would ask one host for 4 legato_slot; each offers 2: agents of 2, one per host
+        placement = RayPlacement(resources={"legato_slot": 1})
+        with RayDesktopVectorEnv(4, "fake", CONFIG, seed=0, deadlines=SHORT, placement=placement) as env:
+            env.reset()
+            assert Counter(env.worker_nodes) == {node.node_id: 2 for node in small}
+        with pytest.raises(ConfigError, match=r"room for 4 of the 5 'fake' desktops") as caught:
+            RayDesktopVectorEnv(5, "fake", CONFIG, deadlines=SHORT, placement=placement)
+        assert "1 legato_slot" in str(caught.value) and "require_fit=False" in str(caught.value)
+    finally:
+        for node in small:
+            cluster.remove_node(node)
+
+
+def test_demand_no_host_can_meet_fails_at_once_naming_what_is_missing(cluster: Any) -> None:
+    placement = RayPlacement(cpus=0.5, resources={"legato_nowhere": 1})
+    with pytest.raises(ConfigError, match=r"missing: 1 legato_nowhere \(the most any node offers: 0\)") as caught:
+        RayDesktopVectorEnv(2, "fake", CONFIG, deadlines=SHORT, placement=placement)
+    assert "0.5 CPU" in str(caught.value) and "--resources" in str(caught.value)
+    assert ray.is_initialized()  # the caller's Ray is left as it was
+
+
+def test_lazy_pixels_decode_only_when_read(cluster: Any) -> None:
+    placement = RayPlacement(group=2, resources={"legato_fake": 1})
+    local = DesktopVectorEnv(2, "fake", CONFIG, seed=3)
+    kwargs: dict[str, Any] = {"seed": 3, "deadlines": DEADLINES, "placement": placement, "png": True, "copy": False}
+    lazy = RayDesktopVectorEnv(2, "fake", CONFIG, pixels="lazy", **kwargs)
+    eager = RayDesktopVectorEnv(2, "fake", CONFIG, **kwargs)
+    task = local.tasks[0]
+
+    async def first(env: DesktopVectorEnv) -> tuple[Any, dict[str, Any]]:
+        return await env.areset(0, task)
+
+    try:
+        expected, _ = asyncio.run(first(local))
+        shot, info = asyncio.run(first(lazy))
+        assert isinstance(shot["screenshot"], LazyScreenshot) and not shot["screenshot"].decoded
+        assert shot["screenshot"].png == info["screenshot_png"]  # one PNG: the caller's and the pixels' source
+        assert np.array_equal(np.asarray(shot["screenshot"]), expected["screenshot"])
+        plain, _ = asyncio.run(first(eager))  # the default: an array, as a Gymnasium user expects
+        assert isinstance(plain["screenshot"], np.ndarray)
+        assert np.array_equal(plain["screenshot"], expected["screenshot"])
+        batch, _ = lazy.reset(seed=3, options={"tasks": {0: task, 1: task}})  # batches are arrays either way
+        assert isinstance(batch["screenshot"], np.ndarray) and np.array_equal(
+            batch["screenshot"][0], expected["screenshot"]
+        )
+    finally:
+        for env in (local, lazy, eager):
+            env.close()
 
 
 def test_cli_ray_option(cluster: Any, server: ReferencePolicyServer, tmp_path: Path) -> None:
@@ -272,6 +329,8 @@ def test_collect_survives_a_killed_node_and_uses_a_node_that_joins(
     # DeadlineExceeded (its start deadline), both desktop failures
     assert {t for t, _ in errors} <= {"DesktopCrashed", "DeadlineExceeded"}, errors
     assert any(t == "DesktopCrashed" for t, _ in errors), errors
+    lost = f"{socket.gethostname()} (127.0.0.1)"
+    assert all(lost in m for t, m in errors if t == "DesktopCrashed"), errors  # each record names the lost host
     by_attempt = {(r["group_id"], r["attempt"]): r["try"] for r in records if r["status"] == "ok"}
     assert sum(by_attempt.values()) == len(retried)  # every retried try was followed by exactly one more
     assert summary["status_counts"]["ok"] == 12

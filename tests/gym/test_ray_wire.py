@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import io
+import socket
+import subprocess
 import sys
 from typing import Any
 
@@ -14,8 +17,8 @@ from legato_gym.backends.fake import FakeDesktop, default_tasks
 from legato_gym.config import DesktopConfig
 from legato_gym.errors import ConfigError, MissingDependencyError
 from legato_gym.png import encode_png
-from legato_gym.vector.ray_env import RayPlacement, _unwire, import_ray
-from legato_gym.vector.ray_host import HostAgent, decode_screen, encode_screen
+from legato_gym.vector.ray_env import RayDesktopVectorEnv, RayPlacement, _unwire, desktops_per_node, import_ray
+from legato_gym.vector.ray_host import HostAgent, LazyScreenshot, decode_screen, encode_screen
 
 CONFIG = DesktopConfig(screen=(320, 240))
 
@@ -75,8 +78,87 @@ def test_agent_sends_only_the_new_screenshot_and_the_driver_restores_the_worker_
         assert len(payload) == image.nbytes
     else:
         assert obs["wire"] == "zlib" and len(payload) < image.nbytes // 10
-    restored = _unwire(dict(obs), payload)
-    assert bytes(restored) == blob  # exactly what a local worker would have framed
+    arrived = dict(obs)
+    restored = _unwire(arrived, payload)
+    if obs.get("wire") == "png-tail":  # the PNG alone: the driver decodes it only when the pixels are read
+        assert arrived["where"] == "png" and bytes(restored) == png
+        assert np.array_equal(np.asarray(LazyScreenshot(bytes(restored), image.shape)), image)
+    else:
+        assert bytes(restored) == blob  # exactly what a local worker would have framed
+
+
+def test_lazy_screenshot_decodes_on_first_read_only() -> None:
+    image = _screen()
+    shot = LazyScreenshot(encode_png(image), image.shape)
+    assert shot.shape == image.shape and shot.dtype == np.uint8 and shot.ndim == 3 and len(shot) == image.shape[0]
+    assert not shot.decoded  # shape and dtype need no pixels
+    assert int(shot[5, 7, 1]) == int(image[5, 7, 1]) and shot.decoded
+    assert shot.array() is shot.array() and np.shares_memory(np.asarray(shot), shot.array())  # decoded once
+    assert not np.asarray(shot).flags.writeable
+    assert np.array_equal(np.asarray(Image.fromarray(shot)), image)  # Pillow reads it as an array too
+    assert np.asarray(shot, dtype=np.float32).dtype == np.float32
+
+
+def test_desktops_per_node_counts_the_scarcest_resource() -> None:
+    node = {"CPU": 8.0, "memory": 6.0 * 1024**3, "legato_xvfb": 2.0}
+    assert desktops_per_node(node, {"CPU": 1.0, "memory": 1024.0**3, "legato_xvfb": 1.0}) == 2
+    assert desktops_per_node(node, {"CPU": 4.0, "memory": 4 * 1024.0**3}) == 1
+    assert desktops_per_node(node, {"legato_kvm": 1.0}) == 0
+    assert desktops_per_node(node, {}) is None  # fake desktops need nothing: no limit
+    assert desktops_per_node({"CPU": 0.3 * 10}, {"CPU": 0.3}) == 10  # float sums are not floored one short
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:  # bound, never listening: a connect is refused at once
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("form", ["{}", "ray://{}", "auto"])
+def test_unreachable_address_fails_at_once_naming_it(form: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    ray = pytest.importorskip("ray", reason="needs ray: pip install 'legatolabs[ray]'")
+    if ray.is_initialized():
+        pytest.skip("a Ray instance already runs in this process")
+    address = f"127.0.0.1:{_closed_port()}"
+    if form == "auto":
+        monkeypatch.setenv("RAY_ADDRESS", address)
+    given = form.format(address)
+    with pytest.raises(ConfigError, match="no Ray cluster answers") as caught:
+        RayDesktopVectorEnv(2, "fake", CONFIG, placement=RayPlacement(address=given))
+    assert address in str(caught.value) or given in str(caught.value)
+    assert "ray start --head" in str(caught.value)
+    assert not ray.is_initialized()
+
+
+_SILENT_HEAD = """
+import socket, sys, time
+from legato_gym.errors import ConfigError
+from legato_gym.vector.ray_env import RayDesktopVectorEnv, RayPlacement
+
+server = socket.create_server(("127.0.0.1", 0))  # accepts connections and never answers: a wedged head
+address = f"127.0.0.1:{server.getsockname()[1]}"
+try:
+    RayDesktopVectorEnv(1, "fake", placement=RayPlacement(address=address, connect_timeout=3))
+except ConfigError as exc:
+    print("ConfigError:", exc, flush=True)
+    sys.stdout.flush()
+    import os
+    os._exit(0)  # ray.init is still trying in its thread: leave without waiting for it
+print("connected?!", flush=True)
+"""
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(120)
+def test_a_head_that_never_answers_fails_within_the_connect_timeout() -> None:
+    pytest.importorskip("ray", reason="needs ray: pip install 'legatolabs[ray]'")
+    done = subprocess.run(
+        [sys.executable, "-c", _SILENT_HEAD], capture_output=True, text=True, timeout=100, check=False
+    )  # its own process: the abandoned ray.init must not share this one's Ray state
+    assert "ConfigError:" in done.stdout, (done.stdout, done.stderr[-2000:])
+    assert "did not accept this driver within 3 s" in done.stdout and "connect_timeout" in done.stdout
 
 
 def test_placement_values_are_checked() -> None:
@@ -98,3 +180,15 @@ def test_missing_ray_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
 
     with pytest.raises(MissingDependencyError, match=r"legatolabs\[ray\]"):
         make_vector_env(2, backend="fake", ray="auto")
+
+
+def test_collects_harness_sends_a_lazy_screenshots_png_without_decoding_it() -> None:
+    from legato_rl.harness.qwen import QwenHarness
+
+    image = _screen()
+    png = encode_png(image)
+    shot = LazyScreenshot(png, image.shape)
+    url = QwenHarness().encode_image(shot, png=png)
+    assert url.endswith(base64.b64encode(png).decode()) and not shot.decoded
+    resized = QwenHarness(resize=True, max_pixels=160 * 120).encode_image(shot, png=png)
+    assert shot.decoded and resized != url  # resizing reads the pixels: then they are decoded

@@ -39,9 +39,11 @@ TIMING_KEYS = {
     "reset_s", "wait_after_reset_s", "model_s", "act_s", "wait_s", "obs_s", "wait_before_eval_s", "eval_s",
     "total_s",
 }  # fmt: skip
-STEP_KEYS = {"index", "started_at", "request", "response", "model", "description", "parse_error", "actions"}
+STEP_KEYS = {
+    "index", "started_at", "request", "prompt_ids", "response", "model", "description", "parse_error", "actions",
+}  # fmt: skip
 RESPONSE_KEYS = {"content", "reasoning", "token_ids", "logprobs", "tokens", "finish_reason"}
-MODEL_KEYS = {"seconds", "attempts", "prompt_tokens", "completion_tokens", "cached_tokens"}
+MODEL_KEYS = {"seconds", "attempts", "prompt_tokens", "completion_tokens", "cached_tokens", "weight_version"}
 ACTION_KEYS = {"action", "act_s", "wait_s", "ready_s", "obs_s"}
 FINAL = {"ok", "truncated", "cancelled", "skipped", "surplus", "error"}
 

@@ -8,27 +8,38 @@ import json
 import logging
 import math
 import os
+import sys
 import tracemalloc
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from _run_kit import Try, collect_small_run, write_run
 from typer.testing import CliRunner
 
 import legato_rl.export as export_module
-from legato_gym.errors import ConfigError, LegatoError
+from legato_gym.errors import ConfigError, LegatoError, MissingDependencyError
 from legato_rl.cli.app import _register_commands, app
 from legato_rl.export import EXPORT_FIELDS, export_steps, parquet_schema
-from legato_rl.store import RecordError, RolloutStore, RunInProgressError, load_request, read_records
+from legato_rl.store import (
+    RecordError,
+    RolloutStore,
+    RunInProgressError,
+    expand_prompt_ids,
+    load_request,
+    read_records,
+)
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-# Product.md's list, plus the identity fields a trainer joins on; nothing else, in this order.
+# Product.md's list, plus the identity fields a trainer joins on, the prompt's ids, the status and finish
+# reason, and the server's weight version; nothing else, in this order.
 FIELDS = [
-    "rollout_id", "task_id", "group_id", "step_index", "messages", "response_text", "response_reasoning",
-    "response_token_ids", "response_logprobs", "response_tokens", "reward", "advantage", "policy_version",
+    "rollout_id", "task_id", "group_id", "step_index", "status", "messages", "prompt_token_ids",
+    "prompt_continues", "response_text", "response_reasoning", "response_token_ids", "response_logprobs",
+    "response_tokens", "finish_reason", "reward", "advantage", "policy_version", "weight_version",
 ]  # fmt: skip
 
 
@@ -110,6 +121,9 @@ def test_rows_hold_exactly_the_listed_fields_from_a_real_collect(collected: Path
         assert row["response_token_ids"] == list(step.response.token_ids or ())
         assert row["response_logprobs"] == list(step.response.logprobs or ())
         assert row["response_tokens"] is None  # the reference server returns token ids
+        assert row["status"] == record.status and row["finish_reason"] == step.response.finish_reason == "stop"
+        assert row["prompt_token_ids"] and row["prompt_continues"] is (step.index > 0)
+        assert row["weight_version"] == "default"  # the server's label: never set to --version here
         assert row["reward"] == record.reward == 1.0
         assert row["advantage"] == 0.0  # the scripted solver succeeds every time: all-equal groups
         assert row["policy_version"] == "step-7"
@@ -176,14 +190,19 @@ def test_parquet_schema_and_values_round_trip(mixed: Path, tmp_path: Path) -> No
     assert schema.equals(parquet_schema(), check_metadata=True)
     assert schema.names == FIELDS
     assert schema.field("step_index").type == pa.int32() and not schema.field("step_index").nullable
-    assert schema.field("response_token_ids").type == pa.list_(pa.int64())
+    assert schema.field("response_token_ids").type == pa.list_(pa.int32())
+    assert schema.field("prompt_token_ids").type == pa.list_(pa.int32())
+    assert schema.field("response_logprobs").type == pa.list_(pa.float32())
     assert schema.field("messages").type == pa.string()
     assert schema.metadata[b"legato.schema"] == b"legato.export/v0"
     table = pq.read_table(tmp_path / "train.parquet")
     rows = table.to_pylist()
-    for row in rows:
+    expected = _jsonl(tmp_path / "train.jsonl")
+    for row, want in zip(rows, expected, strict=True):
         row["messages"] = json.loads(row["messages"])
-    assert rows == _jsonl(tmp_path / "train.jsonl")
+        if want["response_logprobs"] is not None:  # float32 in Parquet: the JSONL's numbers, rounded once
+            want["response_logprobs"] = np.float32(want["response_logprobs"]).tolist()
+    assert rows == expected
     assert any(r["response_token_ids"] is None for r in rows) and any(r["response_reasoning"] is None for r in rows)
 
 
@@ -207,6 +226,69 @@ def test_hugging_face_datasets_reads_the_parquet_back(mixed: Path, tmp_path: Pat
     assert dataset.to_list() == pq.read_table(tmp_path / "train.parquet").to_pylist()
     first = json.loads(dataset[0]["messages"])
     assert _images(first)[0].startswith("data:image/png;base64,")
+
+
+def test_datasets_load_dataset_keeps_ids_logprobs_and_screenshots_exact(collected: Path, tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets", reason="Hugging Face datasets not installed (pip install datasets)")
+    from PIL import Image
+
+    out = tmp_path / "train.parquet"
+    export_steps(collected, out, image_column=True)
+    schema = pq.read_schema(out)
+    assert schema.names == [*FIELDS, "images"] and b"huggingface" in schema.metadata
+    dataset = datasets.load_dataset("parquet", data_files=str(out), split="train", cache_dir=str(tmp_path / "hf"))
+    features = dataset.features
+    assert list(features) == [*FIELDS, "images"]
+    for name, dtype in (
+        ("prompt_token_ids", "int32"),
+        ("response_token_ids", "int32"),
+        ("response_logprobs", "float32"),
+    ):
+        assert features[name].feature.dtype == dtype, name
+    assert isinstance(features["images"].feature, datasets.Image)
+    records = {r.rollout_id: r for r in read_records(collected) if r.status in ("ok", "truncated")}
+    prompts = {rid: list(expand_prompt_ids(r.steps)) for rid, r in records.items()}
+    assert len(dataset) == sum(r.n_steps for r in records.values()) > 0
+    arrow = dataset.data.table.schema  # the columns as datasets holds them
+    assert arrow.field("prompt_token_ids").type.value_type == pa.int32()
+    assert arrow.field("response_logprobs").type.value_type == pa.float32()
+    for row in dataset.remove_columns("images"):
+        record = records[row["rollout_id"]]
+        step = record.steps[row["step_index"]]
+        assert row["status"] == record.status and row["finish_reason"] == step.response.finish_reason
+        assert row["prompt_token_ids"] == prompts[record.rollout_id][step.index]  # id for id
+        assert row["response_token_ids"] == list(step.response.token_ids or ())
+        # vLLM's (and the reference server's) logprobs are float32 values: nothing is lost
+        assert row["response_logprobs"] == list(step.response.logprobs or ())
+    first = dataset[0]
+    refs = _images(json.loads(first["messages"]))
+    assert len(first["images"]) == len(refs) > 0
+    for image, ref in zip(first["images"], refs, strict=True):
+        assert isinstance(image, Image.Image)
+        png = Image.open(collected / "images" / f"{ref.removeprefix('legato-image://')}.png")
+        assert np.array_equal(np.asarray(image), np.asarray(png))
+
+
+def test_image_column_is_parquet_only_and_needs_datasets(
+    mixed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ConfigError, match="Parquet column"):
+        export_steps(mixed, tmp_path / "train.jsonl", image_column=True)
+    monkeypatch.setitem(sys.modules, "datasets", None)  # an environment without Hugging Face datasets
+    with pytest.raises(MissingDependencyError, match=r"legatolabs\[export\]"):
+        export_steps(mixed, tmp_path / "train.parquet", image_column=True)
+    assert not (tmp_path / "train.parquet").exists()
+
+
+def test_a_token_id_beyond_int32_fails_the_export_by_name(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    write_run(run, [Try("g", "ok", 1.0, steps=1)])
+    lines = (run / "rollouts.jsonl").read_text().splitlines()
+    data = json.loads(lines[0])
+    data["steps"][0]["response"]["token_ids"][0] = 2**31
+    (run / "rollouts.jsonl").write_text(json.dumps(data) + "\n")
+    with pytest.raises(RecordError, match="token id 2147483648 does not fit int32"):
+        export_steps(run, tmp_path / "train.parquet")
 
 
 # --- streaming --------------------------------------------------------------------------------------------
@@ -330,6 +412,18 @@ def test_cli_export_writes_the_file_and_prints_its_path(mixed: Path, tmp_path: P
     assert pq.read_table(out).num_rows == 18
     result = _cli(str(mixed), "--out", str(tmp_path / "t.bin"), "--format", "jsonl")
     assert result.exit_code == 0 and len(_jsonl(tmp_path / "t.bin")) == 18
+
+
+def test_cli_image_column(collected: Path, tmp_path: Path) -> None:
+    pytest.importorskip("datasets", reason="Hugging Face datasets not installed (pip install datasets)")
+    out = tmp_path / "train.parquet"
+    result = _cli(str(collected), "--out", str(out), "--image-column")
+    assert result.exit_code == 0, result.output
+    table = pq.read_table(out)
+    assert table.schema.names[-1] == "images"
+    assert all(images and images[0]["bytes"].startswith(b"\x89PNG") for images in table.column("images").to_pylist())
+    result = _cli(str(collected), "--out", str(tmp_path / "train.jsonl"), "--image-column")
+    assert result.exit_code == 2 and "Parquet column" in result.output and "Traceback" not in result.output
 
 
 @pytest.mark.parametrize("case", ["not-a-run", "in-progress", "bad-suffix"])

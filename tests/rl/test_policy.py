@@ -470,3 +470,31 @@ def test_urls_carrying_secrets_or_breaking_lines_are_refused(url: str, match: st
     with pytest.raises(ConfigError) as several:
         PolicyConfig(("http://ok/v1", url), "m")
     assert "sk-in-url" not in str(several.value)
+
+
+# --- the server's weight version --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("behaviour", ["vllm", "sglang", "vllm-0.10.1", "openai"])
+def test_weight_version_is_read_where_the_server_reports_it(behaviour: str) -> None:
+    with ReferencePolicyServer(brain(), behaviour, weight_version="step-12") as server:
+        result = run(one_chat(config(server)))
+        if behaviour == "vllm":
+            assert server.requests[-1].body["return_weight_versions"] is True
+    assert result.weight_version == ("step-12" if behaviour in ("vllm", "sglang") else None)
+
+
+def test_weight_version_spans_and_odd_values() -> None:
+    def read(extra: dict[str, Any], choice_extra: dict[str, Any] | None = None) -> str | None:
+        choice = {"index": 0, "message": {"role": "assistant", "content": "ok"}, **(choice_extra or {})}
+        version: str | None = parse_chat_completion({"choices": [choice], **extra}, url="u")["weight_version"]
+        return version
+
+    spans = [{"version": "a", "start": 0, "end": 3}, {"version": "a", "start": 3, "end": 5}]
+    assert read({}, {"weight_versions": spans}) == "a"
+    spans.append({"version": "b", "start": 5, "end": 9})  # the weights changed during the generation
+    assert read({}, {"weight_versions": spans}) == "a,b"
+    assert read({"metadata": {"weight_version": 7}}) == "7"
+    assert read({"metadata": {"weight_version": True}}) is None
+    assert read({"metadata": None}, {"weight_versions": None}) is None
+    assert read({}, {"weight_versions": [{"start": 0}, "x"]}) is None

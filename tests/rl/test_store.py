@@ -92,6 +92,8 @@ class FakeChat:
         self.cached_tokens: int | None = 900
         self.seconds = 0.5
         self.attempts = 1
+        self.weight_version: str | None = None
+        self._prompt_ids: list[int] | None = None
         self.__dict__.update(overrides)
 
 
@@ -313,7 +315,10 @@ def test_record_round_trip_has_every_field(tmp_path: Path) -> None:
     assert set(data["timing"]) == {f"{p}_s" for p in ("reset", "wait_after_reset", "model", "act", "wait", "obs",
                                                           "wait_before_eval", "eval", "total")}  # fmt: skip
     (s,) = data["steps"]
-    assert set(s) == {"index", "started_at", "request", "response", "model", "description", "parse_error", "actions"}
+    assert set(s) == {
+        "index", "started_at", "request", "prompt_ids", "response", "model", "description", "parse_error", "actions",
+    }  # fmt: skip
+    assert s["prompt_ids"] is None
     assert s["response"] == {
         "content": "Action: wait",
         "reasoning": None,
@@ -323,7 +328,7 @@ def test_record_round_trip_has_every_field(tmp_path: Path) -> None:
         "finish_reason": "stop",
     }
     assert s["model"] == {"seconds": 0.5, "attempts": 2, "prompt_tokens": 1000, "completion_tokens": 3,
-                          "cached_tokens": 900}  # fmt: skip
+                          "cached_tokens": 900, "weight_version": None}  # fmt: skip
     assert s["actions"] == [{"action": "WAIT", "act_s": 0.1, "wait_s": None, "ready_s": 0.2, "obs_s": 0.3}]
     assert set(s["request"]) == {"model", "messages", "sampling", "extras", "order"}
     (back,) = read_records(tmp_path)

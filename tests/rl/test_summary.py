@@ -15,6 +15,7 @@ from legato_rl.store import (
     ErrorInfo,
     ModelStats,
     PolicyStamp,
+    PromptIds,
     RecordError,
     RequestRef,
     Response,
@@ -38,6 +39,8 @@ def step(
     cached: int | None = 50,
     logprobs: bool = True,
     token_ids: bool = True,
+    weight_version: str | None = None,
+    prompt_ids: bool = False,
 ) -> StepRecord:
     return StepRecord(
         index=0,
@@ -48,7 +51,14 @@ def step(
             logprobs=(-0.5, -0.5) if logprobs else None,
             tokens=None if token_ids else ("a", "b"),
         ),
-        model=ModelStats(seconds=seconds, attempts=attempts, prompt_tokens=prompt, cached_tokens=cached),
+        model=ModelStats(
+            seconds=seconds,
+            attempts=attempts,
+            prompt_tokens=prompt,
+            cached_tokens=cached,
+            weight_version=weight_version,
+        ),
+        prompt_ids=PromptIds(prefix=False, start=0, ids=(5, 6)) if prompt_ids else None,
     )
 
 
@@ -64,7 +74,7 @@ def rec(
         domain=None,
         group_id=group,
         attempt=0,
-        policy=PolicyStamp("m", "v1"),
+        policy=kw.pop("policy", PolicyStamp("m", "v1")),
         status=status,
         reward=reward,
         error=error,
@@ -137,6 +147,8 @@ def test_summary_keys_are_stable_and_empty_figures_are_null() -> None:
     assert set(data["phase_share"]) == set(full.to_json()["phase_share"])
     assert data["prefix_cache_hit_rate"] is None and data["share_steps_with_logprobs"] is None
     assert data["groups_short"] == 0
+    assert data["share_steps_with_prompt_ids"] is None
+    assert data["weight_versions"] == {} and data["weight_version_mismatches"] == 0
 
 
 def test_wall_time_given_by_the_caller_wins() -> None:
@@ -206,3 +218,44 @@ def test_the_time_of_a_failed_policy_call_is_its_own_phase() -> None:
     assert share["failed_call"] == pytest.approx(10 / 20)
     assert share["other"] == pytest.approx((1 + 4) / 20)
     assert sum(v for v in share.values() if v is not None) == pytest.approx(1.0)
+
+
+def test_server_weight_versions_and_mismatches_with_the_stamped_version() -> None:
+    records = [
+        rec(
+            "a", "g", "ok", 1.0, steps=(step(1.0, weight_version="v1", prompt_ids=True), step(1.0, weight_version="v1"))
+        ),
+        rec("b", "g", "ok", 0.0, steps=(step(1.0, weight_version="v2", prompt_ids=True), step(1.0))),  # v1 stamped
+        rec("c", "g", "ok", 0.0, steps=(step(1.0, weight_version="v2"),), policy=PolicyStamp("m", None)),
+    ]
+    summary = summarize(records, group=3)
+    assert summary.weight_versions == {"v1": 2, "v2": 2}
+    assert summary.weight_version_mismatches == 1  # b's first step; c has no --version to differ from
+    assert summary.share_steps_with_prompt_ids == 2 / 5
+    data = summary.to_json()
+    assert data["weight_versions"] == {"v1": 2, "v2": 2} and data["weight_version_mismatches"] == 1
+
+
+@pytest.mark.parametrize(("label", "mismatches"), [("step-3", False), ("default", True)])
+def test_collect_flags_a_server_serving_another_version(tmp_path: Path, label: str, mismatches: bool) -> None:
+    from legato_gym import DesktopConfig, Timeouts
+    from legato_gym.backends.fake import default_tasks
+    from legato_rl.collect import collect
+    from legato_rl.policy import PolicyConfig
+    from legato_rl.testing import ReferencePolicyServer, ScriptedSolver
+
+    config = DesktopConfig(screen=(320, 240), timeouts=Timeouts(reset=60, ready=10, act=10, evaluate=10))
+    with ReferencePolicyServer(ScriptedSolver(), "sglang", weight_version=label) as server:
+        collect(
+            default_tasks(config)[:1],
+            PolicyConfig(server.url, server.model, version="step-3"),
+            out=tmp_path / "run",
+            desktops=1,
+            group=1,
+            max_steps=4,
+            backend="fake",
+            desktop=config,
+        )
+    data = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert data["n_steps"] > 0 and data["weight_versions"] == {label: data["n_steps"]}
+    assert data["weight_version_mismatches"] == (data["n_steps"] if mismatches else 0)

@@ -9,14 +9,18 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from legato_gym.backends.local import grading, xstate
 from legato_gym.backends.local.client import DesktopClient
+from legato_gym.backends.local.coverage import Capabilities, Verdict
+from legato_gym.backends.local.coverage import check_tasks as _check_tasks
 from legato_gym.backends.local.display import Display, require_tools
+from legato_gym.backends.local.file_cache import FileCache
 from legato_gym.backends.local.forward import UnixForwarder
 from legato_gym.backends.local.limits import Cgroup, Limits
 from legato_gym.backends.local.sandbox import SYSTEM_PATHS, Sandbox, SandboxSpec, UidLease
@@ -83,6 +87,9 @@ class LocalOptions:
             (``DesktopConfig.python`` from ``legato osworld setup``).
         download_cache: with ``grader="osworld"``, the host cache for setup downloads, shared by all
             desktops and kept across runs (default ``~/.cache/legato/osworld-downloads``).
+        file_cache: the persistent, URL-keyed cache of OSWorld's task files (:mod:`.file_cache`) that setup
+            downloads and ``cloud_file`` gold files are read from first, shared by all desktops and never
+            wiped by a reset (default ``$LEGATO_FILE_CACHE`` or ``~/.cache/legato/files``).
     """
 
     python: str | None = None
@@ -99,6 +106,7 @@ class LocalOptions:
     state_dir: str | None = None
     grader: str = "local"
     download_cache: str | None = None
+    file_cache: str | None = None
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> LocalOptions:
@@ -186,6 +194,7 @@ class LocalDesktop:
         self._forwarder: UnixForwarder | None = None
         self._osworld: OSWorldSession | None = None
         self._x_baseline: XBaseline | None = None
+        self.files = _file_cache(self.options)
         #: How the last reset went: ``"fast"``, ``"restart"`` (asked for) or ``"fallback"`` (survivors, or
         #: X server state that could not be put back).
         self.last_reset_kind = ""
@@ -343,6 +352,19 @@ class LocalDesktop:
             shutil.rmtree(self.state_dir, ignore_errors=True)
 
     # ------------------------------------------------------------------ the contract
+    @classmethod
+    def check_tasks(cls, tasks: Sequence[Task], config: DesktopConfig | None = None) -> list[Verdict]:
+        """Refuse, at load time and all at once, the tasks this machine's local desktop cannot run faithfully.
+
+        Checks every task's apps, setup steps, getters, metrics, services and live-web or Google needs
+        against this host (:mod:`.coverage`) without booting a desktop.
+
+        Raises:
+            UnsupportedTaskError: one line per refused task, with the reason.
+        """
+        options = LocalOptions.from_mapping((config or DesktopConfig()).options)
+        return _check_tasks(tasks, Capabilities.detect(grader=options.grader, cache=_file_cache(options)))
+
     def check_task(self, task: Task) -> None:
         """Raise :class:`~legato_gym.errors.UnsupportedTaskError` if this backend cannot run ``task``."""
         if self.options.grader == "osworld":
@@ -385,6 +407,7 @@ class LocalDesktop:
                 self.config.screen,
                 deadline,
                 self._settle_windows if self.config.ready_signal else None,
+                files=self.files,
             )
             runner.run(task.setup)
         except DesktopError:
@@ -403,6 +426,7 @@ class LocalDesktop:
     def _osworld_reset(self, task: Task) -> None:
         session = self._osworld_session()
         session.begin(task.config, task_path(TASK_DATA, task.task_id))
+        _prefill_osworld(self.files, task.config, session.download_cache, session.work_dir)
         session.setup(task.setup)
         self._expected_windows = sum(1 for step in task.setup if step.get("type") in ("launch", "open"))
 
@@ -499,7 +523,12 @@ class LocalDesktop:
         elif postconfig:
             settle = self._settle_windows if self.config.ready_signal else None
             runner = SetupRunner(
-                self.client, task_path(self.state_dir / "cache", task.task_id), self.config.screen, deadline, settle
+                self.client,
+                task_path(self.state_dir / "cache", task.task_id),
+                self.config.screen,
+                deadline,
+                settle,
+                files=self.files,
             )
             runner.launched = self._expected_windows
             runner.run(postconfig)
@@ -514,7 +543,8 @@ class LocalDesktop:
         task = self._require_task("evaluate")
         if self.options.grader == "osworld":
             return self._osworld_session().evaluate()
-        return grading.evaluate(task, self.client, task_path(self.state_dir / "cache", task.task_id), self._actions)
+        cache = task_path(self.state_dir / "cache", task.task_id)
+        return grading.evaluate(task, self.client, cache, self._actions, files=self.files)
 
     def _require_task(self, call: str) -> Task:
         if self._closed:
@@ -522,6 +552,41 @@ class LocalDesktop:
         if self._task is None:
             raise StateError(f"{call}() called before reset(task); call reset(task) first")
         return self._task
+
+
+def _file_cache(options: LocalOptions) -> FileCache:
+    return FileCache(options.file_cache) if options.file_cache else FileCache.default()
+
+
+def _prefill_osworld(files: FileCache, config: Mapping[str, Any], download_cache: Path, work_dir: Path) -> None:
+    """Put what the file cache holds where desktop-env's setup controller and ``cloud_file`` look first.
+
+    desktop-env skips a setup download whose ``<download_cache>/<task_id>/<uuid5(url)>_<basename(path)>``
+    exists, and a ``cloud_file`` whose ``<work_dir>/<task_id>/<dest>`` exists; what the cache lacks,
+    desktop-env downloads itself.
+    """
+    task_id = str(config["id"])
+    evaluator = config.get("evaluator") or {}
+    steps = list(config.get("config") or []) + list(evaluator.get("postconfig") or [])
+    targets: list[tuple[str, Path]] = []
+    for step in steps:
+        if step.get("type") == "download":
+            for entry in (step.get("parameters") or {}).get("files") or []:
+                url, path = str(entry.get("url")), str(entry.get("path"))
+                name = f"{uuid.uuid5(uuid.NAMESPACE_URL, url)}_{os.path.basename(path)}"
+                targets.append((url, download_cache / task_id / name))
+    for key in ("result", "expected"):
+        specs = evaluator.get(key)
+        for spec in specs if isinstance(specs, list) else [specs]:
+            if isinstance(spec, Mapping) and spec.get("type") == "cloud_file":
+                urls, dests = spec.get("path"), spec.get("dest")
+                pairs = zip(urls or [], dests or [], strict=False) if spec.get("multi") else [(urls, dests)]
+                targets += [(str(u), work_dir / task_id / str(d)) for u, d in pairs]
+    for url, target in targets:
+        source = files.path(url)
+        if source is not None and not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
 
 
 def _sweep_stale(root: Path) -> None:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import logging
 import re
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from legato_gym.backends.local.client import DesktopClient
+from legato_gym.backends.local.file_cache import FileCache
 from legato_gym.contract import Task
 from legato_gym.errors import UnsupportedTaskError
 
@@ -75,6 +77,36 @@ def get_cache_file(client: DesktopClient, cache_dir: Path, config: Mapping[str, 
     return str(path)
 
 
+def get_cloud_file(
+    client: DesktopClient, cache_dir: Path, config: Mapping[str, Any], files: FileCache | None = None
+) -> Any:
+    """OSWorld ``cloud_file``: gold file(s) by URL, into the task's cache dir as ``dest``; local path(s).
+
+    Read from the persistent file cache first (``files``, default :meth:`FileCache.default`); a URL it lacks
+    is downloaded into it. ``multi``/``gives`` as OSWorld. A file already at ``dest`` is kept, as OSWorld does.
+
+    Raises:
+        SetupError: a URL is neither cached nor reachable (the message names it).
+    """
+    files = files if files is not None else FileCache.default()
+    if config.get("multi"):
+        urls, dests = list(config["path"]), list(config["dest"])
+        gives = set(config.get("gives", [0]))
+    else:
+        urls, dests, gives = [config["path"]], [config["dest"]], {0}
+    results: list[str] = []
+    for index, (url, dest) in enumerate(zip(urls, dests, strict=True)):
+        target = cache_dir / dest
+        if index in gives:
+            results.append(str(target))
+        if target.exists():
+            continue
+        entry = files.fetch(str(url))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(entry.path, target)
+    return results[0] if len(results) == 1 else results
+
+
 def get_rule(client: DesktopClient, cache_dir: Path, config: Mapping[str, Any]) -> Any:
     """OSWorld ``rule``: the config's ``rules``."""
     return config["rules"]
@@ -90,6 +122,7 @@ GETTERS: dict[str, Getter] = {
     "vm_command_error": get_vm_command_error,
     "vm_file": get_vm_file,
     "cache_file": get_cache_file,
+    "cloud_file": get_cloud_file,
     "rule": get_rule,
     "vm_terminal_output": get_vm_terminal_output,
 }
@@ -161,14 +194,22 @@ def check_evaluator(task: Task) -> None:
                 )
 
 
-def _get(client: DesktopClient, cache_dir: Path, spec: Mapping[str, Any] | None) -> Any:
-    if not spec:
-        return None
-    return GETTERS[spec["type"]](client, cache_dir, spec)
+def evaluate(
+    task: Task, client: DesktopClient, cache_dir: Path, actions: Sequence[str], *, files: FileCache | None = None
+) -> float:
+    """Grade ``task`` as OSWorld's ``DesktopEnv.evaluate`` does (post-config already run).
 
+    ``files`` is the persistent file cache that ``cloud_file`` gold files are read from (default:
+    :meth:`FileCache.default`).
+    """
 
-def evaluate(task: Task, client: DesktopClient, cache_dir: Path, actions: Sequence[str]) -> float:
-    """Grade ``task`` as OSWorld's ``DesktopEnv.evaluate`` does (post-config already run)."""
+    def _get(client: DesktopClient, cache_dir: Path, spec: Mapping[str, Any] | None) -> Any:
+        if not spec:
+            return None
+        if spec["type"] == "cloud_file":
+            return get_cloud_file(client, cache_dir, spec, files)
+        return GETTERS[spec["type"]](client, cache_dir, spec)
+
     evaluator = task.evaluator
     func = evaluator.get("func")
     last = actions[-1] if actions else None

@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
-
-import httpx
 
 from legato_gym.backends.local.client import DesktopClient
+from legato_gym.backends.local.file_cache import FileCache
 from legato_gym.contract import Task
 from legato_gym.errors import SetupError, UnsupportedTaskError
 
@@ -67,6 +64,8 @@ class SetupRunner:
         screen: ``(width, height)`` for the placeholders.
         deadline: monotonic time by which every step must be done.
         settle: ``settle(expected_windows, deadline) -> bool``: the ready signal (``None``: fixed sleeps).
+        files: the persistent file cache that ``download`` steps read first and fill (default:
+            :meth:`FileCache.default`).
     """
 
     def __init__(
@@ -76,8 +75,10 @@ class SetupRunner:
         screen: tuple[int, int],
         deadline: float,
         settle: Callable[[int, float], bool] | None,
+        files: FileCache | None = None,
     ) -> None:
         self.client = client
+        self.files = files if files is not None else FileCache.default()
         self.cache_dir = cache_dir
         self.screen = screen
         self.deadline = deadline
@@ -219,10 +220,8 @@ class SetupRunner:
             url, path = entry["url"], entry["path"]
             if not url or not path:
                 raise SetupError(f"download: url and path are required, got {dict(entry)!r}")
-            cached = self.cache_dir / f"{uuid.uuid5(uuid.NAMESPACE_URL, url)}_{Path(urlparse(url).path).name}"
-            if not cached.exists():
-                cached.write_bytes(_fetch(url, self._remaining()))
-            self.client.upload(path, cached.read_bytes())
+            cached = self.files.fetch(url, timeout=min(self._remaining(), 300.0))
+            self.client.upload(path, cached.path.read_bytes())
 
 
 def _until_met(until: Mapping[str, Any], result: Mapping[str, Any]) -> bool:
@@ -231,19 +230,3 @@ def _until_met(until: Mapping[str, Any], result: Mapping[str, Any]) -> bool:
     if "stdout" in until and until["stdout"] not in (result.get("output") or ""):
         return False
     return not ("stderr" in until and until["stderr"] not in (result.get("error") or ""))
-
-
-def _fetch(url: str, timeout: float) -> bytes:
-    """A download's bytes: ``file://`` URLs and plain paths from disk, HTTP(S) with httpx (host side)."""
-    parsed = urlparse(url)
-    if parsed.scheme in ("", "file"):
-        path = Path(unquote(parsed.path))
-        if not path.is_file():
-            raise SetupError(f"download: {url} does not exist on this host")
-        return path.read_bytes()
-    try:
-        response = httpx.get(url, timeout=min(timeout, 300.0), follow_redirects=True)
-        response.raise_for_status()
-    except httpx.HTTPError as exc:
-        raise SetupError(f"download of {url} failed: {exc} (pre-fill the cache or give a file:// URL)") from exc
-    return response.content
