@@ -106,6 +106,7 @@ class Progress:
     status_counts: Counter[str] = field(default_factory=Counter)
     model_latency_s: deque[float] = field(default_factory=lambda: deque(maxlen=2000))  # the latest calls
     started: float = field(default_factory=time.monotonic)
+    nodes: dict[str, dict[str, int]] = field(default_factory=dict)  # Ray: desktops started/lost per node
 
     @property
     def completed(self) -> int:
@@ -342,7 +343,7 @@ class Collector:
                     if self._health is not None:
                         self._health.cancel()
                     await self._store.aclose()
-        summary = summarize_run(self.out)
+        summary = summarize_run(self.out, nodes=self.progress.nodes)
         write_summary(self.out, summary)
         if self._stopped is not None:
             raise self._stopped
@@ -382,6 +383,7 @@ class Collector:
         try:
             await asyncio.gather(*(self._desktop_loop(env, client, i) for i in range(opts.desktops)))
         finally:
+            self.progress.nodes = env.nodes
             env.close()  # a desktop still finishing a cancelled attempt's action is shut down mid-action
 
     async def _desktop_loop(self, env: DesktopVectorEnv, client: PolicyClient, env_id: int) -> None:
@@ -393,6 +395,12 @@ class Collector:
         """
         assert self._wake is not None
         while self._stopped is None:
+            if not env.available(env_id):  # its host was lost and none has room: no work until one does
+                await self._until_available(env, env_id)
+                if self.book.all_ended:
+                    self._wake.set()
+                    return
+                continue
             attempt = self.book.next_attempt(env_id, free=self._idle)
             if attempt is None:
                 if self.book.all_ended:
@@ -440,6 +448,18 @@ class Collector:
                 woken.cancel()
             if not idle.done():
                 idle.cancel()
+
+    async def _until_available(self, env: DesktopVectorEnv, env_id: int) -> None:
+        """Wait until desktop ``env_id`` can run again, the batch has ended, or it stops."""
+        assert self._wake is not None
+        ready = env.wait_available(env_id)
+        while not ready.done() and not self.book.all_ended and self._stopped is None:
+            self._wake.clear()
+            woken = asyncio.ensure_future(self._wake.wait())
+            await asyncio.wait((ready, woken), return_when=FIRST_COMPLETED)
+            woken.cancel()
+        if not ready.done():
+            ready.cancel()
 
     async def _run_attempt(self, env: DesktopVectorEnv, client: PolicyClient, play: _Play) -> None:
         attempt, env_id = play.attempt, play.desktop

@@ -57,7 +57,7 @@ from legato_rl.store import (
     write_bytes_atomic,
     write_json_atomic,
 )
-from legato_rl.summary import Summary, failed_call, percentile, summarize
+from legato_rl.summary import Summary, failed_call, percentile, read_nodes, summarize
 
 __all__ = [
     "LATENCY_KINDS",
@@ -71,6 +71,7 @@ __all__ = [
     "TrySpan",
     "build_timeline",
     "error_rows",
+    "node_rows",
     "profile_run",
     "summary_rows",
     "top_messages",
@@ -418,6 +419,7 @@ def profile_run(
             yield record
 
     summary = summarize(tap(read_records(root)), group=manifest.group)
+    summary = replace(summary, nodes=read_nodes(root))  # kept by collect in summary.json, not in the records
     timeline.finish()
     profile = Profile(
         run_dir=root,
@@ -682,7 +684,17 @@ def summary_rows(profile: Profile) -> list[tuple[str, str]]:
         ("steps with prompt ids", _share(s.share_steps_with_prompt_ids)),
         ("server weight versions", _weight_versions(s.weight_versions, s.weight_version_mismatches)),
         ("groups (short)", f"{s.groups} ({s.groups_short})"),
+        *([("Ray nodes: desktops started (lost)", _nodes(s.nodes))] if s.nodes else []),
     ]
+
+
+def _nodes(nodes: Mapping[str, Mapping[str, int]]) -> str:
+    return "; ".join(f"{name}: {c.get('desktops', 0)} ({c.get('lost', 0)})" for name, c in nodes.items())
+
+
+def node_rows(profile: Profile) -> list[tuple[str, str, str]]:
+    """One row per Ray node the run's desktops ran on: the node, desktops started there, desktops lost with it."""
+    return [(name, str(c.get("desktops", 0)), str(c.get("lost", 0))) for name, c in profile.summary.nodes.items()]
 
 
 def _weight_versions(versions: Mapping[str, int], mismatches: int) -> str:
@@ -759,6 +771,7 @@ pre {{ white-space: pre-wrap; font-size: 0.85em; color: #444; }}
 <h2>Latency</h2>
 {_table(("kind", "n", "p50", "p95", "p99", "max"), latency_rows)}
 {_table(("desktop", "tries", "busy", "utilisation"), desktop_rows)}
+{_table(("Ray node", "desktops started", "lost"), node_rows(profile)) if profile.summary.nodes else ""}
 <h2>Pictures</h2>
 {pictures}
 <h2>How the timeline is rebuilt</h2>

@@ -26,6 +26,10 @@ Definitions (each key of ``summary.json`` is always present; a figure with nothi
   label the weights on the server with the same string as ``--version``.
 * ``groups``, ``groups_short``, ``groups_short_ids``: groups seen, and those that ended with fewer than
   ``group`` completed attempts.
+* ``nodes``: desktops on a Ray cluster (``--ray``), per node (``hostname (ip), node ID``):
+  ``{"desktops": started there, "lost": lost with their node or host agent}``, added up over the sessions
+  of a resumed run. Not in the records: ``collect`` takes them from the vector env; ``{}`` for desktops on
+  this host.
 
 Group advantage (GRPO): ``(reward - mean) / std`` over the group's *completed* attempts (``ok`` and
 ``truncated``; ``surplus`` attempts finished after the group closed and are not part of it), with the
@@ -34,12 +38,13 @@ Group advantage (GRPO): ``(reward - mean) / std`` over the group's *completed* a
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,12 +62,15 @@ from legato_rl.store import (
 
 __all__ = [
     "COMPLETED",
+    "NODE_KEYS",
     "SUMMARY_SCHEMA",
     "Summary",
+    "add_nodes",
     "advantages",
     "failed_call",
     "group_advantages",
     "percentile",
+    "read_nodes",
     "summarize",
     "summarize_run",
     "write_summary",
@@ -74,6 +82,8 @@ SUMMARY_SCHEMA = "legato.summary/v0"
 COMPLETED = frozenset(status.value for status in COMPLETED_STATUSES)
 #: ``phase_share`` keys, in order.
 PHASE_KEYS = (*(name[: -len("_s")] for name in Timing.PHASES), "failed_call", "other")
+#: Per-node counts in ``nodes``.
+NODE_KEYS = ("desktops", "lost")
 
 
 @dataclass(frozen=True)
@@ -99,6 +109,7 @@ class Summary:
     share_steps_with_prompt_ids: float | None = None
     weight_versions: Mapping[str, int] = field(default_factory=dict)
     weight_version_mismatches: int = 0
+    nodes: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """``summary.json``'s content, keys in a fixed order."""
@@ -123,6 +134,7 @@ class Summary:
             "groups": self.groups,
             "groups_short": self.groups_short,
             "groups_short_ids": list(self.groups_short_ids),
+            "nodes": {name: dict(counts) for name, counts in self.nodes.items()},
         }
 
 
@@ -234,8 +246,19 @@ def failed_call(record: RolloutRecord) -> bool:
     return record.status == "error" and record.error is not None and record.error.kind == "policy"
 
 
-def summarize_run(run_dir: str | os.PathLike[str], *, wall_s: float | None = None) -> Summary:
+def summarize_run(
+    run_dir: str | os.PathLike[str],
+    *,
+    wall_s: float | None = None,
+    nodes: Mapping[str, Mapping[str, int]] | None = None,
+) -> Summary:
     """:func:`summarize` of a run directory, with the group size from its manifest.
+
+    Args:
+        run_dir: the run directory.
+        wall_s: as :func:`summarize`.
+        nodes: this session's per-node desktop counts, added to the ones the run's ``summary.json`` holds
+            (a resumed run); ``None``: those alone (:func:`read_nodes`).
 
     Raises:
         RecordError: the directory is not a run, or has no manifest.
@@ -243,7 +266,35 @@ def summarize_run(run_dir: str | os.PathLike[str], *, wall_s: float | None = Non
     manifest = read_manifest(run_dir)
     if manifest is None:
         raise RecordError(f"{run_dir} has no run.json: it is not a legato rl collect run")
-    return summarize(read_records(run_dir), group=manifest.group, wall_s=wall_s)
+    summary = summarize(read_records(run_dir), group=manifest.group, wall_s=wall_s)
+    return replace(summary, nodes=add_nodes(read_nodes(run_dir), nodes or {}))
+
+
+def read_nodes(run_dir: str | os.PathLike[str]) -> dict[str, dict[str, int]]:
+    """The per-node desktop counts of the run's ``summary.json`` (``{}`` when it has none, or no summary)."""
+    try:
+        data = json.loads((Path(run_dir) / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    nodes = data.get("nodes") if isinstance(data, dict) else None
+    if not isinstance(nodes, dict):
+        return {}
+    return {
+        str(name): {key: int(counts.get(key, 0) or 0) for key in NODE_KEYS}
+        for name, counts in nodes.items()
+        if isinstance(counts, dict)
+    }
+
+
+def add_nodes(*tallies: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    """Per-node desktop counts added up, nodes in the order first seen."""
+    total: dict[str, dict[str, int]] = {}
+    for tally in tallies:
+        for name, counts in tally.items():
+            into = total.setdefault(name, dict.fromkeys(NODE_KEYS, 0))
+            for key in NODE_KEYS:
+                into[key] += int(counts.get(key, 0))
+    return total
 
 
 def write_summary(run_dir: str | os.PathLike[str], summary: Summary) -> Path:

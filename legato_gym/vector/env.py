@@ -199,6 +199,10 @@ class _Slot:
         # its caller waited on a model, say): the episode's next step or truncate gets it, not a StateError.
         self.lost: DesktopError | None = None
         self.idle_waiters: list[asyncio.Future[None]] = []  # idle() futures, done when busy clears
+        # Why no worker can be started for this desktop now (its host is gone and no other has room); its
+        # requests fail at once with it until a placement succeeds (:meth:`DesktopVectorEnv.available`).
+        self.unavailable: DesktopError | None = None
+        self.available_waiters: list[asyncio.Future[None]] = []  # wait_available() futures
         self.unconsumed: _Result | None = None
         self.last_screen: Screens | LazyScreenshot | None = None
         self.last_instruction = ""
@@ -208,6 +212,11 @@ def _worker_name(proc: WorkerProcess) -> str:
     """``worker PID``, plus the host it ran on for a remote worker (its ``where``, e.g. a Ray host agent)."""
     where = getattr(proc, "where", None)
     return f"worker {proc.pid} on {where}" if where else f"worker {proc.pid}"
+
+
+def _copy_error(error: DesktopError) -> DesktopError:
+    """A fresh exception like ``error`` (each request raises its own: tracebacks are not shared)."""
+    return type(error)(*error.args, env_id=error.env_id, remote_traceback=error.remote_traceback)
 
 
 def _kill_all(procs: set[WorkerProcess]) -> None:
@@ -383,6 +392,12 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         """Process id of each desktop's current worker, by env index (``-1`` while none is running)."""
         return [s.proc.pid if s.proc is not None and s.proc.alive else -1 for s in self._slots]
 
+    @property
+    def nodes(self) -> dict[str, dict[str, int]]:
+        """Desktops started and lost per cluster node (``{}`` here: every desktop runs on this host; see
+        :attr:`RayDesktopVectorEnv.nodes <legato_gym.vector.ray_env.RayDesktopVectorEnv.nodes>`)."""
+        return {}
+
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Obs, dict[str, Any]]:
@@ -484,6 +499,9 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         _kill_all(self._procs)
         closed = StateError("the vector env was closed; create a new one")
         for slot in self._slots:
+            for waiter in slot.available_waiters:
+                waiter.cancel()
+            slot.available_waiters.clear()
             for request in [slot.current, *slot.waiting]:
                 if request is not None and request.future is not None and not request.future.done():
                     request.future.set_exception(closed)
@@ -599,6 +617,27 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         result = await self._await(env_id, "truncate", {})
         return result.reward, dict(result.info or {})
 
+    def available(self, env_id: int) -> bool:
+        """Whether desktop ``env_id`` has a worker running or starting.
+
+        ``False`` when its worker could not be placed anywhere (a Ray desktop whose host was lost while no
+        live host has room for it): its requests then fail at once with a :class:`DesktopError`, and a
+        scheduler should give it no work until :meth:`wait_available` is done.
+        """
+        self._check_open()
+        return self._slots[env_id].unavailable is None
+
+    def wait_available(self, env_id: int) -> asyncio.Future[None]:
+        """A future done once desktop ``env_id`` is :meth:`available` again (at once if it is)."""
+        self._check_open()
+        future: asyncio.Future[None] = self._attach().create_future()
+        slot = self._slots[env_id]
+        if slot.unavailable is None:
+            future.set_result(None)
+        else:
+            slot.available_waiters.append(future)
+        return future
+
     def idle(self, env_id: int) -> asyncio.Future[None]:
         """A future done once desktop ``env_id`` has no ``areset``/``astep``/``atruncate`` in flight.
 
@@ -635,6 +674,9 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
             return request
         if slot.proc is None:
             self._spawn(slot)
+        if slot.unavailable is not None:  # nowhere to run it: fail now, not after a start deadline
+            self._complete(slot, request, _Result(env_id, op, error=_copy_error(slot.unavailable)))
+            return request
         slot.waiting.append(request)
         self._dispatch(slot)
         return request
@@ -739,7 +781,22 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
 
     def _spawn(self, slot: _Slot) -> None:
         height, width, _ = self._shape
-        proc = self._new_worker(slot.env_id)
+        try:
+            proc = self._new_worker(slot.env_id)
+        except DesktopError as error:  # no host can take it now: the slot is unavailable, not starting
+            error.env_id = slot.env_id
+            if slot.unavailable is None:
+                logger.warning("%s", error)
+            slot.proc, slot.ready, slot.current, slot.unavailable = None, False, None, error
+            self._start_failed(slot, error)
+            return
+        if slot.unavailable is not None:
+            logger.info("desktop %d is available again", slot.env_id)
+        slot.unavailable = None
+        for waiter in slot.available_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        slot.available_waiters.clear()
         self._procs.add(proc)
         slot.proc, slot.ready = proc, False
         slot.generation += 1
@@ -897,6 +954,16 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
             self._complete(slot, request, _Result(slot.env_id, request.op, error=error))
         self._spawn(slot)
         self._dispatch(slot)
+
+    def _place_unavailable(self) -> None:
+        """Try again to start a worker for every unavailable desktop (a host may have room now)."""
+        if self.closed:
+            return
+        for slot in self._slots:
+            if slot.unavailable is not None and slot.proc is None:
+                self._spawn(slot)
+                if slot.unavailable is not None:
+                    return  # the others would not find room either
 
     def _start_failed(self, slot: _Slot, error: LegatoError) -> None:
         """A worker could not be started: fail whatever waits for it; the next request tries again."""

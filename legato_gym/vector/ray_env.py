@@ -17,8 +17,12 @@ naming the resources missing, and an address where no cluster answers fails with
 
 Failures: a lost agent, node or partition ends the requests in flight on it as a dead worker does
 locally: :class:`~legato_gym.errors.DesktopCrashed` (or :class:`~legato_gym.errors.DeadlineExceeded` when
-the network just stops answering) carrying ``env_id``. The desktop is started again on a new agent, which
-Ray places wherever resources exist, including a host that joined after the batch started.
+the network just stops answering) carrying ``env_id``; the driver polls Ray's node table
+(:data:`NODE_POLL_S`) so the desktops of a node Ray reports dead fail at once, requests in flight or not. The
+desktop is started again on a new agent on a live node with room, including a host that joined after the batch
+started. When no live node has room, the desktop is *unavailable* (``env.available(i)`` is ``False``; its
+requests fail at once) rather than waiting out its start deadline for an agent Ray cannot place, and every poll
+tries again (docs/ray.md).
 
 Example::
 
@@ -37,14 +41,15 @@ import os
 import socket
 import subprocess
 import threading
+import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from legato_gym.errors import ConfigError, MissingDependencyError
+from legato_gym.errors import ConfigError, DesktopCrashed, MissingDependencyError
 from legato_gym.vector.env import DesktopVectorEnv
 from legato_gym.vector.process import WorkerProcess
 from legato_gym.vector.protocol import FrameReader
@@ -55,6 +60,12 @@ __all__ = ["Fit", "RayDesktopVectorEnv", "RayPlacement", "check_fit", "desktops_
 logger = logging.getLogger(__name__)
 
 GiB = 1024**3
+#: How often the driver asks Ray which nodes are alive (to drop a dead node's desktops, and to place
+#: desktops that had nowhere to go on a node that joined), in seconds.
+NODE_POLL_S = 1.0
+#: How long a node where one of our agents died is given no new desktops unless Ray says it is dead first
+#: (Ray may notice a dead agent before it notices that the agent's node is gone), in seconds.
+SUSPECT_S = 30.0
 
 #: Per-desktop requests by backend: (cpus, memory bytes, custom resources).
 _BACKEND_NEEDS: dict[str, tuple[float, int, dict[str, float]]] = {
@@ -344,11 +355,16 @@ class _Host:
         self.started = False  # a worker started on it: the actor was placed and runs
         self.node_id: str | None = None
         self.where: str | None = None  # "hostname (ip)" once the agent answered
+        self.workers: dict[int, RayWorker] = {}  # by key: told at once when the agent or its node is lost
 
     def label(self) -> str:
         """The agent and the host it runs on, for messages: ``host agent 2 on gpu7 (10.0.0.7), node 3f2a...``."""
         where = self.where or "a host not known yet (the agent never answered)"
         return f"host agent {self.index} on {where}, node {(self.node_id or '?')[:12]}"
+
+    def node_label(self) -> str:
+        """The node this agent runs on, as ``nodes`` counts name it: ``gpu7 (10.0.0.7), node 3f2a...``."""
+        return f"{self.where or '?'}, node {(self.node_id or '?')[:12]}"
 
 
 class _Hosts:
@@ -366,21 +382,103 @@ class _Hosts:
         self.lock = threading.Lock()
         self.expected = 0  # desktops about to be placed (sizes new agents)
         self.group = placement.group if largest is None else max(1, min(placement.group, largest))
+        self.backend = backend
+        self.needs = _needs(placement, backend)
+        # an autoscaling cluster (require_fit=False) adds hosts for agents Ray cannot place yet: those are made
+        # anyway; otherwise a desktop with no room anywhere is unavailable (place() raises) until a node has room
+        self.check_room = placement.require_fit and bool(self.needs)
+        self.suspect: dict[str, float] = {}  # node id -> when one of our agents died there
+        #: Desktops started and lost per node (:meth:`RayDesktopVectorEnv.nodes`).
+        self.nodes: dict[str, dict[str, int]] = {}
         self._keys = 0
         self._agents = 0
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
 
     def place(self) -> tuple[_Host, int]:
-        """A host agent with room for one more desktop (a new agent if none has room), and a fresh key."""
+        """A host agent with room for one more desktop (a new agent if none has room), and a fresh key.
+
+        Raises:
+            DesktopCrashed: no live node has room for another desktop (the node that had it was lost).
+        """
         with self.lock:
-            self._keys += 1
             for host in self.hosts:
                 if not host.lost and len(host.keys) < host.capacity:
                     break
             else:
-                host = self._new_host(max(1, min(self.group, self.expected)))
+                capacity = max(1, min(self.group, self.expected))
+                if self.check_room:
+                    capacity = min(capacity, self._room())
+                host = self._new_host(capacity)
+            self._keys += 1
             host.keys.add(self._keys)
             self.expected = max(0, self.expected - 1)
             return host, self._keys
+
+    def _room(self) -> int:
+        """Desktops one new agent can host now: what the alive nodes advertise, less what our agents hold (an
+        agent not placed yet holds room on some node). Called with the lock held.
+
+        Raises:
+            DesktopCrashed: there is no room.
+        """
+        try:
+            nodes = [n for n in self.ray.nodes() if n.get("Alive")]
+        except Exception as exc:  # cannot tell: let Ray place it
+            logger.warning("cannot list the Ray cluster's nodes to place a desktop: %s", exc)
+            return self.group
+        now = time.monotonic()
+        free: dict[str, int] = {}
+        for node in nodes:
+            node_id = str(node.get("NodeID"))
+            if now - self.suspect.get(node_id, -SUSPECT_S) >= SUSPECT_S:
+                free[node_id] = desktops_per_node(node.get("Resources") or {}, self.needs) or 0
+        starting = 0
+        for host in self.hosts:
+            if host.lost:
+                continue
+            if host.node_id is None:
+                starting += host.capacity
+            elif host.node_id in free:
+                free[host.node_id] -= host.capacity
+        room = min(max(free.values(), default=0), sum(max(0, n) for n in free.values()) - starting)
+        if room >= 1:
+            return room
+        where = ", ".join(f"node {node_id[:12]}: {max(0, n)}" for node_id, n in free.items()) or "none"
+        raise DesktopCrashed(
+            f"no live node of the Ray cluster has room for another {self.backend!r} desktop (free room by node: "
+            f"{where}; {starting} starting); its host was lost, and it starts again as soon as a node with room "
+            "joins or frees it (add a host: ray start --address HEAD:6379 --resources ..., docs/ray.md)"
+        )
+
+    def watch(self, on_poll: Callable[[], None]) -> None:
+        """Ask Ray every :data:`NODE_POLL_S` which nodes are alive: the desktops of a node Ray reports dead
+        fail at once; ``on_poll`` runs after each poll (on the watcher thread) to place unavailable desktops."""
+        if self._watcher is not None:
+            return
+
+        def run() -> None:
+            while not self._stop.wait(NODE_POLL_S):
+                try:
+                    dead = {str(n.get("NodeID")) for n in self.ray.nodes() if not n.get("Alive")}
+                except Exception as exc:  # e.g. the driver is disconnecting: try again next time
+                    logger.debug("cannot list the Ray cluster's nodes: %s", exc)
+                    continue
+                with self.lock:
+                    doomed = [h for h in self.hosts if not h.lost and h.node_id is not None and h.node_id in dead]
+                for host in doomed:
+                    self.lose(host, f"Ray reports its node {(host.node_id or '?')[:12]} dead", dead=True)
+                with contextlib.suppress(Exception):
+                    on_poll()
+
+        self._watcher = threading.Thread(target=run, name="legato-ray-nodes", daemon=True)
+        self._watcher.start()
+
+    def started(self, host: _Host) -> None:
+        """A desktop started on ``host`` (counted for its node)."""
+        with self.lock:
+            counts = self.nodes.setdefault(host.node_label(), {"desktops": 0, "lost": 0})
+            counts["desktops"] += 1
 
     def _new_host(self, capacity: int) -> _Host:
         options: dict[str, Any] = {
@@ -410,20 +508,31 @@ class _Hosts:
     def lose(self, host: _Host, why: str, *, dead: bool) -> None:
         """No more desktops go to ``host`` (``dead``: its desktops fail too); they will be replaced elsewhere."""
         with self.lock:
-            host.dead = host.dead or dead
-            if host.lost:
+            was_dead, host.dead = host.dead, host.dead or dead
+            if not host.lost:
+                host.why = why
+                host.lost = True
+                self.expected += len(host.keys)
+                if not host.started:  # it never ran: maybe no host fits a group this size
+                    self.group = max(1, self.group // 2)
+                logger.warning("%s lost: %s", host.label(), why)
+            if not dead or was_dead:
                 return
-            host.why = why
-            host.lost = True
-            self.expected += len(host.keys)
-            if not host.started:  # it never ran: maybe no host fits a group this size
-                self.group = max(1, self.group // 2)
-        logger.warning("%s lost: %s", host.label(), why)
+            if host.node_id is not None:
+                self.suspect.setdefault(host.node_id, time.monotonic())
+            if host.started:
+                counts = self.nodes.setdefault(host.node_label(), {"desktops": 0, "lost": 0})
+                counts["lost"] += sum(w.started for w in host.workers.values())
+            workers = list(host.workers.values())
+        text = f"{host.label()} lost: {host.why}"
+        for worker in workers:  # its idle desktops too: none waits for its next request to find out
+            worker.lose(text)
 
     def release(self, host: _Host, key: int) -> None:
         """Desktop ``key`` left ``host``: kill its worker there; a lost agent with no desktops is killed."""
         with self.lock:
             host.keys.discard(key)
+            host.workers.pop(key, None)
             drop = host.lost and not host.keys
             if drop and host in self.hosts:
                 self.hosts.remove(host)
@@ -436,6 +545,9 @@ class _Hosts:
 
     def shutdown(self) -> None:
         """Kill every agent (their workers die with them)."""
+        self._stop.set()
+        if self._watcher is not None and self._watcher is not threading.current_thread():
+            self._watcher.join(timeout=2 * NODE_POLL_S + 5)
         with self.lock:
             hosts, self.hosts = list(self.hosts), []
         refs = []
@@ -464,6 +576,7 @@ class RayWorker(WorkerProcess):
 
     def __init__(self, env_id: int, hosts: _Hosts, ray: Any) -> None:
         # Not a local process: WorkerProcess.__init__ is not called; the attributes the env reads are set here.
+        self.host, self.key = hosts.place()  # first: raises when no node has room (nothing to clean up)
         self.env_id = env_id
         self.frames = FrameReader()
         self.stderr_tail: deque[bytes] = deque()
@@ -490,7 +603,8 @@ class RayWorker(WorkerProcess):
         read_end, write_end = os.pipe()
         os.close(write_end)  # the remote stderr arrives with a failure; this end reads EOF at once
         self.stderr_fd = read_end
-        self.host, self.key = hosts.place()
+        with hosts.lock:
+            self.host.workers[self.key] = self
         self._watch(self.host.actor.start.remote(self.key))
 
     @property
@@ -558,6 +672,21 @@ class RayWorker(WorkerProcess):
 
     # ------------------------------------------------------------------ internals
 
+    @property
+    def started(self) -> bool:
+        """Whether this desktop's worker started on its host."""
+        return self._started
+
+    def lose(self, why: str) -> None:
+        """The host is gone (any thread): the env reads the loss at once, as a dead worker's EOF."""
+        with self._lock:
+            if self._closed or self._lost is not None:
+                return
+            self._lost = why
+            self._tail(why)
+            with contextlib.suppress(OSError):
+                self._wake.send(b"\0")
+
     def _watch(self, ref: Any) -> Future[Any]:
         future: Future[Any] = ref.future()
         future.add_done_callback(self._done)
@@ -605,6 +734,7 @@ class RayWorker(WorkerProcess):
             self.pid = int(message.get("pid", -1))
             self.node_id = self.host.node_id = message.get("node_id") or self.host.node_id
             self.host.where = message.get("host") or self.host.where
+            self._hosts.started(self.host)
             return message, None
         result = message.get("result")
         obs = result.get("obs") if isinstance(result, dict) else None
@@ -681,7 +811,24 @@ class RayDesktopVectorEnv(DesktopVectorEnv):
             args = (self.placement.hosting, self.placement.codec, shape, self.config.python, self.worker_env)
             self._hosts = _Hosts(self._ray, self.placement, self.backend, args, self._fits.smallest)
             self._hosts.expected = self._pending_expected
+            self._hosts.watch(self._polled)
         return RayWorker(env_id, self._hosts, self._ray)
+
+    def _polled(self) -> None:
+        """After each poll of the nodes (watcher thread): place unavailable desktops from the event loop."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed() and any(s.unavailable is not None for s in self._slots):
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._place_unavailable)
+
+    @property
+    def nodes(self) -> dict[str, dict[str, int]]:
+        """Per node (``hostname (ip), node ID``): ``desktops`` started there and ``lost`` with their host agent
+        or the node itself, over this env's life."""
+        if self._hosts is None:
+            return {}
+        with self._hosts.lock:
+            return {name: dict(counts) for name, counts in self._hosts.nodes.items()}
 
     @property
     def worker_nodes(self) -> list[str | None]:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
+import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from typing import Any
 
 import numpy as np
@@ -15,9 +19,17 @@ from PIL import Image
 
 from legato_gym.backends.fake import FakeDesktop, default_tasks
 from legato_gym.config import DesktopConfig
-from legato_gym.errors import ConfigError, MissingDependencyError
+from legato_gym.errors import ConfigError, DesktopCrashed, MissingDependencyError
 from legato_gym.png import encode_png
-from legato_gym.vector.ray_env import RayDesktopVectorEnv, RayPlacement, _unwire, desktops_per_node, import_ray
+from legato_gym.vector import DesktopVectorEnv
+from legato_gym.vector.ray_env import (
+    RayDesktopVectorEnv,
+    RayPlacement,
+    _Hosts,
+    _unwire,
+    desktops_per_node,
+    import_ray,
+)
 from legato_gym.vector.ray_host import HostAgent, LazyScreenshot, decode_screen, encode_screen
 
 CONFIG = DesktopConfig(screen=(320, 240))
@@ -192,3 +204,111 @@ def test_collects_harness_sends_a_lazy_screenshots_png_without_decoding_it() -> 
     assert url.endswith(base64.b64encode(png).decode()) and not shot.decoded
     resized = QwenHarness(resize=True, max_pixels=160 * 120).encode_image(shot, png=png)
     assert shot.decoded and resized != url  # resizing reads the pixels: then they are decoded
+
+
+class _FakeRay:
+    """Just what :class:`_Hosts` asks of Ray: the node table, actor creation and ``kill``."""
+
+    def __init__(self, nodes: list[dict[str, Any]]) -> None:
+        self.node_table = nodes
+        self.created: list[dict[str, Any]] = []
+        self.killed: list[object] = []
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return self.node_table
+
+    def remote(self, cls_or_arg: Any, *args: Any) -> Any:
+        # ray.remote(HostAgent) gives the actor class; ActorClass.options(...).remote(*args) gives an actor
+        return self if isinstance(cls_or_arg, type) else object()
+
+    def options(self, **options: Any) -> _FakeRay:
+        self.created.append(options)
+        return self
+
+    def kill(self, actor: object, no_restart: bool = True) -> None:
+        self.killed.append(actor)
+
+
+def _node(name: str, slots: int) -> dict[str, Any]:
+    return {"NodeID": name * 28, "Alive": True, "Resources": {"legato_t": float(slots)}}
+
+
+def test_a_lost_desktop_goes_where_there_is_room_or_is_refused_at_once() -> None:
+    ray = _FakeRay([_node("a", 2), _node("b", 2)])
+    hosts = _Hosts(ray, RayPlacement(group=2, resources={"legato_t": 1}), "fake", (), 2)
+    hosts.expected = 4
+    placed = [hosts.place() for _ in range(4)]  # two agents of two, not yet placed by Ray: room for no more
+    assert [options["resources"] for options in ray.created] == [{"legato_t": 2.0}] * 2
+    with pytest.raises(DesktopCrashed, match="no live node of the Ray cluster has room"):
+        hosts.place()
+    for (host, _), name in zip(placed[::2], "ab", strict=True):
+        host.started, host.node_id, host.where = True, name * 28, "vm (127.0.0.1)"
+    doomed = placed[0][0]
+    # its agent died; Ray still lists node a alive (it notices dead agents first): no desktop goes there
+    hosts.lose(doomed, "ActorDiedError: the actor died", dead=True)
+    with pytest.raises(DesktopCrashed, match=r"free room by node: node bbbbbbbbbbbb: 0; 0 starting") as caught:
+        hosts.place()
+    assert "ray start --address" in str(caught.value)
+    assert len(ray.created) == 2  # no agent made that Ray could not place
+    for _, key in placed[:2]:
+        hosts.release(doomed, key)
+    assert ray.killed == [doomed.actor]  # the lost agent is not left behind
+    ray.node_table.append(_node("c", 2))  # a node joins: the lost desktops go there
+    host, _ = hosts.place()
+    assert host not in {h for h, _ in placed} and host.capacity == 2 and len(ray.created) == 3
+    hosts.place()
+    assert len(ray.created) == 3  # the second fits the same new agent
+
+
+def test_an_autoscaling_cluster_gets_the_agents_it_cannot_place_yet() -> None:
+    ray = _FakeRay([_node("a", 1)])
+    hosts = _Hosts(ray, RayPlacement(group=1, resources={"legato_t": 1}, require_fit=False), "fake", (), 1)
+    for _ in range(3):  # demand beyond the nodes is what makes an autoscaler add hosts
+        hosts.place()
+    assert len(ray.created) == 3
+
+
+def test_a_desktop_with_nowhere_to_run_is_unavailable_and_its_requests_fail_at_once() -> None:
+    class Homeless(DesktopVectorEnv):
+        """Desktop 1's worker cannot be placed while ``room`` is False (as a Ray desktop whose node was lost)."""
+
+        room = True
+
+        def _new_worker(self, env_id: int) -> Any:
+            if env_id == 1 and not self.room:
+                raise DesktopCrashed("no live node of the Ray cluster has room for another 'fake' desktop")
+            return super()._new_worker(env_id)
+
+    env = Homeless(2, "fake", CONFIG, seed=0)
+    task = env.tasks[0]
+
+    async def scenario() -> None:
+        await env.areset(1, task)
+        back = env.wait_available(1)
+        assert back.done()  # available: done at once
+        env.room = False
+        os.kill(env.worker_pids[1], signal.SIGKILL)
+        end = time.monotonic() + 30
+        while env.available(1):  # the env notices the death; the replacement has nowhere to go
+            assert time.monotonic() < end, "desktop 1 still counts as available"
+            await asyncio.sleep(0.02)
+        assert env.worker_pids[1] == -1 and env.available(0)
+        back = env.wait_available(1)
+        for _ in range(2):  # each request fails at once, with the desktop's id, and starts nothing
+            with pytest.raises(DesktopCrashed, match="no live node") as caught:
+                await env.areset(1, task)
+            assert caught.value.env_id == 1 and env.worker_pids[1] == -1
+        assert not back.done()
+        await env.areset(0, task)  # the other desktop is untouched
+        env.room = True
+        env._place_unavailable()  # what the Ray env runs after each poll of the nodes
+        await asyncio.wait_for(back, 30)
+        assert env.available(1)
+        await env.areset(1, task)
+        _, _, _, truncated, _ = await env.astep(1, "WAIT")
+        assert not truncated
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        env.close()

@@ -376,6 +376,10 @@ def test_a_desktop_finishing_a_cancelled_attempt_does_not_hold_the_batch(
             self.closed = False
             self.stuck: asyncio.Future[None] | None = None
             self.entered = asyncio.Event()
+            self.nodes: dict[str, dict[str, int]] = {}
+
+        def available(self, env_id: int) -> bool:
+            return True
 
         async def areset(self, env_id: int, task: Any) -> tuple[dict[str, Any], dict[str, Any]]:
             return obs, {"screenshot_png": png, "timings": {"reset_s": 0.0}}
