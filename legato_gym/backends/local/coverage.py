@@ -214,11 +214,18 @@ class Capabilities:
     ) -> Capabilities:
         """This machine's capabilities for a grader (its getters, metrics and setup types), apps on ``PATH``.
 
-        Services found on the host are added to ``services``: ``dconf`` when dconf's service is installed.
+        Services found on the host are added to ``services``: ``dconf`` when dconf's service and the session
+        bus the sandbox starts are installed; ``chrome-devtools`` when Chromium (``google-chrome`` inside)
+        and ``socat`` (OSWorld's tasks forward the DevTools port with it) are, since the local desktop relays
+        that port to the grader.
         """
+        from legato_gym.backends.local import apps
+
         found = set(services)
-        if which("dconf") or Path("/usr/libexec/dconf-service").exists():
+        if (which("dconf") or Path("/usr/libexec/dconf-service").exists()) and which("dbus-daemon"):
             found.add("dconf")
+        if apps.chromium_binary(which) and which("socat"):
+            found.add("chrome-devtools")
         services = found
         if grader == "osworld":
             return cls(

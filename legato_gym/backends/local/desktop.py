@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from legato_gym.backends.local import grading, xstate
+from legato_gym.backends.local import apps, grading, xstate
 from legato_gym.backends.local.client import DesktopClient
 from legato_gym.backends.local.coverage import Capabilities, Verdict
 from legato_gym.backends.local.coverage import check_tasks as _check_tasks
@@ -49,6 +49,9 @@ logger = logging.getLogger(__name__)
 #: The folders of a fresh Ubuntu home, as OSWorld's VM user has them (tasks write to ~/Desktop).
 HOME_DIRS = ("Desktop", "Documents", "Downloads", "Music", "Pictures", "Public", "Templates", "Videos")
 ACTION_PREFIX = "import pyautogui; import time; pyautogui.FAILSAFE = False; {command}"
+#: The sandbox counts as idle (its apps done loading) while its processes use at most this many clock
+#: ticks (10 ms each) per ``settle_s`` (at least 0.1 s): browsers keep a little background work going.
+IDLE_TICKS = 2
 
 
 @dataclass(frozen=True)
@@ -188,10 +191,12 @@ class LocalDesktop:
         self._client: DesktopClient | None = None
         self._task: Task | None = None
         self._expected_windows = 0
+        self._expected_titles: list[str] = []
         self._actions: list[str] = []
         self._closed = False
         self._checked_python = False
         self._forwarder: UnixForwarder | None = None
+        self._devtools_forwarder: UnixForwarder | None = None
         self._osworld: OSWorldSession | None = None
         self._x_baseline: XBaseline | None = None
         self.files = _file_cache(self.options)
@@ -277,7 +282,13 @@ class LocalDesktop:
             )
 
     def _capture_baseline(self, deadline: float) -> None:
-        """Snapshot the freshly booted home as the baseline every later reset restores."""
+        """Snapshot the freshly booted home, set up as OSWorld's VM home, as the baseline every reset restores.
+
+        The apps' first-run settings, profiles and MIME defaults (:func:`.apps.baseline_files`) are written
+        into it first, so every episode starts from them.
+        """
+        for path, content in apps.baseline_files().items():
+            self.client.upload(f"/home/user/{path}", content)
         tar = "/tmp/.legato-baseline.tar"
         script = f"mkdir -p {' '.join(HOME_DIRS)} && tar -cf {tar} -C /home/user ."
         result = self.client.execute(script, shell=True, timeout=max(1.0, deadline - time.monotonic()))
@@ -319,6 +330,19 @@ class LocalDesktop:
             self._forwarder = UnixForwarder(self.state_dir / "control" / "server.sock")
         return str(self._forwarder.host), int(self._forwarder.port)
 
+    def devtools_endpoint(self) -> tuple[str, int]:
+        """``(host, port)`` of a loopback TCP forwarder to Chrome's DevTools port inside the desktop.
+
+        OSWorld's tasks start Chrome with ``--remote-debugging-port=1337`` and ``socat`` from 9222 to it,
+        as on the VM; this port reaches the sandbox's 9222 (through :mod:`.relay`), and is what
+        desktop-env's Chrome getters get as ``chromium_port``. It outlives fast resets and restarts.
+        """
+        if self._closed:
+            raise StateError("devtools_endpoint() called after close(); create a new LocalDesktop")
+        if self._devtools_forwarder is None:
+            self._devtools_forwarder = UnixForwarder(self.state_dir / "control" / "devtools.sock")
+        return str(self._devtools_forwarder.host), int(self._devtools_forwarder.port)
+
     def _osworld_session(self) -> OSWorldSession:
         if self._osworld is None:
             from legato_gym.backends.osworld.session import Endpoint, OSWorldSession
@@ -326,7 +350,7 @@ class LocalDesktop:
             host, port = self.tcp_endpoint()
             cache = self.options.download_cache or "~/.cache/legato/osworld-downloads"
             self._osworld = OSWorldSession(
-                Endpoint(host, port),
+                Endpoint(host, port, chromium_port=self.devtools_endpoint()[1]),
                 screen=self.config.screen,
                 download_cache=Path(cache).expanduser(),
                 work_dir=self.state_dir / "osworld",
@@ -338,8 +362,9 @@ class LocalDesktop:
         if self._closed:
             return
         self._closed = True
-        if self._forwarder is not None:
-            self._forwarder.close()
+        for forwarder in (self._forwarder, self._devtools_forwarder):
+            if forwarder is not None:
+                forwarder.close()
         try:
             self._kill_sandbox(time.monotonic() + self.options.kill_timeout)
         finally:
@@ -378,7 +403,7 @@ class LocalDesktop:
             raise StateError("reset() called after close(); create a new LocalDesktop")
         self.check_task(task)
         deadline = time.monotonic() + self.config.timeouts.reset
-        self._task, self._actions, self._expected_windows = None, [], 0
+        self._task, self._actions, self._expected_windows, self._expected_titles = None, [], 0, []
         try:
             if not self.config.fast_reset or self._display is None or not self._display.alive():
                 self._restart(deadline)
@@ -401,20 +426,16 @@ class LocalDesktop:
                 self._task = task
                 return
             cache = self._cache_dir(task)
-            runner = SetupRunner(
-                self.client,
-                cache,
-                self.config.screen,
-                deadline,
-                self._settle_windows if self.config.ready_signal else None,
-                files=self.files,
-            )
+            runner = SetupRunner(self.client, cache, self.config.screen, deadline, None, files=self.files)
+            if self.config.ready_signal:
+                runner.settle = lambda windows, until: self._settle_windows(windows, until, runner.titles)
             runner.run(task.setup)
         except DesktopError:
             raise
         except (OSError, ValueError) as exc:
             raise DesktopCrashed(f"reset for task {task.task_id} failed: {exc}") from exc
         self._expected_windows = runner.expected_windows
+        self._expected_titles = list(runner.titles)
         self._task = task
 
     def _restore_x_state(self) -> list[str]:
@@ -428,7 +449,13 @@ class LocalDesktop:
         session.begin(task.config, task_path(TASK_DATA, task.task_id))
         _prefill_osworld(self.files, task.config, session.download_cache, session.work_dir)
         session.setup(task.setup)
-        self._expected_windows = sum(1 for step in task.setup if step.get("type") in ("launch", "open"))
+        self._expected_windows = sum(
+            1
+            for step in task.setup
+            if step.get("type") == "open"
+            or (step.get("type") == "launch" and apps.opens_window((step.get("parameters") or {}).get("command", "")))
+        )
+        self._expected_titles = apps.ready_titles(task.setup)
 
     def _cache_dir(self, task: Task) -> Path:
         cache = task_path(self.state_dir / "cache", task.task_id)
@@ -441,12 +468,36 @@ class LocalDesktop:
             cache.mkdir(parents=True)
         return cache
 
-    def _settle_windows(self, windows: int, deadline: float) -> bool:
+    def _settle_windows(self, windows: int, deadline: float, titles: Sequence[str] = ()) -> bool:
+        """The launched windows mapped, each app's document loaded (its title shown), then the screen settled."""
         display = self.display
         window_deadline = min(deadline, time.monotonic() + self.options.window_timeout)
         mapped = display.wait_windows(windows, window_deadline)
+        loaded = display.wait_titles(titles, window_deadline)
+        if titles:  # an app drawn is not yet an app that takes input: wait until it stops computing
+            loaded = self._wait_idle(window_deadline) and loaded
         settled = display.wait_settled(deadline, self.options.settle_s, self.options.poll_s)
-        return mapped and settled
+        return mapped and loaded and settled
+
+    def _wait_idle(self, deadline: float) -> bool:
+        """Wait until the sandbox's processes use at most :data:`IDLE_TICKS` clock ticks in ``settle_s``.
+
+        LibreOffice maps, titles and draws its window before it has finished setting up the document
+        view; keys sent in between are lost. Its CPU time stops growing once it is done.
+        """
+        sandbox = self._sandbox
+        if sandbox is None:
+            return False
+        last, since = _cpu_ticks(sandbox.survivors()), time.monotonic()
+        while True:
+            time.sleep(self.options.poll_s)
+            now, ticks = time.monotonic(), _cpu_ticks(sandbox.survivors())
+            if ticks - last > IDLE_TICKS:
+                last, since = ticks, now
+            elif now - since >= max(self.options.settle_s, 0.1):
+                return True
+            if now >= deadline:
+                return False
 
     def _fixed_wait(self, seconds: float) -> Waited:
         start = time.monotonic()
@@ -460,7 +511,7 @@ class LocalDesktop:
         if not self.config.ready_signal:
             return self._fixed_wait(30 * self.config.fixed_wait)
         start = time.monotonic()
-        ready = self._settle_windows(self._expected_windows, start + self.config.timeouts.ready)
+        ready = self._settle_windows(self._expected_windows, start + self.config.timeouts.ready, self._expected_titles)
         return Waited(seconds=time.monotonic() - start, ready=ready)
 
     def observe(self) -> Observation:
@@ -552,6 +603,18 @@ class LocalDesktop:
         if self._task is None:
             raise StateError(f"{call}() called before reset(task); call reset(task) first")
         return self._task
+
+
+def _cpu_ticks(pids: Sequence[int]) -> int:
+    """User plus system clock ticks the processes have used (those gone meanwhile count as 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total
 
 
 def _file_cache(options: LocalOptions) -> FileCache:

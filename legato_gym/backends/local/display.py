@@ -53,6 +53,10 @@ def require_tools(names: Sequence[str]) -> None:
         )
 
 
+#: :meth:`Display.painted`: the share of a window's pixels, off its commonest colour, that counts as drawn.
+PAINTED_FRACTION = 0.02
+
+
 class WindowInfo(tuple[str, str, str]):
     """``(window id, WM_CLASS, title)`` of one managed window."""
 
@@ -266,22 +270,69 @@ class Display:
 
     # ------------------------------------------------------------------ windows
     def windows(self) -> list[WindowInfo]:
-        """Managed top-level windows (``_NET_CLIENT_LIST``, through ``wmctrl -lx``)."""
-        out = subprocess.run(
-            self._client(["wmctrl", "-lx"]), env=self.env(), capture_output=True, text=True, timeout=10
-        )
-        if out.returncode != 0:
-            return []
-        result = []
-        for line in out.stdout.splitlines():
-            parts = line.split(None, 4)
+        """Managed top-level windows (``_NET_CLIENT_LIST``, through ``wmctrl -l`` and ``wmctrl -lx``).
+
+        A class may hold spaces (Chromium's names its profile folder), so the title comes from ``-l``.
+        """
+        listings = []
+        for flags in ("-lx", "-l"):
+            out = subprocess.run(
+                self._client(["wmctrl", flags]), env=self.env(), capture_output=True, text=True, timeout=10
+            )
+            if out.returncode != 0:
+                return []
+            listings.append(out.stdout.splitlines())
+        titles = {}
+        for line in listings[1]:
+            parts = line.split(None, 3)
             if len(parts) >= 3:
-                result.append(WindowInfo((parts[0], parts[2], parts[4] if len(parts) > 4 else "")))
+                titles[parts[0]] = (parts[2], parts[3] if len(parts) > 3 else "")
+        result = []
+        for line in listings[0]:
+            parts = line.split(None, 2)
+            if len(parts) < 3 or parts[0] not in titles:
+                continue
+            host, title = titles[parts[0]]
+            tail = f" {host} {title}".rstrip()
+            wm_class = parts[2][: -len(tail)] if tail and parts[2].endswith(tail) else parts[2].split()[0]
+            result.append(WindowInfo((parts[0], wm_class.strip(), title)))
         return result
 
     def wait_windows(self, count: int, deadline: float) -> bool:
         """Wait until at least ``count`` windows are managed; False when the deadline passed first."""
         while len(self.windows()) < count:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_POLL_S * 4)
+        return True
+
+    def painted(self, x: int, y: int, width: int, height: int) -> bool:
+        """Whether a screen area shows content: :data:`PAINTED_FRACTION` of it off its commonest colour.
+
+        An app's window is mapped, and titled, before the app has drawn into it: LibreOffice shows a flat
+        grey frame while it lays out the loaded document.
+        """
+        area = self._framebuffer()[max(0, y) : max(0, y) + height : 4, max(0, x) : max(0, x) + width : 4, :3]
+        if area.size == 0:
+            return False
+        flat = area.reshape(-1, 3).astype(np.uint32)
+        colours = (flat[:, 0] << 16) | (flat[:, 1] << 8) | flat[:, 2]
+        counts = np.unique(colours, return_counts=True)[1]
+        return bool(1.0 - counts.max() / colours.size >= PAINTED_FRACTION)
+
+    def wait_titles(self, titles: Sequence[str], deadline: float) -> bool:
+        """Wait until each of ``titles`` is part of a window's title and that window has painted (:meth:`painted`).
+
+        False when the deadline passed first.
+        """
+        while titles:
+            out = subprocess.run(
+                self._client(["wmctrl", "-lG"]), env=self.env(), capture_output=True, text=True, timeout=10
+            )
+            windows = [line.split(None, 7) for line in out.stdout.splitlines()]
+            shown = [(w[7], int(w[2]), int(w[3]), int(w[4]), int(w[5])) for w in windows if len(w) == 8]
+            if all(any(title in name and self.painted(x, y, w, h) for name, x, y, w, h in shown) for title in titles):
+                return True
             if time.monotonic() >= deadline:
                 return False
             time.sleep(_POLL_S * 4)

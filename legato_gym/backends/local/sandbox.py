@@ -14,8 +14,9 @@ Isolation, per sandbox (docs/backends.md says what this guarantees and what it d
 * filesystem: an empty root with only the system folders the apps need bound read-only (``/usr``,
   ``/etc``, ... :data:`SYSTEM_PATHS`) and the desktop interpreter's folders (its prefixes and where
   pyautogui lives). Nothing else of the host is there: not ``/root``, ``/home``, the project checkout or
-  a new folder at the host's root. The writable places are ``/home/user``, ``/tmp`` and ``/dev/shm``,
-  each a tmpfs of bounded size (the runtime folder is in ``/tmp``); the root, ``/dev`` and every bind
+  a new folder at the host's root. The writable places are ``/home/user``, ``/tmp``, ``/dev/shm`` and
+  ``/run/user/1000`` (the session bus's folder, where OSWorld's VM has it), each a tmpfs of bounded size
+  (the runtime folder is in ``/tmp``); the root, ``/dev`` and every bind
   are read-only. ``/home/user`` is filled from the home baseline (a tar) at every start, so nothing an
   episode wrote survives it;
 * the window manager (openbox, with no menu and no launcher or exit binding) runs inside, restarted if it
@@ -49,6 +50,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from legato_gym.backends.local import apps
 from legato_gym.backends.local.limits import Limits, seccomp_filter, write_to_pipe
 from legato_gym.errors import ConfigError, DeadlineExceeded, DesktopCrashed, MissingDependencyError
 
@@ -71,11 +73,17 @@ SYSTEM_PATHS = (
     "/var/lib/dbus",
 )
 SERVER_FILE = Path(__file__).with_name("server.py")
+RELAY_FILE = Path(__file__).with_name("relay.py")
+#: Chrome's DevTools port inside the desktop (OSWorld's VM: Chrome on 1337, socat from 9222 to it).
+DEVTOOLS_PORT = 9222
 #: The packages an action imports (pyautogui and what it imports), located in the interpreter's path.
 ACTION_MODULES = ("pyautogui", "pyscreeze", "pymsgbox", "pytweening", "mouseinfo", "pyperclip", "Xlib", "six", "PIL")
 _SOCKET_PATH_MAX = 107
 _POLL_S = 0.005
 _WM_MARKER = "/tmp/runtime-user/.legato-wm-ready"
+#: The session bus, where OSWorld's VM has it (tasks export this address before running ``gsettings``).
+SESSION_BUS_DIR = "/run/user/1000"
+SESSION_BUS = f"unix:path={SESSION_BUS_DIR}/bus"
 
 _SUDO_SHIM = r"""#!/bin/sh
 # legato: the sandbox has no privileges to give, so `sudo CMD` runs CMD as the desktop's user (as OSWorld's
@@ -135,7 +143,7 @@ OPENBOX_RC = """<?xml version="1.0" encoding="UTF-8"?>
     <context name="TLCorner"><mousebind button="Left" action="Drag"><action name="Resize"/></mousebind></context>
     <context name="TRCorner"><mousebind button="Left" action="Drag"><action name="Resize"/></mousebind></context>
   </mouse>
-</openbox_config>
+{applications}</openbox_config>
 """
 OPENBOX_MENU = """<?xml version="1.0" encoding="UTF-8"?>
 <openbox_menu xmlns="http://openbox.org/3.4/menu"></openbox_menu>
@@ -314,6 +322,7 @@ class Sandbox:
         self.baseline = state_dir / "baseline.tar"
         self._proc: subprocess.Popen[bytes] | None = None
         self._listener: socket.socket | None = None
+        self._devtools: socket.socket | None = None
         self.init_pid: int | None = None
         self._pidns: int | None = None
 
@@ -321,6 +330,11 @@ class Sandbox:
     def socket_path(self) -> Path:
         """The server's socket on the host (in a folder the sandbox cannot see)."""
         return self.control_dir / "server.sock"
+
+    @property
+    def devtools_path(self) -> Path:
+        """The host's socket relayed to Chrome's DevTools port inside (:data:`DEVTOOLS_PORT`, :mod:`.relay`)."""
+        return self.control_dir / "devtools.sock"
 
     # ------------------------------------------------------------------ building
     def _prepare(self) -> None:
@@ -341,6 +355,15 @@ class Sandbox:
             listener.close()
             raise
         self._listener = listener
+        self.devtools_path.unlink(missing_ok=True)
+        devtools = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            devtools.bind(str(self.devtools_path))
+            devtools.listen(64)
+        except OSError:
+            devtools.close()
+            raise
+        self._devtools = devtools
         if self.bin_dir.exists():
             return
         uid = self.spec.host_uid or 1000
@@ -353,13 +376,19 @@ class Sandbox:
         sudo = self.bin_dir / "sudo"
         sudo.write_text(_SUDO_SHIM)
         sudo.chmod(0o755)
+        for name, entry in apps.bin_entries().items():  # google-chrome and the like (apps.py)
+            if isinstance(entry, Path):
+                (self.bin_dir / name).symlink_to(entry)
+            else:
+                (self.bin_dir / name).write_text(entry)
+                (self.bin_dir / name).chmod(0o755)
         etc = self.state_dir / "etc"
         etc.mkdir(exist_ok=True)
         (etc / "passwd").write_text(f"root:x:0:0:root:/root:/bin/sh\nuser:x:{uid}:{uid}:user:/home/user:/bin/bash\n")
         (etc / "group").write_text(f"root:x:0:\nuser:x:{uid}:\n")
         openbox = self.state_dir / "openbox"
         openbox.mkdir(exist_ok=True)
-        (openbox / "rc.xml").write_text(OPENBOX_RC)
+        (openbox / "rc.xml").write_text(OPENBOX_RC.replace("{applications}", apps.OPENBOX_APPLICATIONS))
         (openbox / "menu.xml").write_text(OPENBOX_MENU)
 
     def _mounts(self) -> list[str]:
@@ -371,9 +400,10 @@ class Sandbox:
         argv += ["--size", size, "--perms", "1777", "--tmpfs", "/dev/shm"]
         argv += ["--size", size, "--perms", "1777", "--tmpfs", "/tmp"]
         argv += ["--size", size, "--perms", "0700", "--tmpfs", "/home/user"]
+        argv += ["--perms", "0755", "--dir", "/run/user", "--size", size, "--perms", "0700", "--tmpfs", SESSION_BUS_DIR]
         argv += ["--symlink", "/tmp", "/var/tmp"]
         bound: list[str] = []
-        made: set[str] = {"/run", "/home", "/var", "/tmp", "/home/user", "/dev"}
+        made: set[str] = {"/run", "/home", "/var", "/tmp", "/home/user", "/dev", "/run/user", SESSION_BUS_DIR}
 
         def parents(path: str) -> None:  # as 0755: bwrap would make the missing ones 0700
             parts = Path(path).parts
@@ -401,6 +431,7 @@ class Sandbox:
         argv += ["--perms", "0755", "--dir", "/tmp/.X11-unix", "--ro-bind", str(self.x_socket), x_inside]
         argv += ["--ro-bind", str(self.bin_dir), "/run/legato-bin"]
         argv += ["--ro-bind", str(SERVER_FILE), "/run/legato-server.py"]
+        argv += ["--ro-bind", str(RELAY_FILE), "/run/legato-relay.py"]
         argv += ["--ro-bind", str(self.fb_path), "/run/legato-fb"]
         argv += ["--ro-bind", str(self.state_dir / "openbox"), "/run/legato-openbox"]
         argv += ["--ro-bind", str(self.state_dir / "etc" / "passwd"), "/etc/passwd"]
@@ -411,7 +442,10 @@ class Sandbox:
         return argv
 
     def _argv(self, seccomp_fd: int, info_fd: int) -> list[str]:
-        """bwrap's command line; the listening socket is the sandbox's stdin (moved to fd 3 for the server)."""
+        """bwrap's command line; the listening socket is the sandbox's stdin (moved to fd 3 for the server).
+
+        The DevTools relay's listening socket is the sandbox's stdout, moved to fd 4 for the relay at once.
+        """
         uid = self.spec.host_uid
         argv = ["bwrap", *self._mounts()]
         env = {
@@ -425,6 +459,8 @@ class Sandbox:
             "DISPLAY": f":{self.display_number}",
             "XDG_RUNTIME_DIR": "/tmp/runtime-user",
             "NO_AT_BRIDGE": "1",
+            "DBUS_SESSION_BUS_ADDRESS": SESSION_BUS,
+            **apps.environment(),
         }
         argv += ["--clearenv"]
         for key, value in env.items():
@@ -440,21 +476,36 @@ class Sandbox:
         wm = f"openbox --config-file /run/legato-openbox/rc.xml --startup {shlex.quote('touch ' + _WM_MARKER)}"
         # the window manager first, so that its pid inside (a root property) is the same in every sandbox
         user_entry = (
+            "exec 4>&1 >/dev/null; "
             "mkdir -p -m 700 /tmp/runtime-user; "
-            f"(while :; do {wm}; sleep 0.2; done) </dev/null >/dev/null 2>&1 & "
+            f"{self._session_bus()}"
+            f"(while :; do {wm}; sleep 0.2; done) </dev/null >/dev/null 2>&1 4>&- & "
             "if [ -f /run/legato-baseline.tar ]; then tar -xf /run/legato-baseline.tar -C /home/user || exit 3; fi; "
             f"while [ ! -e {_WM_MARKER} ]; do sleep 0.005; done; "
+            f"python /run/legato-relay.py --fd 4 --port {DEVTOOLS_PORT} </dev/null 2>/dev/null & "
             "exec python /run/legato-server.py --listen fd:3 --fb /run/legato-fb "
-            f"--open-file-timeout {self.spec.open_file_timeout:g} 3<&0 </dev/null"
+            f"--open-file-timeout {self.spec.open_file_timeout:g} 3<&0 </dev/null 4>&-"
         )
         limits = self.spec.limits
         rlimits = ["prlimit", f"--nproc={limits.max_processes}", f"--data={limits.memory_bytes}", "--"]
         if uid is None:
             return [*argv, *rlimits, "/bin/sh", "-c", user_entry]
-        root_entry = f"chown {uid}:{uid} /home/user && exec " + shlex.join(
+        root_entry = f"chown {uid}:{uid} /home/user {SESSION_BUS_DIR} && exec " + shlex.join(
             [*rlimits, *drop_to(uid, ["/bin/sh", "-c", user_entry])]
         )
         return [*argv, "/bin/sh", "-c", root_entry]
+
+    @staticmethod
+    def _session_bus() -> str:
+        """The entry's part that starts the session bus (dconf, so that ``gsettings`` keeps what it sets, and
+        other services start on it on demand) and waits for its socket; nothing without ``dbus-daemon``."""
+        if shutil.which("dbus-daemon") is None:
+            return ""
+        bus = f"{SESSION_BUS_DIR}/bus"
+        return (
+            f"dbus-daemon --session --address={SESSION_BUS} --nofork --nopidfile </dev/null >/dev/null 2>&1 4>&- & "
+            f"while [ ! -S {bus} ]; do sleep 0.005; done; "
+        )
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, deadline: float) -> None:
@@ -469,7 +520,7 @@ class Sandbox:
                 argv,
                 pass_fds=(info_w, seccomp_fd),
                 stdin=self._listener.fileno(),
-                stdout=subprocess.DEVNULL,
+                stdout=self._devtools.fileno() if self._devtools is not None else subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
             )
             os.close(info_w)
@@ -544,6 +595,10 @@ class Sandbox:
         if self._listener is not None:
             self._listener.close()
             self._listener = None
+        if self._devtools is not None:
+            self._devtools.close()
+            self._devtools = None
+            self.devtools_path.unlink(missing_ok=True)
             self.socket_path.unlink(missing_ok=True)
         if self.init_pid is not None:
             with contextlib.suppress(ProcessLookupError):

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from legato_gym.backends.local import apps
 from legato_gym.backends.local.client import DesktopClient
 from legato_gym.backends.local.file_cache import FileCache
 from legato_gym.contract import Task
@@ -85,6 +86,8 @@ class SetupRunner:
         self.settle = settle
         self.launched = 0
         self.opened = 0
+        #: Window titles that show the launched apps have loaded (:func:`.apps.ready_title`).
+        self.titles: list[str] = []
 
     @property
     def expected_windows(self) -> int:
@@ -132,7 +135,11 @@ class SetupRunner:
         if response.status_code != 200:
             logger.warning("launch %r failed: %s %s", command, response.status_code, response.text[:200])
             return
-        self.launched += 1
+        if apps.opens_window(command):
+            self.launched += 1
+        title = apps.ready_title(command)
+        if title is not None:
+            self.titles.append(title)
 
     def _execute(
         self,
@@ -187,6 +194,7 @@ class SetupRunner:
         if response.status_code != 200:
             raise SetupError(f"could not open {path!r}: {response.status_code} {response.text[:200]}")
         self.opened += 1
+        self.titles.append(Path(path).name)
 
     def _activate_window(self, window_name: str, strict: bool = False, by_class: bool = False) -> None:
         self._ready()
