@@ -10,29 +10,17 @@ processes of this host only.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import socket
 import socketserver
 import threading
 from pathlib import Path
 
+from legato_gym.backends.local.relay import pump
+
 __all__ = ["UnixForwarder"]
 
 logger = logging.getLogger(__name__)
-
-_CHUNK = 1 << 16
-
-
-def _pump(source: socket.socket, target: socket.socket) -> None:
-    try:
-        while data := source.recv(_CHUNK):
-            target.sendall(data)
-    except OSError:
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            target.shutdown(socket.SHUT_WR)
 
 
 class _Handler(socketserver.BaseRequestHandler):
@@ -46,9 +34,9 @@ class _Handler(socketserver.BaseRequestHandler):
             logger.debug("forwarder: %s is not accepting connections: %s", self.server.socket_path, exc)
             upstream.close()
             return
-        back = threading.Thread(target=_pump, args=(upstream, self.request), daemon=True)
+        back = threading.Thread(target=pump, args=(upstream, self.request), daemon=True)
         back.start()
-        _pump(self.request, upstream)
+        pump(self.request, upstream)
         back.join()
         upstream.close()
 

@@ -20,7 +20,12 @@ import threading
 _CHUNK = 1 << 16
 
 
-def _pump(source: socket.socket, target: socket.socket) -> None:
+def pump(source: socket.socket, target: socket.socket) -> None:
+    """Copy ``source`` to ``target`` until ``source`` ends, then end ``target``'s writing side.
+
+    The one byte pump of the local backend: this relay's, and the host-side forwarder's
+    (:mod:`~legato_gym.backends.local.forward`), which imports it (this file is copied into the sandbox and
+    run on its own, so it cannot import legato)."""
     try:
         while data := source.recv(_CHUNK):
             target.sendall(data)
@@ -39,9 +44,9 @@ def _serve(client: socket.socket, port: int) -> None:
             return  # nothing listens inside yet: the caller sees the connection closed, as a refused port
         with upstream:
             upstream.settimeout(None)
-            back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
+            back = threading.Thread(target=pump, args=(upstream, client), daemon=True)
             back.start()
-            _pump(client, upstream)
+            pump(client, upstream)
             back.join()
 
 
