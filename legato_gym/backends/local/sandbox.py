@@ -290,6 +290,19 @@ def drop_to(uid: int | None, argv: list[str]) -> list[str]:
     ]
 
 
+def _listening(path: Path) -> socket.socket:
+    """A unix socket listening at ``path`` (in a folder only the host reaches), to pass into the sandbox."""
+    path.unlink(missing_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(path))
+        sock.listen(64)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class Sandbox:
     """One running bwrap sandbox (window manager and server included). Start it with :meth:`start`.
 
@@ -346,24 +359,8 @@ class Sandbox:
                 "option state_dir to a shorter folder"
             )
         self.control_dir.mkdir(mode=0o700, exist_ok=True)
-        self.socket_path.unlink(missing_ok=True)
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            listener.bind(str(self.socket_path))
-            listener.listen(64)
-        except OSError:
-            listener.close()
-            raise
-        self._listener = listener
-        self.devtools_path.unlink(missing_ok=True)
-        devtools = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            devtools.bind(str(self.devtools_path))
-            devtools.listen(64)
-        except OSError:
-            devtools.close()
-            raise
-        self._devtools = devtools
+        self._listener = _listening(self.socket_path)
+        self._devtools = _listening(self.devtools_path)
         if self.bin_dir.exists():
             return
         uid = self.spec.host_uid or 1000
