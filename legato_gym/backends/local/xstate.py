@@ -20,6 +20,7 @@ import contextlib
 import logging
 import shutil
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -204,6 +205,10 @@ def _foreign_windows(display: Any, clients: frozenset[int]) -> list[int]:
     return [w.id for w in root.query_tree().children if _base(w.id, mask) not in clients]
 
 
+#: How long a restore waits for the X server to match its baseline before the display is restarted.
+_SETTLE_S = 1.0
+
+
 def restore(display_name: str, baseline: XBaseline, screen: Callable[[], bytes]) -> list[str]:
     """Put the X server at ``display_name`` back to ``baseline`` as far as it safely can.
 
@@ -227,7 +232,12 @@ def restore(display_name: str, baseline: XBaseline, screen: Callable[[], bytes])
             if _keymap(display) != baseline.keymap:  # first: which key is Caps Lock depends on it
                 _reload_keymap(display_name, baseline)
             _restore(display, baseline)
-            return baseline.differences(display, screen)
+            # The server repaints what the episode's windows covered once their clients are gone, which can
+            # lag the kill by a moment: look again until the state matches or the grace runs out.
+            deadline = time.monotonic() + _SETTLE_S
+            while (found := baseline.differences(display, screen)) and time.monotonic() < deadline:
+                time.sleep(0.02)  # a poll, bounded by the deadline
+            return found
     except (xlib.error.XError, xlib.error.DisplayError, ConnectionError, OSError) as exc:
         return [f"the X server could not be checked: {type(exc).__name__}: {exc}"]
 
