@@ -12,7 +12,8 @@ real model behind vLLM. The model stays small (hidden size 32, 2 layers, about 5
 them the tied embedding).
 
 The model is text-only: TRL 1.16's ``rollout_func`` path does not pass screenshots to the training forward
-pass, so image placeholder tokens reach the model as ordinary tokens either way.
+pass, so image placeholder tokens reach the model as ordinary tokens either way. For the
+``environment_factory`` path, where the screenshots do reach training, ``tiny_qwen3_vl.py`` builds a VLM.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@
     # With TRL's vLLM server (weights synced by TRL before every rollout; run the server as TRL's docs say)
     python examples/trl_rollout_func.py --model Qwen/Qwen2.5-VL-3B-Instruct --vllm-url http://127.0.0.1:8000
 
-Each GRPO completion is one whole episode on a legato desktop (see ``desktop_episode.py``): the first
+Each GRPO completion is one whole episode on a legato desktop (``legato_rl.integrations.trl.LegatoRollout``,
+on legato's attempt loop ``legato_rl.rollout`` and ``legato_rl.integrations.sequence``): the first
 prompt as the server tokenized it, then every reply and the env turns between them, with ``env_mask``
 marking the env tokens so that only the model's own tokens are trained, and the server's logprobs for
 TRL's importance-sampling correction. The reward is the desktop's grade, passed to the reward function
@@ -17,147 +18,30 @@ TRL calls ``rollout_func(prompts, trainer)`` with the prompts of its batch, each
 RepeatSampler's rows), and wants one completion per prompt. TRL hands over the prompts only, so the
 dataset's prompt is the task's instruction and the rollout finds the task by it.
 
+The policy must be a server: TRL's vLLM server (``--vllm-url``, TRL syncs the weights into it before each
+rollout) or any OpenAI-compatible one (``--policy-url``: off-policy unless you update its weights). A
+colocated vLLM (``vllm_mode="colocate"``) lives in the trainer's process, has no URL, and is refused.
+
 Limit of TRL 1.16: on the ``rollout_func`` path, screenshots reach the policy server but not TRL's own
 training forward pass (only dataset images do). A VLM is then trained on image placeholder tokens
-without their pixels. For image-conditioned training use verl (``verl_agent_loop.py``) or TRL's
-``environment_factory`` with tools that return images.
+without their pixels. For image-conditioned training use ``trl_environment.py`` (TRL's
+``environment_factory``, the screenshots in the batch) or verl (``verl_agent_loop.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from desktop_episode import Trajectory, episode_summary, play_episodes
+from legato_gym import DesktopConfig, Task, get_backend
+from legato_rl.integrations.sequence import episode_summary
+from legato_rl.integrations.trl import LegatoRollout, env_reward, policy_from_trainer, task_dataset
+from legato_rl.policy import PolicyConfig
 
-from legato_gym import ConfigError, DesktopConfig, Task, get_backend
-from legato_gym.vector import DesktopVectorEnv
-from legato_rl.harness import Harness, QwenHarness
-from legato_rl.policy import PolicyClient, PolicyConfig
-
-__all__ = ["LegatoRollout", "env_reward", "policy_from_trainer", "task_dataset"]
-
-
-class LegatoRollout:
-    """A ``rollout_func`` for TRL's GRPOTrainer: one legato desktop episode per prompt.
-
-    Args:
-        tasks: the tasks the dataset's prompts name (by instruction).
-        policy: the policy server; ``None`` asks the trainer's vLLM server (``use_vllm=True``, server mode).
-        backend: the desktop backend (``fake``, ``local``, ``osworld``).
-        desktops: desktops played at once (worker processes, kept up between calls).
-        max_steps: policy calls per episode.
-        desktop: how to build the desktops.
-        harness: the prompt format (OSWorld's Qwen3-VL computer-use format by default). Keep ``image_max``
-            above ``max_steps`` so an episode stays one token sequence.
-    """
-
-    def __init__(
-        self,
-        tasks: Sequence[Task],
-        policy: PolicyConfig | None = None,
-        *,
-        backend: str = "fake",
-        desktops: int = 4,
-        max_steps: int = 15,
-        desktop: DesktopConfig | None = None,
-        harness: Harness | None = None,
-    ) -> None:
-        self.by_instruction: dict[str, Task] = {}
-        for task in tasks:
-            if task.instruction in self.by_instruction:
-                raise ConfigError(
-                    f"tasks {self.by_instruction[task.instruction].task_id!r} and {task.task_id!r} "
-                    "share an instruction; the rollout finds tasks by instruction"
-                )
-            self.by_instruction[task.instruction] = task
-        self.policy = policy
-        self.max_steps = max_steps
-        self.harness = harness or QwenHarness(image_max=max_steps + 1)
-        self.env = DesktopVectorEnv(desktops, backend, desktop, max_steps=max_steps, tasks=list(tasks))
-        self.calls = 0
-        self.last: list[Trajectory] = []
-
-    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-        tasks = [self._task(prompt) for prompt in prompts]
-        policy = self.policy or policy_from_trainer(trainer)
-        self.calls += 1
-        trajectories = asyncio.run(self._play(tasks, policy))
-        self.last = trajectories
-        return {
-            "prompt_ids": [t.prompt_ids for t in trajectories],
-            "completion_ids": [t.completion_ids for t in trajectories],
-            "logprobs": [t.logprobs for t in trajectories],
-            "env_mask": [t.completion_mask for t in trajectories],
-            # extra keys reach the reward functions as keyword arguments, one value per completion
-            "env_reward": [t.reward for t in trajectories],
-            "num_turns": [t.num_turns for t in trajectories],
-        }
-
-    async def _play(self, tasks: Sequence[Task], policy: PolicyConfig) -> list[Trajectory]:
-        async with PolicyClient(policy) as client:
-            return await play_episodes(
-                self.env, client, self.harness, tasks, max_steps=self.max_steps, tag=f"trl{self.calls}"
-            )
-
-    def _task(self, prompt: Any) -> Task:
-        text = _last_user_text(prompt)
-        task = self.by_instruction.get(text.strip())
-        if task is None:
-            raise ConfigError(
-                f"no task has the instruction {text[:80]!r}; make each prompt a task's instruction (see task_dataset)"
-            )
-        return task
-
-    def close(self) -> None:
-        """Stop the desktops. Idempotent."""
-        self.env.close()
-
-
-def _last_user_text(prompt: Any) -> str:
-    if isinstance(prompt, str):
-        return prompt
-    for message in reversed(list(prompt)):
-        if message.get("role") != "user":
-            continue
-        content = message.get("content")
-        if isinstance(content, str):
-            return content
-        return "".join(part.get("text", "") for part in content if part.get("type") == "text")
-    raise ConfigError(f"prompt {str(prompt)[:80]!r} has no user message")
-
-
-def env_reward(completions: list[Any], env_reward: list[float], **kwargs: Any) -> list[float | None]:
-    """The reward function: the desktop's grade of each episode (from the rollout's ``env_reward`` key)."""
-    return [float(r) for r in env_reward]
-
-
-def task_dataset(tasks: Sequence[Task], repeat: int = 1) -> Any:
-    """A ``datasets.Dataset`` with one conversational prompt (the task's instruction) per task."""
-    from datasets import Dataset
-
-    rows = [{"prompt": [{"role": "user", "content": t.instruction}], "task_id": t.task_id} for t in tasks]
-    return Dataset.from_list(rows * repeat)
-
-
-def policy_from_trainer(trainer: Any) -> PolicyConfig:
-    """The OpenAI-compatible URL and model of the trainer's vLLM server (``use_vllm=True``, server mode)."""
-    args = trainer.args
-    if not getattr(args, "use_vllm", False) or getattr(args, "vllm_mode", "") != "server":
-        raise ConfigError("give LegatoRollout a PolicyConfig, or train with use_vllm=True, vllm_mode='server'")
-    base = args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
-    client = trainer.vllm_generation.vllm_client
-    return PolicyConfig(
-        f"{base.rstrip('/')}/v1",
-        client.model,
-        version=f"step-{trainer.state.global_step}",
-        temperature=float(args.temperature),
-        top_p=float(args.top_p),
-    )
+__all__ = ["LegatoRollout", "build_trainer", "env_reward", "main", "policy_from_trainer", "task_dataset"]
 
 
 def build_trainer(

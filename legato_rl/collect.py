@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from legato_gym import ConfigError, DesktopConfig, DesktopError, LegatoError, Task, get_backend
 from legato_gym.tasks import load_tasks
@@ -40,8 +40,9 @@ from legato_rl.groups import Attempt, GroupBook, Status
 from legato_rl.harness import Harness, QwenHarness
 from legato_rl.health import Breaker, check_policy, unavailable_kind
 from legato_rl.policy import ChatResult, PolicyClient, PolicyConfig
+from legato_rl.rollout import Episode, InlineWhileCheap, PlayedStep
+from legato_rl.rollout import play as play_attempt
 from legato_rl.store import (
-    ActionRecord,
     ErrorInfo,
     ModelStats,
     PolicyStamp,
@@ -63,8 +64,6 @@ from legato_rl.summary import Summary, summarize_run, write_summary
 __all__ = ["CollectOptions", "Collector", "Progress", "collect"]
 
 log = logging.getLogger(__name__)
-
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -124,27 +123,20 @@ class Progress:
 
 @dataclass
 class _Play:
-    """One try of one attempt, as it happens."""
+    """One try of one attempt, as it happens: the :class:`~legato_rl.rollout.Episode` and its step records."""
 
     attempt: Attempt
     desktop: int
     policy: PolicyStamp
-    started_at: float = field(default_factory=time.time)
-    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(Timing.PHASES, 0.0))  # per phase
+    episode: Episode = field(init=False)
     steps: list[StepRecord] = field(default_factory=list)
-    reward: float | None = None
 
-    def add_timings(self, timings: Mapping[str, float]) -> None:
-        """Add a desktop call's ``info["timings"]`` (ready-signal waits count as ``wait_s``)."""
-        seconds = self.seconds
-        for name, value in timings.items():
-            key = "wait_s" if name == "ready_s" else name
-            if key in seconds:
-                seconds[key] += value
+    def __post_init__(self) -> None:
+        self.episode = Episode(self.attempt.task, self.attempt.rollout_id, self.desktop)
 
     def record(self, status: Status, error: ErrorInfo | None = None) -> RolloutRecord:
         ended = time.time()
-        timing = Timing(**self.seconds, total_s=ended - self.started_at)
+        episode = self.episode
         task = self.attempt.task
         return RolloutRecord(
             rollout_id=self.attempt.rollout_id,
@@ -156,39 +148,17 @@ class _Play:
             status=status.value,
             try_index=self.attempt.try_index,
             desktop=self.desktop,
-            reward=self.reward if status in (Status.OK, Status.TRUNCATED, Status.SURPLUS) else None,
+            reward=episode.reward if status in (Status.OK, Status.TRUNCATED, Status.SURPLUS) else None,
             error=error,
-            timing=timing,
+            timing=episode.timing(ended),
             steps=tuple(self.steps),
-            started_at=self.started_at,
+            started_at=episode.started_at,
             ended_at=ended,
         )
 
 
-class _Inline:
-    """Run a function on the event loop while it stays cheap, in a thread once it does not.
-
-    Building a prompt from a PNG the worker made takes well under a millisecond, less than handing it to a
-    thread and back, which also contends for the GIL with the loop. When the calls' moving average of CPU
-    time exceeds ``budget`` seconds (a harness that resizes every image), every later call runs in a
-    thread. One slow call (a garbage collection) does not move it; a call as slow as five budgets does.
-    """
-
-    def __init__(self, what: str, budget: float = 0.005) -> None:
-        self.what, self.budget, self.inline = what, budget, True
-        self._average = 0.0
-
-    async def __call__(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
-        if not self.inline:
-            return await asyncio.to_thread(fn, *args, **kwargs)
-        started = time.thread_time()  # CPU, not wall time: a busy machine's preemption is not the call's cost
-        result = fn(*args, **kwargs)
-        took = time.thread_time() - started
-        self._average += 0.2 * (took - self._average)
-        if self._average > self.budget:
-            self.inline = False
-            log.info("%s takes %.1f ms; it runs in a thread from now on", self.what, 1000 * took)
-        return result
+#: Kept for callers of the old name; see :class:`legato_rl.rollout.InlineWhileCheap`.
+_Inline = InlineWhileCheap
 
 
 class _StoreWriter:
@@ -289,7 +259,7 @@ class Collector:
         self._idle: set[int] = set()  # desktops waiting for work
         # The attempt each desktop is playing (its group id and task): a group that closes cancels the others.
         self._running: dict[int, tuple[_Play, asyncio.Task[None]]] = {}
-        self._build_prompt = _Inline("building a prompt")  # on the loop while that is cheap (see _Inline)
+        self._build_prompt = InlineWhileCheap("building a prompt")  # on the loop while that is cheap
         self._store: _StoreWriter | None = None
         # Attempts that failed because the server was unavailable, recorded once it answers again (error) or
         # the breaker trips (retried); see the module docstring.
@@ -488,88 +458,52 @@ class Collector:
             log.warning("%s: %s", attempt.rollout_id, exc)
             self._end(play, Status.ERROR, ErrorInfo.from_exception("env", exc))
             return
-        finally:
-            client.forget(attempt.rollout_id)
         self._end(play, status)
 
     async def _play(self, env: DesktopVectorEnv, client: PolicyClient, play: _Play) -> Status:
-        """Play one try on one desktop and return its status. Desktop failures raise DesktopError."""
-        attempt, opts = play.attempt, self.options
-        desktop = play.desktop
-        obs, info = await env.areset(desktop, attempt.task)
-        png: bytes | None = info.get("screenshot_png")
-        play.add_timings(info.get("timings", {}))
-        deadline = None if opts.rollout_timeout is None else time.monotonic() + opts.rollout_timeout
-        conversation = self.harness.start(attempt.task.instruction, self.desktop_config.screen)
+        """Play one try on one desktop (:func:`legato_rl.rollout.play`) and return its status.
+
+        Desktop failures raise DesktopError; ``play`` keeps the steps and timings up to the failure.
+        """
+        attempt = play.attempt
         context: PromptContext | None = None  # the previous step's prompt and response token ids
-        for index in range(opts.max_steps):
-            if self.book.is_closed(attempt.group_id):
-                return Status.CANCELLED
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return await self._grade_now(env, play, Status.TRUNCATED)
-            step_started = time.time()
-            if png is None:  # the driver encodes the screenshot itself: never on the loop
-                messages = await asyncio.to_thread(conversation.messages, obs["screenshot"])
-            else:
-                messages = await self._build_prompt(conversation.messages, obs["screenshot"], png=png)
-            asked = time.monotonic()
-            try:
-                result: ChatResult = await asyncio.wait_for(
-                    client.chat(messages, rollout_id=attempt.rollout_id), remaining
-                )
-            except PolicyError:  # PolicyTimeout is a TimeoutError too, but it is the server's failure
-                raise
-            except TimeoutError:  # only the rollout's own deadline truncates
-                return await self._grade_now(env, play, Status.TRUNCATED)
+
+        def cancelled() -> bool:
+            return self.book.is_closed(attempt.group_id)
+
+        def on_reply(result: ChatResult, asked: float) -> None:
             if self._unanswered or self._breaker.count:
                 self._policy_answered(asked)
             self.progress.model_latency_s.append(result.seconds)
-            play.seconds["model_s"] += result.seconds
-            reply = conversation.record_reply(result.content)
+
+        async def on_step(step: PlayedStep) -> None:
+            nonlocal context
             assert self._store is not None
             await self._store.wait_backlog()
-            request = self._store.put_request(result.request)
-            prompt_ids, context = prompt_ids_of(result, context)
-            actions: list[ActionRecord] = []
-            ended = False
-            if not self.book.is_closed(attempt.group_id):
-                for action in reply.actions:
-                    obs, reward, terminated, truncated, info = await env.astep(desktop, action)
-                    png = info.get("screenshot_png")
-                    timings = info.get("timings", {})
-                    play.add_timings(timings)
-                    actions.append(ActionRecord.from_timings(action, timings))
-                    if terminated or truncated:
-                        play.reward = float(reward)
-                        ended = True
-                        break
+            request = self._store.put_request(step.result.request)
+            prompt_ids, context = prompt_ids_of(step.result, context)
             play.steps.append(
                 StepRecord(
-                    index=index,
+                    index=step.index,
                     request=request,
-                    response=Response.from_chat(result),
-                    model=ModelStats.from_chat(result),
-                    actions=tuple(actions),
-                    description=reply.description or None,
-                    parse_error=reply.error,
-                    started_at=step_started,
+                    response=Response.from_chat(step.result),
+                    model=ModelStats.from_chat(step.result),
+                    actions=step.actions,
+                    description=step.reply.description or None,
+                    parse_error=step.reply.error,
+                    started_at=step.started_at,
                     prompt_ids=prompt_ids,
                 )
             )
-            if ended:
-                return Status.OK
-            if reply.give_up:  # too many unparsable replies in a row: grade where the agent stopped
-                return await self._grade_now(env, play, Status.OK)
-        if self.book.is_closed(attempt.group_id):
-            return Status.CANCELLED
-        return await self._grade_now(env, play, Status.OK)  # the step limit
 
-    async def _grade_now(self, env: DesktopVectorEnv, play: _Play, status: Status) -> Status:
-        reward, info = await env.atruncate(play.desktop)
-        play.add_timings(info.get("timings", {}))
-        play.reward = float(reward)
-        return status
+        episode = await play_attempt(
+            env, play.desktop, attempt.task, client, self.harness, rollout_id=attempt.rollout_id,
+            max_steps=self.options.max_steps, rollout_timeout=self.options.rollout_timeout,
+            screen=self.desktop_config.screen, episode=play.episode, cancelled=cancelled, on_reply=on_reply,
+            on_step=on_step, build_prompt=self._build_prompt,
+        )  # fmt: skip
+        assert episode.status is not None
+        return episode.status
 
     # -- a policy server that is unavailable -----------------------------------------------------------
     def _policy_unavailable(self, play: _Play, error: ErrorInfo, kind: str, client: PolicyClient) -> None:
