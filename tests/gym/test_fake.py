@@ -379,6 +379,7 @@ def test_crash_mode_exit_kills_the_process() -> None:
     ("options", "fragment"),
     [
         ({"latncy": {}}, "did you mean 'latency'"),
+        ({"faults": {"hang_s": 1}}, "did you mean 'hang_seconds'"),  # a prefix is suggested as legato_gym.tasks does
         ({"latency": {"act": -1}}, "options.latency.act"),
         ({"latency": {"walk": 1}}, "unknown key 'walk'"),
         ({"latency": {"act": {"median": 1, "sigmaa": 1}}}, "options.latency.act"),
