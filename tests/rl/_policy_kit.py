@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import struct
-import zlib
 from collections.abc import Coroutine
 from typing import Any, TypeVar
+
+import numpy as np
+
+from legato_gym.png import encode_png
 
 T = TypeVar("T")
 
@@ -19,19 +21,9 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 def png_data_url(width: int, height: int, shade: int = 0) -> str:
     """A real PNG of the given size (one colour), as a data URL."""
-    row = b"\x00" + bytes((shade % 256, 40, 90)) * width
-    raw = row * height
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-    png = (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-        + chunk(b"IDAT", zlib.compress(raw))
-        + chunk(b"IEND", b"")
-    )
-    return "data:image/png;base64," + base64.b64encode(png).decode()
+    pixels = np.empty((height, width, 3), np.uint8)
+    pixels[...] = (shade % 256, 40, 90)
+    return "data:image/png;base64," + base64.b64encode(encode_png(pixels)).decode("ascii")
 
 
 def user(text: str, image: str | None = None) -> dict[str, Any]:
