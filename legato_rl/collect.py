@@ -26,8 +26,7 @@ import logging
 import time
 from asyncio import FIRST_COMPLETED
 from collections import Counter, deque
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -43,12 +42,11 @@ from legato_rl.policy import ChatResult, PolicyClient, PolicyConfig
 from legato_rl.rollout import Episode, InlineWhileCheap, PlayedStep
 from legato_rl.rollout import play as play_attempt
 from legato_rl.store import (
+    COMPLETED_STATUSES,
+    BackgroundWriter,
     ErrorInfo,
-    ModelStats,
     PolicyStamp,
     PromptContext,
-    RequestRef,
-    Response,
     RolloutRecord,
     RolloutStore,
     RunManifest,
@@ -56,7 +54,7 @@ from legato_rl.store import (
     Timing,
     open_run,
     prompt_ids_of,
-    read_records,
+    read_progress,
     tasks_sha256,
 )
 from legato_rl.summary import Summary, summarize_run, write_summary
@@ -109,7 +107,7 @@ class Progress:
 
     @property
     def completed(self) -> int:
-        return self.status_counts[Status.OK.value] + self.status_counts[Status.TRUNCATED.value]
+        return sum(self.status_counts[status.value] for status in COMPLETED_STATUSES)
 
     @property
     def rollouts_per_hour(self) -> float:
@@ -148,75 +146,13 @@ class _Play:
             status=status.value,
             try_index=self.attempt.try_index,
             desktop=self.desktop,
-            reward=episode.reward if status in (Status.OK, Status.TRUNCATED, Status.SURPLUS) else None,
+            reward=episode.reward if status in COMPLETED_STATUSES or status is Status.SURPLUS else None,
             error=error,
             timing=episode.timing(ended),
             steps=tuple(self.steps),
             started_at=episode.started_at,
             ended_at=ended,
         )
-
-
-#: Kept for callers of the old name; see :class:`legato_rl.rollout.InlineWhileCheap`.
-_Inline = InlineWhileCheap
-
-
-class _StoreWriter:
-    """The run's store, written from one thread in submission order, so that no step waits for the disk.
-
-    A request's messages are hashed on the loop (cheap, and the step record needs the reference); the files
-    they need and the records go to the thread in order, so a record is written after every file it refers
-    to, and :meth:`RolloutStore.append` makes those durable before the record. Nothing waits for a write
-    unless the disk falls ``max_backlog`` writes behind (:meth:`wait_backlog`), which bounds the memory the
-    queue holds. The first failure (a full disk) is raised by the next call and by :meth:`aclose`.
-    """
-
-    def __init__(self, store: RolloutStore, max_backlog: int = 512) -> None:
-        self.store = store
-        self.max_backlog = max_backlog
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="legato-store")
-        self._queued: deque[Future[None]] = deque()  # submitted writes, oldest first (they finish in order)
-        self._error: BaseException | None = None
-
-    def put_request(self, body: Mapping[str, Any]) -> RequestRef:
-        self._raise()
-        ref, files = self.store.prepare_request(body)
-        if files:
-            self._submit(self.store.write_files, files)
-        return ref
-
-    def append(self, record: RolloutRecord) -> None:
-        self._raise()
-        self._submit(self.store.append, record)
-
-    async def wait_backlog(self) -> None:
-        """Wait while the disk is more than ``max_backlog`` writes behind."""
-        queued = self._queued
-        while queued and queued[0].done():
-            queued.popleft()
-        while len(queued) > self.max_backlog:
-            await asyncio.wrap_future(queued[len(queued) - self.max_backlog // 2])
-            while queued and queued[0].done():
-                queued.popleft()
-        self._raise()
-
-    def _submit(self, fn: Callable[[Any], None], arg: Any) -> None:
-        future = self._thread.submit(fn, arg)
-        future.add_done_callback(self._done)
-        self._queued.append(future)
-
-    async def aclose(self) -> None:
-        """Wait for every write; raise the first failure."""
-        await asyncio.to_thread(self._thread.shutdown, True)
-        self._raise()
-
-    def _done(self, future: Future[None]) -> None:
-        if self._error is None and not future.cancelled() and future.exception() is not None:
-            self._error = future.exception()
-
-    def _raise(self) -> None:
-        if self._error is not None:
-            raise self._error
 
 
 class Collector:
@@ -260,7 +196,7 @@ class Collector:
         # The attempt each desktop is playing (its group id and task): a group that closes cancels the others.
         self._running: dict[int, tuple[_Play, asyncio.Task[None]]] = {}
         self._build_prompt = InlineWhileCheap("building a prompt")  # on the loop while that is cheap
-        self._store: _StoreWriter | None = None
+        self._store: BackgroundWriter | None = None
         # Attempts that failed because the server was unavailable, recorded once it answers again (error) or
         # the breaker trips (retried); see the module docstring.
         self._unanswered: list[tuple[float, _Play, ErrorInfo]] = []  # (when it failed, ...)
@@ -298,7 +234,7 @@ class Collector:
             resumed = open_run(self.out, self.manifest())
             self._wake = asyncio.Event()
             with RolloutStore(self.out) as store:
-                self._store = _StoreWriter(store)
+                self._store = BackgroundWriter(store)
                 try:
                     if resumed:
                         self._restore()
@@ -320,17 +256,10 @@ class Collector:
         return summary
 
     def _restore(self) -> None:
-        ended: list[tuple[str, int, Status]] = []
-        tries: list[tuple[str, int]] = []
-        for record in read_records(self.out):
-            status = Status(record.status)
-            if status is Status.RETRIED:
-                tries.append((record.group_id, record.attempt))
-            else:
-                ended.append((record.group_id, record.attempt, status))
-            self.progress.status_counts[status.value] += 1
-        self.book.restore(ended, tries)
-        log.info("resuming %s: %d attempts already ended", self.out, len(ended))
+        done = read_progress(self.out)
+        self.book.restore(done.ended, done.tries)
+        self.progress.status_counts.update(done.status_counts)
+        log.info("resuming %s: %d attempts already ended", self.out, len(done.ended))
 
     async def _run_desktops(self, client: PolicyClient) -> None:
         opts = self.options
@@ -483,18 +412,12 @@ class Collector:
             request = self._store.put_request(step.result.request)
             prompt_ids, context = prompt_ids_of(step.result, context)
             play.steps.append(
-                StepRecord(
-                    index=step.index,
-                    request=request,
-                    response=Response.from_chat(step.result),
-                    model=ModelStats.from_chat(step.result),
-                    actions=step.actions,
-                    description=step.reply.description or None,
-                    parse_error=step.reply.error,
-                    started_at=step.started_at,
-                    prompt_ids=prompt_ids,
+                StepRecord.from_chat(
+                    step.result, index=step.index, request=request, actions=step.actions,
+                    description=step.reply.description or None, parse_error=step.reply.error,
+                    started_at=step.started_at, prompt_ids=prompt_ids,
                 )
-            )
+            )  # fmt: skip
 
         episode = await play_attempt(
             env, play.desktop, attempt.task, client, self.harness, rollout_id=attempt.rollout_id,

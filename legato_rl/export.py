@@ -39,7 +39,7 @@ them; a JSON string is read back by pyarrow and by Hugging Face ``datasets`` byt
 
 Rows come from the ``ok`` and ``truncated`` records only (``surplus``, ``cancelled``, ``skipped``,
 ``retried`` and ``error`` records are counted in :attr:`ExportStats.excluded`). ``advantage`` is the GRPO
-group advantage (:func:`legato_rl.summary.group_advantages`): ``(reward - mean) / std`` over the
+group advantage (:func:`legato_rl.groups.group_advantages`): ``(reward - mean) / std`` over the
 completed attempts of the rollout's group, with the **population** standard deviation (ddof 0), and 0 for
 every member when all their rewards are equal. All steps of a rollout share its reward and advantage.
 
@@ -68,7 +68,9 @@ from typing import IO, Any
 import numpy as np
 
 from legato_gym.errors import ConfigError, MissingDependencyError
+from legato_rl.groups import group_advantages
 from legato_rl.store import (
+    COMPLETED_STATUSES,
     IMAGE_SCHEME,
     IMAGES_DIR,
     MANIFEST_FILE,
@@ -87,7 +89,6 @@ from legato_rl.store import (
     storage_error,
     torn_tail_bytes,
 )
-from legato_rl.summary import COMPLETED, group_advantages
 
 __all__ = [
     "DATASETS_EXTRA",
@@ -286,7 +287,7 @@ def export_steps(
         writer.open(tmp)
         try:
             for record in read_records(root):
-                if record.status not in COMPLETED:
+                if record.status not in COMPLETED_STATUSES:
                     excluded[record.status] += 1
                     continue
                 advantage = advantages.get(record.rollout_id)

@@ -6,41 +6,35 @@ have not started become ``skipped``, those still running are cancelled at their 
 and one that completes anyway is ``surplus``. When every attempt has ended and fewer than ``group``
 completed, the group closes *short*.
 
+Group advantage (GRPO, :func:`group_advantages`): ``(reward - mean) / std`` over the group's *completed*
+attempts (``ok`` and ``truncated``; ``surplus`` attempts finished after the group closed and are not part of
+it), with the **population** standard deviation (ddof 0), and 0 for every member when all rewards are equal.
+
 This module is pure bookkeeping (no I/O, no asyncio) so the rules can be tested on their own.
 """
 
 from __future__ import annotations
 
-import enum
 import math
-from collections import deque
-from collections.abc import Collection, Iterable, Sequence
+from collections import defaultdict, deque
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from legato_gym import ConfigError, Task
+from legato_rl.store import COMPLETED_STATUSES, FINAL_STATUSES, RecordError, RolloutRecord, Status
 
-__all__ = ["FINAL_STATUSES", "Attempt", "Group", "GroupBook", "Status", "attempts_per_group"]
-
-
-class Status(str, enum.Enum):
-    """What became of one try of one attempt (the ``status`` field of a record)."""
-
-    OK = "ok"  # ended by the agent (DONE/FAIL) or by the step limit; graded
-    TRUNCATED = "truncated"  # hit --rollout-timeout; graded
-    CANCELLED = "cancelled"  # its group closed while it ran
-    SKIPPED = "skipped"  # its group closed before it started
-    SURPLUS = "surplus"  # completed after its group had closed
-    RETRIED = "retried"  # a desktop failure; the attempt was queued again
-    ERROR = "error"  # a policy failure, or a desktop failure with no retries left
-
-    def __str__(self) -> str:
-        return self.value
-
-
-#: Statuses that end an attempt (``retried`` does not: the attempt runs again).
-FINAL_STATUSES = frozenset(s for s in Status if s is not Status.RETRIED)
-#: Statuses of completed attempts: the ones that count towards a group and carry a usable reward.
-COMPLETED_STATUSES = frozenset({Status.OK, Status.TRUNCATED})
+__all__ = [
+    "COMPLETED_STATUSES",
+    "FINAL_STATUSES",
+    "Attempt",
+    "Group",
+    "GroupBook",
+    "Status",
+    "advantages",
+    "attempts_per_group",
+    "group_advantages",
+]
 
 
 def attempts_per_group(group: int, oversample: float) -> int:
@@ -235,3 +229,41 @@ class GroupBook:
         self._queue = deque(a for a in self._queue if not self.groups[a.group_id].closed)
         self._unfinished = {gid for gid, g in self.groups.items() if not g.finished}
         return dropped
+
+
+def advantages(rewards: Sequence[float]) -> list[float]:
+    """GRPO advantages of one group's rewards: ``(r - mean) / std`` (population std), all 0 when equal."""
+    if not rewards:
+        return []
+    mean = sum(rewards) / len(rewards)
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
+    if std <= 1e-12 * max(1.0, abs(mean)):
+        return [0.0] * len(rewards)
+    return [(r - mean) / std for r in rewards]
+
+
+def group_advantages(records: Iterable[RolloutRecord | Mapping[str, Any]]) -> dict[str, float]:
+    """The advantage of every completed record, by ``rollout_id`` (see the module docstring).
+
+    Accepts typed records or the JSON objects of ``rollouts.jsonl`` (only ``rollout_id``, ``group_id``,
+    ``status`` and ``reward`` are read, so a streaming export can pass light dicts).
+
+    Raises:
+        RecordError: a completed record has no reward.
+    """
+    groups: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    for record in records:
+        if isinstance(record, RolloutRecord):
+            rid, gid, status, reward = record.rollout_id, record.group_id, record.status, record.reward
+        else:
+            rid, gid, status, reward = record["rollout_id"], record["group_id"], record["status"], record["reward"]
+        if status not in COMPLETED_STATUSES:
+            continue
+        if reward is None:
+            raise RecordError(f"record {rid} is {status} but has no reward; the run is damaged")
+        groups[gid].append((rid, float(reward)))
+    result: dict[str, float] = {}
+    for members in groups.values():
+        for (rid, _), value in zip(members, advantages([r for _, r in members]), strict=True):
+            result[rid] = value
+    return result

@@ -1,4 +1,4 @@
-"""A batch's figures (``DIR/summary.json``) and GRPO group advantages, computed from its records.
+"""A batch's figures (``DIR/summary.json``), computed from its records.
 
 Definitions (each key of ``summary.json`` is always present; a figure with nothing to measure is ``null``):
 
@@ -31,9 +31,8 @@ Definitions (each key of ``summary.json`` is always present; a figure with nothi
   of a resumed run. Not in the records: ``collect`` takes them from the vector env; ``{}`` for desktops on
   this host.
 
-Group advantage (GRPO): ``(reward - mean) / std`` over the group's *completed* attempts (``ok`` and
-``truncated``; ``surplus`` attempts finished after the group closed and are not part of it), with the
-**population** standard deviation (ddof 0), and 0 for every member when all rewards are equal.
+GRPO group advantages are computed with the group rules (:func:`legato_rl.groups.group_advantages`, also
+importable from here).
 """
 
 from __future__ import annotations
@@ -48,8 +47,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from legato_rl.groups import COMPLETED_STATUSES
+from legato_rl.groups import advantages, group_advantages
 from legato_rl.store import (
+    COMPLETED_STATUSES,
     STATUSES,
     SUMMARY_FILE,
     RecordError,
@@ -78,8 +78,8 @@ __all__ = [
 
 #: The schema of ``summary.json``.
 SUMMARY_SCHEMA = "legato.summary/v0"
-#: Statuses of completed attempts: they count towards their group and carry a usable reward.
-COMPLETED = frozenset(status.value for status in COMPLETED_STATUSES)
+#: Statuses of completed attempts: :data:`legato_rl.store.COMPLETED_STATUSES`, under the name this module had.
+COMPLETED = COMPLETED_STATUSES
 #: ``phase_share`` keys, in order.
 PHASE_KEYS = (*(name[: -len("_s")] for name in Timing.PHASES), "failed_call", "other")
 #: Per-node counts in ``nodes``.
@@ -173,8 +173,8 @@ def summarize(records: Iterable[RolloutRecord], *, group: int, wall_s: float | N
     for record in records:
         n_records += 1
         counts[record.status] += 1
-        completed_per_group[record.group_id] += record.status in COMPLETED
-        if record.status in COMPLETED and record.reward is not None:
+        completed_per_group[record.group_id] += record.status in COMPLETED_STATUSES
+        if record.status in COMPLETED_STATUSES and record.reward is not None:
             rewards.append(record.reward)
         if record.status == "error" and record.error is not None:
             errors[record.error.kind] += 1
@@ -209,7 +209,7 @@ def summarize(records: Iterable[RolloutRecord], *, group: int, wall_s: float | N
                 cached_tokens += step.model.cached_tokens
     if wall_s is None and first is not None and last is not None:
         wall_s = max(last - first, 0.0)
-    n_completed = counts["ok"] + counts["truncated"]
+    n_completed = sum(counts[status] for status in COMPLETED_STATUSES)
     if total_s > 0:
         share: dict[str, float | None] = {name[: -len("_s")]: phases[name] / total_s for name in Timing.PHASES}
         share["failed_call"] = failed_call_s / total_s
@@ -302,41 +302,3 @@ def write_summary(run_dir: str | os.PathLike[str], summary: Summary) -> Path:
     path = Path(run_dir) / SUMMARY_FILE
     write_json_atomic(path, {**summary.to_json(), "written_at": time.time()})
     return path
-
-
-def advantages(rewards: Sequence[float]) -> list[float]:
-    """GRPO advantages of one group's rewards: ``(r - mean) / std`` (population std), all 0 when equal."""
-    if not rewards:
-        return []
-    mean = sum(rewards) / len(rewards)
-    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
-    if std <= 1e-12 * max(1.0, abs(mean)):
-        return [0.0] * len(rewards)
-    return [(r - mean) / std for r in rewards]
-
-
-def group_advantages(records: Iterable[RolloutRecord | Mapping[str, Any]]) -> dict[str, float]:
-    """The advantage of every completed record, by ``rollout_id`` (see the module docstring).
-
-    Accepts typed records or the JSON objects of ``rollouts.jsonl`` (only ``rollout_id``, ``group_id``,
-    ``status`` and ``reward`` are read, so a streaming export can pass light dicts).
-
-    Raises:
-        RecordError: a completed record has no reward.
-    """
-    groups: dict[str, list[tuple[str, float]]] = defaultdict(list)
-    for record in records:
-        if isinstance(record, RolloutRecord):
-            rid, gid, status, reward = record.rollout_id, record.group_id, record.status, record.reward
-        else:
-            rid, gid, status, reward = record["rollout_id"], record["group_id"], record["status"], record["reward"]
-        if status not in COMPLETED:
-            continue
-        if reward is None:
-            raise RecordError(f"record {rid} is {status} but has no reward; the run is damaged")
-        groups[gid].append((rid, float(reward)))
-    result: dict[str, float] = {}
-    for members in groups.values():
-        for (rid, _), value in zip(members, advantages([r for _, r in members]), strict=True):
-            result[rid] = value
-    return result

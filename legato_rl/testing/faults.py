@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from legato_gym.errors import ConfigError
+from legato_rl.store import FINAL_STATUSES
 from legato_rl.testing.brains import Brain, Reply, prompt_instruction, prompt_step_index
 from legato_rl.testing.server import FAULTS
 
@@ -36,8 +37,6 @@ __all__ = [
     "worker_pids",
 ]
 
-#: Statuses that end an attempt (``retried`` is a try that is run again).
-FINAL_STATUSES = frozenset({"ok", "truncated", "cancelled", "skipped", "surplus", "error"})
 
 #: Faults whose reply legato reads, and whose content the harness then refuses: the attempt goes on.
 _AGENT_FAULTS = frozenset({"deep-tool-call"})

@@ -24,10 +24,10 @@ from typer.testing import CliRunner
 
 from legato_gym import BackendUnavailableError, MissingDependencyError
 from legato_gym.backends import get_backend
-from legato_rl import store as store_module
 from legato_rl.cli.app import _register_commands, app
 from legato_rl.export import export_steps
 from legato_rl.store import PolicyStamp, RolloutRecord, RolloutStore, StorageError, read_records, write_json_atomic
+from legato_rl.store import files as store_files
 
 LEGATO = Path(sys.executable).with_name("legato")
 FAKE = ["--backend", "fake", "--policy-url", "embedded", "--group", "1", "--desktops", "2", "--quiet"]
@@ -159,11 +159,11 @@ def test_a_record_cut_short_by_a_full_disk_is_taken_back_and_the_store_refuses_m
         real_write(fd, bytes(data[: len(data) // 2]))
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(store_module.os, "write", half_then_full)
+    monkeypatch.setattr(store_files.os, "write", half_then_full)
     with pytest.raises(StorageError, match=r"rollouts\.jsonl: the disk is full \[ENOSPC\]; free some space") as info:
         store.append(_record(1))
     assert info.value.errno == errno.ENOSPC and isinstance(info.value, OSError)
-    monkeypatch.setattr(store_module.os, "write", real_write)
+    monkeypatch.setattr(store_files.os, "write", real_write)
     assert (tmp_path / "rollouts.jsonl").read_bytes().count(b"\n") == 1
     assert (tmp_path / "rollouts.jsonl").read_bytes().endswith(b"\n")
     with pytest.raises(StorageError, match="disk is full"):  # no record after a failed write, even with space
@@ -192,7 +192,7 @@ def test_a_message_file_that_cannot_be_written_leaves_no_temporary_file(
         def write(self, data: bytes) -> int:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(store_module, "open", Full, raising=False)
+    monkeypatch.setattr(store_files, "open", Full, raising=False)
     with pytest.raises(StorageError, match=r"messages/.*\.json: the disk is full"):
         store.put_request({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
     monkeypatch.undo()
@@ -206,7 +206,7 @@ def test_write_json_atomic_translates_and_cleans_up(tmp_path: Path, monkeypatch:
     def fsync(fd: int) -> None:
         raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
 
-    monkeypatch.setattr(store_module.os, "fsync", fsync)
+    monkeypatch.setattr(store_files.os, "fsync", fsync)
     with pytest.raises(StorageError, match="quota"):
         write_json_atomic(tmp_path / "summary.json", {"a": 1})
     assert list(tmp_path.iterdir()) == []

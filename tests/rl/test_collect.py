@@ -25,9 +25,10 @@ from legato_gym import ConfigError, DesktopConfig, Timeouts
 from legato_gym.backends.fake import default_tasks
 from legato_gym.png import encode_png
 from legato_rl.cli.app import _register_commands, app
-from legato_rl.collect import _Inline, _StoreWriter, collect
+from legato_rl.collect import collect
 from legato_rl.policy import PolicyConfig
-from legato_rl.store import RolloutStore, load_request, read_record_dicts
+from legato_rl.rollout import InlineWhileCheap
+from legato_rl.store import BackgroundWriter, RolloutStore, load_request, read_record_dicts
 from legato_rl.testing import Faults, ReferencePolicyServer, ScriptedSolver
 
 SCREEN = (320, 240)
@@ -314,7 +315,7 @@ def test_store_writer_keeps_order_bounds_its_backlog_and_reports_failures(tmp_pa
 
     async def story() -> None:
         with SlowStore(tmp_path / "run") as store:
-            writer = _StoreWriter(store, max_backlog=4)
+            writer = BackgroundWriter(store, max_backlog=4)
             for i in range(6):  # distinct messages: each request has a file to write
                 writer.put_request({**body, "messages": [{"role": "user", "content": f"hi {i}"}]})
             waiting = asyncio.ensure_future(writer.wait_backlog())
@@ -330,7 +331,7 @@ def test_store_writer_keeps_order_bounds_its_backlog_and_reports_failures(tmp_pa
                 raise OSError(28, "No space left on device")
 
         with FullDisk(tmp_path / "full") as store:
-            writer = _StoreWriter(store)
+            writer = BackgroundWriter(store)
             writer.put_request(body)
             with pytest.raises(OSError, match="No space"):
                 await writer.aclose()
@@ -348,7 +349,7 @@ def test_cheap_harness_work_stays_on_the_loop_and_slow_work_moves_to_a_thread() 
         return threading.current_thread().name
 
     async def story() -> None:
-        inline = _Inline("building a prompt", budget=0.005)
+        inline = InlineWhileCheap("building a prompt", budget=0.005)
         assert [await inline(where) for _ in range(20)] == ["MainThread"] * 20
         assert await inline(where, 0.003) == "MainThread"  # one slowish call: the average stays low
         assert inline.inline

@@ -83,3 +83,15 @@ def test_a_retry_avoids_the_desktop_it_failed_on_when_another_is_free() -> None:
     book.requeue(retry, failed_on=1)
     again = book.next_attempt(1, free={0})
     assert again is not None and again.failed_on == {0, 1} and again.try_index == 2
+
+
+def test_group_advantages_live_with_the_group_rules_and_count_only_completed_attempts() -> None:
+    from legato_rl import groups, summary
+
+    def rec(rid: str, status: str, reward: float | None) -> dict[str, object]:
+        return {"rollout_id": rid, "group_id": rid.split("/")[0], "status": status, "reward": reward}
+
+    records = [rec("g0/a0", "ok", 1.0), rec("g0/a1", "truncated", 0.0), rec("g0/a2", "surplus", 1.0),
+               rec("g0/a3", "cancelled", None), rec("g1/a0", "ok", 0.5)]  # fmt: skip
+    assert groups.group_advantages(records) == {"g0/a0": 1.0, "g0/a1": -1.0, "g1/a0": 0.0}
+    assert summary.group_advantages is groups.group_advantages and summary.advantages is groups.advantages

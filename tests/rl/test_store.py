@@ -516,11 +516,11 @@ def test_tasks_digest_ignores_order_and_source_but_not_content() -> None:
 def test_files_are_made_durable_before_the_record_that_needs_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, syncfs: bool
 ) -> None:
-    import legato_rl.store as store_module
+    import legato_rl.store.files as store_files
 
     events: list[str] = []
     real_fsync = os.fsync
-    monkeypatch.setattr(store_module, "_syncfs", lambda path: events.append("syncfs") or syncfs)
+    monkeypatch.setattr(store_files, "_syncfs", lambda path: events.append("syncfs") or syncfs)
 
     def fsync(fd: int) -> None:
         events.append("fsync " + os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
@@ -552,3 +552,71 @@ def test_a_resumed_store_removes_the_temporary_files_a_killed_writer_left(tmp_pa
         path.write_bytes(b"half")
     RolloutStore(tmp_path).close()
     assert [p.exists() for p in stale] == [False] * 4 and all(p.exists() for p in kept)
+
+
+# --- one definition of the statuses, and the package's public names -----------------------------------------
+
+
+def test_status_and_its_sets_are_defined_once_and_shared() -> None:
+    import legato_rl.groups as groups
+    import legato_rl.store as store
+    import legato_rl.summary as summary
+    from legato_rl.testing import faults
+
+    assert groups.Status is store.Status
+    assert groups.COMPLETED_STATUSES is store.COMPLETED_STATUSES is summary.COMPLETED
+    assert groups.FINAL_STATUSES is store.FINAL_STATUSES is faults.FINAL_STATUSES
+    assert tuple(s.value for s in store.Status) == store.STATUSES
+    for status in store.STATUSES:  # the plain strings of a record read back are members of the same sets
+        failed = status in store.FAILED_STATUSES
+        rec = record(status=status, error=ErrorInfo("env", "X", "x") if failed else None)
+        assert rec.completed is (status in store.COMPLETED_STATUSES) is (store.Status(status) in {"ok", "truncated"})
+        assert (status in store.FINAL_STATUSES) is (status != "retried")
+        assert failed is (status in ("error", "retried"))
+
+
+def test_the_store_package_exports_every_name_the_single_module_had() -> None:
+    import legato_rl.store as store
+
+    old = {
+        "ERROR_KINDS", "IMAGE_SCHEME", "MANIFEST_SCHEMA", "SAMPLING_KEYS", "SCHEMA", "STATUSES", "ActionRecord",
+        "ErrorInfo", "ModelStats", "PolicyStamp", "PromptContext", "PromptIds", "RecordError", "RequestRef",
+        "Response", "RolloutRecord", "RolloutStore", "RunInProgressError", "RunManifest", "StepRecord",
+        "StorageError", "Timing", "check_manifest", "check_run_dir", "expand_prompt_ids", "is_being_written",
+        "is_run_dir", "load_request", "open_run", "prompt_ids_of", "read_manifest", "read_record_dicts",
+        "read_records", "storage_error", "tasks_sha256", "torn_tail_bytes", "write_bytes_atomic",
+        "write_json_atomic", "write_manifest", "ROLLOUTS_FILE", "MANIFEST_FILE", "SUMMARY_FILE", "MESSAGES_DIR",
+        "IMAGES_DIR",
+    }  # fmt: skip
+    assert old <= set(store.__all__)
+    assert all(getattr(store, name).__module__.startswith("legato_rl.store.") for name in old if name[0].islower())
+
+
+def test_a_step_from_a_chat_result_is_the_step_built_field_by_field() -> None:
+    ref = RequestRef(model="m", messages=(SHA,))
+    action = ActionRecord("WAIT", act_s=0.1)
+    chat = FakeChat(attempts=2, weight_version="w3")
+    built = StepRecord(
+        index=2, request=ref, response=Response.from_chat(chat), model=ModelStats.from_chat(chat), actions=(action,),
+        description="wait", parse_error="no action", started_at=5.0,
+    )  # fmt: skip
+    step = StepRecord.from_chat(
+        chat, index=2, request=ref, actions=[action], description="wait", parse_error="no action", started_at=5.0
+    )
+    assert step == built and step.to_json() == built.to_json()
+
+
+def test_read_progress_gives_the_ended_attempts_the_retried_tries_and_the_counts(tmp_path: Path) -> None:
+    from legato_rl.store import Status, read_progress
+
+    crash = ErrorInfo("env", "DesktopCrashed", "gone")
+    with RolloutStore(tmp_path) as store:
+        store.append(record("g1/a0/t0", status="retried", reward=None, error=crash))
+        store.append(record("g1/a0/t1", status="ok"))
+        store.append(record("g1/a1/t0", attempt=1, status="error", reward=None, error=crash))
+        store.append(record("g2/a0/t0", group_id="g2", status="skipped", reward=None))
+    done = read_progress(tmp_path)
+    assert done.ended == (("g1", 0, Status.OK), ("g1", 1, Status.ERROR), ("g2", 0, Status.SKIPPED))
+    assert done.tries == (("g1", 0),)
+    assert dict(done.status_counts) == {"retried": 1, "ok": 1, "error": 1, "skipped": 1}
+    assert all(type(status) is Status for _, _, status in done.ended)
