@@ -124,7 +124,7 @@ class _Deaths(logging.Handler):
 
 def desktop_deaths(tmp: Path) -> Iterator[Row]:
     """Desktop workers that die (their process exits) in each phase, and while the attempt waits on the model."""
-    env_log = logging.getLogger("legato_gym.vector.env")
+    env_log = logging.getLogger("legato_gym.vector.pool")
     env_log.setLevel(logging.WARNING)  # the deaths are logged as warnings
     for phase in FAULT_PHASES:
         row = Row(f"desktop dies in {phase}")

@@ -1,4 +1,8 @@
-"""The parent's handle on one worker process: start it, talk to it, kill it and everything it started."""
+"""The parent's handle on one worker process: start it, talk to it, kill it and everything it started.
+
+:class:`WorkerProcess` is the :class:`~legato_gym.vector.handles.WorkerHandle` of a worker on this host, and
+:class:`ProcessLauncher` the launcher a local :class:`~legato_gym.vector.env.DesktopVectorEnv` gives its pool.
+"""
 
 from __future__ import annotations
 
@@ -16,11 +20,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from legato_gym.errors import ConfigError
+from legato_gym.vector.handles import Frame
 from legato_gym.vector.protocol import FrameReader, encode_frame
 from legato_gym.vector.screens import ScreenBuffer
 
-__all__ = ["WorkerProcess"]
+__all__ = ["ProcessLauncher", "WorkerProcess"]
 
 logger = logging.getLogger(__name__)
 
@@ -119,11 +127,44 @@ class WorkerProcess:
         assert self.proc.stderr is not None
         self.stderr_fd = self.proc.stderr.fileno()
         os.set_blocking(self.stderr_fd, False)
-        self.shm_fd_in_child = self.screens.fd if self.screens is not None else None
+        self.shm_fd_in_child = self.shm_fd = self.screens.fd if self.screens is not None else None
+        self._stderr_open = True
         if self.screens is not None:
             self.screens.close_fd()  # the child has its copy; the mapping stays
         self.alive = True
         self._reaped = False
+
+    @property
+    def name(self) -> str:
+        """``worker PID``, as messages name it."""
+        return f"worker {self.pid}"
+
+    @property
+    def exit_status(self) -> int | None:
+        """The exit status once the worker was reaped (negative: the signal that ended it)."""
+        return self.proc.returncode
+
+    def fds(self) -> tuple[int, ...]:
+        """The socket, and stderr until it ends."""
+        if self._reaped:
+            return ()
+        return (self.sock.fileno(), self.stderr_fd) if self._stderr_open else (self.sock.fileno(),)
+
+    def receive(self, fd: int) -> tuple[list[Frame], bool]:
+        """Read ``fd`` (the socket or stderr): the frames that completed, and ``False`` once the worker is gone."""
+        if fd == self.stderr_fd and fd != self.sock.fileno():
+            self._stderr_open = self.read_stderr()
+            return [], True
+        alive = self.read()
+        frames = list(self.frames.frames)
+        self.frames.frames.clear()
+        return frames, alive
+
+    def screen(self, shape: tuple[int, ...]) -> npt.NDArray[np.uint8]:
+        """A view of the shared screenshot buffer as an array of ``shape``."""
+        if self.screens is None:
+            raise ValueError(f"worker {self.pid} has no shared screenshot buffer (screenshots='blob')")
+        return self.screens.array(shape)
 
     def send(self, message: Mapping[str, Any], deadline: float) -> None:
         """Send one frame; waits (until ``deadline``, monotonic) only if the socket buffer is full."""
@@ -218,3 +259,25 @@ class WorkerProcess:
         self.sock.close()
         if self.proc.stderr is not None:
             self.proc.stderr.close()
+
+
+class ProcessLauncher:
+    """Starts each desktop's worker as a child of this process (a :class:`~legato_gym.vector.handles.WorkerLauncher`).
+
+    Args:
+        python: the workers' interpreter (``None``: this one).
+        env: extra environment variables for the workers.
+        screen_bytes: size of each worker's shared screenshot buffer; ``None`` sends screenshots as framed bytes.
+    """
+
+    def __init__(self, *, python: str | None, env: Mapping[str, str], screen_bytes: int | None) -> None:
+        self.python = python
+        self.env = dict(env)
+        self.screen_bytes = screen_bytes
+
+    def start(self, env_id: int) -> WorkerProcess:
+        """Start a worker process for desktop ``env_id``."""
+        return WorkerProcess(env_id, python=self.python, env=self.env, screen_bytes=self.screen_bytes)
+
+    def close(self) -> None:
+        """Nothing to release: each worker is killed by the pool."""

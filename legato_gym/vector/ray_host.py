@@ -4,7 +4,8 @@
 on the hosts of a Ray cluster. The agent is deliberately thin: it starts the same worker processes a local
 vector env starts (:class:`~legato_gym.vector.process.WorkerProcess`, with a shared-memory screenshot buffer
 on its own host) and relays the same protocol messages (:mod:`legato_gym.vector.protocol`) between them and
-the driver. Deadlines, replacement and the episode state machine stay on the driver, in the vector env.
+the driver. Deadlines, replacement and the episode state machine stay on the driver, in the vector env's
+worker pool (:mod:`legato_gym.vector.pool`).
 
 What crosses the network per request is one protocol message as a Ray argument (about 100-300 bytes of
 JSON-able dict for a step) and, back, the worker's reply plus the *new* screenshot only, encoded by
@@ -15,7 +16,7 @@ thread per call): no process per desktop, so thousands of fake desktops fit on a
 desktop cannot be killed there, so it is meant for the fake backend and benchmarks.
 
 Ray is imported by the caller, not here: this module is importable without Ray, and the actor class is
-made with ``ray.remote(HostAgent)`` in :mod:`legato_gym.vector.ray_env`.
+made with ``ray.remote(HostAgent)`` in :mod:`legato_gym.vector.ray_hosts`.
 """
 
 from __future__ import annotations

@@ -22,15 +22,10 @@ from legato_gym.config import DesktopConfig
 from legato_gym.errors import ConfigError, DesktopCrashed, MissingDependencyError
 from legato_gym.png import encode_png
 from legato_gym.vector import DesktopVectorEnv
-from legato_gym.vector.ray_env import (
-    RayDesktopVectorEnv,
-    RayPlacement,
-    _Hosts,
-    _unwire,
-    desktops_per_node,
-    import_ray,
-)
+from legato_gym.vector.handles import WorkerHandle, WorkerLauncher
+from legato_gym.vector.ray_env import RayDesktopVectorEnv, RayPlacement, desktops_per_node, import_ray
 from legato_gym.vector.ray_host import HostAgent, LazyScreenshot, decode_screen, encode_screen
+from legato_gym.vector.ray_hosts import Hosts, unwire
 
 CONFIG = DesktopConfig(screen=(320, 240))
 
@@ -91,7 +86,7 @@ def test_agent_sends_only_the_new_screenshot_and_the_driver_restores_the_worker_
     else:
         assert obs["wire"] == "zlib" and len(payload) < image.nbytes // 10
     arrived = dict(obs)
-    restored = _unwire(arrived, payload)
+    restored = unwire(arrived, payload)
     if obs.get("wire") == "png-tail":  # the PNG alone: the driver decodes it only when the pixels are read
         assert arrived["where"] == "png" and bytes(restored) == png
         assert np.array_equal(np.asarray(LazyScreenshot(bytes(restored), image.shape)), image)
@@ -207,7 +202,7 @@ def test_collects_harness_sends_a_lazy_screenshots_png_without_decoding_it() -> 
 
 
 class _FakeRay:
-    """Just what :class:`_Hosts` asks of Ray: the node table, actor creation and ``kill``."""
+    """Just what :class:`Hosts` asks of Ray: the node table, actor creation and ``kill``."""
 
     def __init__(self, nodes: list[dict[str, Any]]) -> None:
         self.node_table = nodes
@@ -235,7 +230,7 @@ def _node(name: str, slots: int) -> dict[str, Any]:
 
 def test_a_lost_desktop_goes_where_there_is_room_or_is_refused_at_once() -> None:
     ray = _FakeRay([_node("a", 2), _node("b", 2)])
-    hosts = _Hosts(ray, RayPlacement(group=2, resources={"legato_t": 1}), "fake", (), 2)
+    hosts = Hosts(ray, RayPlacement(group=2, resources={"legato_t": 1}), "fake", (), 2)
     hosts.expected = 4
     placed = [hosts.place() for _ in range(4)]  # two agents of two, not yet placed by Ray: room for no more
     assert [options["resources"] for options in ray.created] == [{"legato_t": 2.0}] * 2
@@ -262,7 +257,7 @@ def test_a_lost_desktop_goes_where_there_is_room_or_is_refused_at_once() -> None
 
 def test_an_autoscaling_cluster_gets_the_agents_it_cannot_place_yet() -> None:
     ray = _FakeRay([_node("a", 1)])
-    hosts = _Hosts(ray, RayPlacement(group=1, resources={"legato_t": 1}, require_fit=False), "fake", (), 1)
+    hosts = Hosts(ray, RayPlacement(group=1, resources={"legato_t": 1}, require_fit=False), "fake", (), 1)
     for _ in range(3):  # demand beyond the nodes is what makes an autoscaler add hosts
         hosts.place()
     assert len(ray.created) == 3
@@ -274,10 +269,19 @@ def test_a_desktop_with_nowhere_to_run_is_unavailable_and_its_requests_fail_at_o
 
         room = True
 
-        def _new_worker(self, env_id: int) -> Any:
-            if env_id == 1 and not self.room:
-                raise DesktopCrashed("no live node of the Ray cluster has room for another 'fake' desktop")
-            return super()._new_worker(env_id)
+        def _launcher(self) -> WorkerLauncher:
+            local, env = super()._launcher(), self
+
+            class Launcher:
+                def start(self, env_id: int) -> WorkerHandle:
+                    if env_id == 1 and not env.room:
+                        raise DesktopCrashed("no live node of the Ray cluster has room for another 'fake' desktop")
+                    return local.start(env_id)
+
+                def close(self) -> None:
+                    local.close()
+
+            return Launcher()
 
     env = Homeless(2, "fake", CONFIG, seed=0)
     task = env.tasks[0]
@@ -301,7 +305,7 @@ def test_a_desktop_with_nowhere_to_run_is_unavailable_and_its_requests_fail_at_o
         assert not back.done()
         await env.areset(0, task)  # the other desktop is untouched
         env.room = True
-        env._place_unavailable()  # what the Ray env runs after each poll of the nodes
+        env._workers.place_unavailable()  # what the Ray env runs after each poll of the nodes
         await asyncio.wait_for(back, 30)
         assert env.available(1)
         await env.areset(1, task)
