@@ -19,7 +19,6 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import base64
 import random
 import statistics
 from collections.abc import Sequence
@@ -30,6 +29,7 @@ import numpy as np
 
 from legato_gym.png import encode_png
 from legato_rl.errors import PolicyError, PolicyHTTPError, redact
+from legato_rl.images import PngDataURL
 from legato_rl.policy import KEY_ENV_VAR, ChatResult, PolicyClient, PolicyConfig
 
 __all__ = ["STATUSES", "Check", "run_probe"]
@@ -76,11 +76,11 @@ class Check:
     replica: str | None = None
 
 
-def _probe_png(width: int = 64, height: int = 48) -> str:
+def _probe_png(width: int = 64, height: int = 48) -> PngDataURL:
     """A small real PNG (a gradient) as a data URL."""
     y, x = np.mgrid[0:height, 0:width]
     pixels = np.stack((x * 4 % 256, y * 5 % 256, np.full_like(x, 128)), axis=-1).astype(np.uint8)
-    return "data:image/png;base64," + base64.b64encode(encode_png(pixels)).decode("ascii")
+    return PngDataURL(encode_png(pixels))
 
 
 def _image_messages() -> list[dict[str, Any]]:

@@ -56,7 +56,8 @@ class Turn:
     """One earlier step of an attempt, as the harness needs it to build the next prompt.
 
     Attributes:
-        image_url: the screenshot the reply answered, as sent (a ``data:image/png;base64,...`` URL).
+        image_url: the screenshot the reply answered, as sent (a ``data:image/png;base64,...`` URL; from
+            :class:`~legato_rl.harness.QwenHarness` a :class:`~legato_rl.images.PngDataURL` holding its bytes).
         reply: the model's raw reply text.
         description: the reply's short description (Qwen: its ``Action:`` line); ``""`` when it had none.
     """
@@ -93,7 +94,9 @@ class Harness(Protocol):
     To plug in another model's format, subclass :class:`BaseHarness` and implement ``name``,
     :meth:`encode_image`, :meth:`build_messages` and :meth:`parse_reply`; :meth:`start` comes with it.
     :meth:`encode_image` gets the screenshot's PNG bytes too when the caller has them (a vector env's worker
-    encoded them); a harness that sends PNG should use them rather than encode the array again.
+    encoded them); a harness that sends PNG should use them rather than encode the array again, and return
+    them as a :class:`~legato_rl.images.PngDataURL`, so that the record store files those bytes without
+    decoding the URL again (any other URL string works too, at the cost of that decoding).
     A harness must be deterministic (the same inputs give the same messages, byte for byte) so that the
     record store can keep each message once and the server's prefix cache can hit.
     """

@@ -38,7 +38,6 @@ Differences from OSWorld's agent, each on purpose:
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 import math
@@ -52,6 +51,8 @@ import numpy as np
 from legato_gym.errors import ConfigError
 from legato_gym.png import png_size
 from legato_rl.harness.base import BaseHarness, ParsedReply, Screenshot, Turn
+from legato_rl.harness.qwen_prompt import COMPUTER_USE_ACTIONS, USER_TEXT, build_system_prompt
+from legato_rl.images import PngDataURL
 
 __all__ = [
     "COMPUTER_USE_ACTIONS",
@@ -68,33 +69,8 @@ QWEN3_FACTOR = 32
 #: Deepest JSON nesting read in a tool call (a real one nests 3 levels: call, arguments, coordinate).
 MAX_CALL_DEPTH = 32
 
-#: The ``action`` enum of the ``computer_use`` tool.
-COMPUTER_USE_ACTIONS = (
-    "key",
-    "type",
-    "mouse_move",
-    "left_click",
-    "left_click_drag",
-    "right_click",
-    "middle_click",
-    "double_click",
-    "scroll",
-    "wait",
-    "terminate",
-)
-
 _MAX_RATIO = 200
 _GRID = 999
-_PNG_PREFIX = "data:image/png;base64,"
-
-_USER_TEXT = (
-    "Please generate the next move according to the UI screenshot, instruction and previous actions.\n"
-    "\n"
-    "Instruction: {instruction}\n"
-    "\n"
-    "Previous actions:\n"
-    "{previous}"
-)
 
 # Common spellings of key names that pyautogui knows under another name.
 _KEY_ALIASES = {
@@ -179,93 +155,6 @@ def smart_resize(
     return h_bar, w_bar
 
 
-def build_system_prompt() -> str:
-    """The system prompt: the ``computer_use`` tool and the reply format."""
-    screen = "\n".join(
-        [
-            "Control a desktop computer with the mouse and keyboard, and look at it through screenshots.",
-            "* You see a graphical desktop only: there is no terminal or application menu unless one is on "
-            "the screen. Start applications by clicking their icons.",
-            "* Applications can be slow to open or to respond. If nothing seems to happen, wait and look at "
-            "the next screenshot before trying again.",
-            "* The screen's resolution is 1000x1000: coordinates are integers from 0 to 999 on both axes, "
-            "(0, 0) being the top-left corner.",
-            "* Before moving the mouse to an element, find the element's coordinates in the latest screenshot.",
-            "* Aim at the centre of buttons, links, icons and fields, not at their edges. If a click had no "
-            "effect, adjust the position so the cursor tip falls on the element.",
-        ]
-    )
-    actions = "\n".join(
-        [
-            '* `key`: press the keys in `keys` down in order, then release them in reverse order (e.g. ["ctrl", "c"]).',
-            "* `type`: type the string `text` on the keyboard.",
-            "* `mouse_move`: move the cursor to `coordinate`.",
-            "* `left_click`: left-click at `coordinate`.",
-            "* `left_click_drag`: press the left button at the cursor's position and drag to `coordinate`.",
-            "* `right_click`: right-click at `coordinate`.",
-            "* `middle_click`: middle-click at `coordinate`.",
-            "* `double_click`: double-click the left button at `coordinate`.",
-            "* `scroll`: turn the mouse wheel by `pixels` (positive scrolls up, negative down), at "
-            "`coordinate` if given.",
-            "* `wait`: wait `time` seconds for something to finish.",
-            "* `terminate`: end the task; `status` is `success` when it is done, `failure` when it cannot be done.",
-        ]
-    )
-    tool = {
-        "type": "function",
-        "function": {
-            "name": "computer_use",
-            "description": screen,
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "action": {"description": actions, "enum": list(COMPUTER_USE_ACTIONS), "type": "string"},
-                    "keys": {"description": "The keys to press; only for `action=key`.", "type": "array"},
-                    "text": {"description": "The text to type; only for `action=type`.", "type": "string"},
-                    "coordinate": {
-                        "description": "[x, y] on the 0..999 grid, for the mouse actions.",
-                        "type": "array",
-                    },
-                    "pixels": {"description": "How far to scroll; only for `action=scroll`.", "type": "number"},
-                    "time": {"description": "Seconds to wait; only for `action=wait`.", "type": "number"},
-                    "status": {
-                        "description": "Whether the task is done; only for `action=terminate`.",
-                        "enum": ["success", "failure"],
-                        "type": "string",
-                    },
-                },
-                "required": ["action"],
-            },
-        },
-    }
-    return (
-        "# Tools\n"
-        "\n"
-        "You may call one or more functions to assist with the user query.\n"
-        "\n"
-        "The function signatures are within <tools></tools> XML tags:\n"
-        "<tools>\n" + json.dumps(tool) + "\n</tools>\n"
-        "\n"
-        "For each function call, return a JSON object with the function name and its arguments within "
-        "<tool_call></tool_call> XML tags:\n"
-        "<tool_call>\n"
-        '{"name": <function-name>, "arguments": <args-json-object>}\n'
-        "</tool_call>\n"
-        "\n"
-        "# Response format\n"
-        "\n"
-        "Answer every step with, in this order:\n"
-        "1) A line `Action: <one short imperative sentence saying what you do in the UI>`.\n"
-        "2) One <tool_call>...</tool_call> block holding only the JSON call.\n"
-        "\n"
-        "Rules:\n"
-        "- Write nothing else.\n"
-        "- Keep the Action line to one sentence.\n"
-        "- When the task is complete, call `terminate` with status `success`; when it cannot be completed, "
-        "call `terminate` with status `failure`."
-    )
-
-
 class _BadCall(Exception):
     """A tool call that cannot be turned into an action (internal to parsing)."""
 
@@ -329,8 +218,11 @@ class QwenHarness(BaseHarness):
 
     # -- prompt ---------------------------------------------------------------------------------------
 
-    def encode_image(self, screenshot: Screenshot, *, png: bytes | None = None) -> str:
+    def encode_image(self, screenshot: Screenshot, *, png: bytes | None = None) -> PngDataURL:
         """The screenshot as a ``data:image/png;base64,...`` URL (resized first when ``resize`` is set).
+
+        The URL is a :class:`~legato_rl.images.PngDataURL`: it keeps the PNG bytes, which the record store
+        files as they are.
 
         Args:
             screenshot: the screen, ``(H, W, 3)`` ``uint8``.
@@ -365,7 +257,7 @@ class QwenHarness(BaseHarness):
                     f"png= is not a PNG of the screenshot's size {array.shape[1]}x{array.shape[0]} (its header "
                     f"says {png_size(png)}); pass the screenshot's own PNG bytes, or png=None"
                 )
-            return _PNG_PREFIX + base64.b64encode(png).decode("ascii")
+            return PngDataURL(png)
         from PIL import Image
 
         image = Image.fromarray(array)
@@ -373,7 +265,7 @@ class QwenHarness(BaseHarness):
             image = image.resize((size[1], size[0]), Image.Resampling.BICUBIC)
         buffer = io.BytesIO()
         image.save(buffer, format="PNG", compress_level=self.png_compress_level)
-        return _PNG_PREFIX + base64.b64encode(buffer.getvalue()).decode("ascii")
+        return PngDataURL(buffer.getvalue())
 
     def build_messages(self, instruction: str, image_url: str, history: Sequence[Turn]) -> list[dict[str, Any]]:
         """The messages for the next call (see the module docstring for the layout).
@@ -386,7 +278,7 @@ class QwenHarness(BaseHarness):
         kept = min(self.image_max - 1, len(history))
         older = history[: len(history) - kept]
         previous = "\n".join(f"Step {i}: {_step_line(turn)}" for i, turn in enumerate(older, start=1)) or "None"
-        text = {"type": "text", "text": _USER_TEXT.format(instruction=instruction, previous=previous)}
+        text = {"type": "text", "text": USER_TEXT.format(instruction=instruction, previous=previous)}
         messages: list[dict[str, Any]] = [{"role": "system", "content": [{"type": "text", "text": _SYSTEM_PROMPT}]}]
         for index, turn in enumerate(history[len(history) - kept :]):
             content: list[dict[str, Any]] = [_image_part(turn.image_url)]

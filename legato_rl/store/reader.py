@@ -8,7 +8,6 @@ that was sent: the message bytes, the image data URLs and the top-level key orde
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import logging
@@ -18,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from legato_rl import _json
+from legato_rl.images import PngDataURL
 from legato_rl.store._fields import clip
 from legato_rl.store.errors import RecordError, RunInProgressError
 from legato_rl.store.files import IMAGES_DIR, LOCK_FILE, MANIFEST_FILE, MESSAGES_DIR, ROLLOUTS_FILE, is_being_written
-from legato_rl.store.schema import IMAGE_SCHEME, PNG_DATA_URL, SCHEMA, SHA256_HEX, RequestRef, RolloutRecord
+from legato_rl.store.schema import IMAGE_SCHEME, SCHEMA, SHA256_HEX, RequestRef, RolloutRecord
 
 __all__ = ["check_run_dir", "is_run_dir", "load_request", "read_record_dicts", "read_records"]
 
@@ -39,8 +39,9 @@ def load_request(
     Args:
         run_dir: the run directory.
         request: ``step["request"]`` from a record (or a :class:`RequestRef`).
-        inline_images: put each image back as its original data URL; ``False`` keeps the
-            ``legato-image://<sha>`` references (what ``legato rl export`` writes by default).
+        inline_images: put each image back as its original data URL (a :class:`~legato_rl.images.PngDataURL`,
+            which also holds the PNG bytes); ``False`` keeps the ``legato-image://<sha>`` references (what
+            ``legato rl export`` writes by default).
 
     Returns:
         The body as sent: ``json.dumps`` of it gives the same text as ``json.dumps`` of the original.
@@ -56,7 +57,7 @@ def load_request(
     """
     ref = request if isinstance(request, RequestRef) else RequestRef.from_json(request)
     root = Path(run_dir)
-    images: dict[str, str] = {}
+    images: dict[str, PngDataURL] = {}
     messages = [_load_message(root, sha, inline_images, images) for sha in ref.messages]
     parts: dict[str, Any] = {}
     if ref.model is not None:
@@ -72,7 +73,7 @@ def load_request(
     return {key: parts[key] for key in ref.order}
 
 
-def _load_message(root: Path, sha: str, inline: bool, images: dict[str, str]) -> Any:
+def _load_message(root: Path, sha: str, inline: bool, images: dict[str, PngDataURL]) -> Any:
     if not SHA256_HEX.fullmatch(sha):
         raise RecordError(f"message reference {sha!r} is not a sha256 hex hash; refusing to read it")
     message = _json.loads(_read_addressed(root / MESSAGES_DIR / f"{sha}.json", sha, "message"))
@@ -82,7 +83,7 @@ def _load_message(root: Path, sha: str, inline: bool, images: dict[str, str]) ->
     return message
 
 
-def _restore_part(root: Path, part: Any, inline: bool, images: dict[str, str]) -> Any:
+def _restore_part(root: Path, part: Any, inline: bool, images: dict[str, PngDataURL]) -> Any:
     if not isinstance(part, dict) or part.get("type") != "image_url":
         return part
     image = part.get("image_url")
@@ -96,7 +97,7 @@ def _restore_part(root: Path, part: Any, inline: bool, images: dict[str, str]) -
         return part
     if sha not in images:
         data = _read_addressed(root / IMAGES_DIR / f"{sha}.png", sha, "image")
-        images[sha] = PNG_DATA_URL + base64.b64encode(data).decode("ascii")
+        images[sha] = PngDataURL(data, sha256=sha)  # checked against its name just now
     restored = images[sha]
     part["image_url"] = {**image, "url": restored} if isinstance(image, dict) else restored
     return part

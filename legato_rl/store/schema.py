@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from legato_gym.errors import ConfigError
+from legato_rl.images import PNG_DATA_URL  # the prefix of the data URLs stored as DIR/images/<sha>.png
 from legato_rl.store._fields import build, clip, plain, require, shallow, tuple_or_none
 from legato_rl.store.errors import RecordError
 from legato_rl.store.prompt_ids import PromptIds
@@ -66,8 +67,6 @@ __all__ = [
 SCHEMA = "legato.rollout/v0"
 #: The prefix of an image reference inside a stored message.
 IMAGE_SCHEME = "legato-image://"
-#: The prefix of the image data URLs that are stored as ``DIR/images/<sha>.png``.
-PNG_DATA_URL = "data:image/png;base64,"
 #: A sha256 hex digest: the name of a message or image file.
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 

@@ -5,6 +5,10 @@ A request body's messages are stored once each, content-addressed: ``DIR/message
 the sha256 of its bytes, and each PNG data URL in it is replaced by ``legato-image://<sha>`` with the image's
 bytes in ``DIR/images/<sha>.png``. A record is appended to ``rollouts.jsonl`` when a try ends, after every
 file it refers to has been made durable.
+
+An image URL that is a :class:`~legato_rl.images.PngDataURL` (what the harnesses make) brings its PNG bytes
+and their sha256 along: they are filed as they are, with no base64 decoding. Any other PNG data URL is
+decoded to find its bytes.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from legato_rl import _json
+from legato_rl.images import PNG_DATA_URL, PngDataURL
 from legato_rl.store._fields import clip
 from legato_rl.store.errors import RecordError, StorageError, storage, storage_error
 from legato_rl.store.files import (
@@ -36,7 +41,7 @@ from legato_rl.store.files import (
     remove_stale_temporaries,
     write_once,
 )
-from legato_rl.store.schema import IMAGE_SCHEME, PNG_DATA_URL, SAMPLING_KEYS, RequestRef, RolloutRecord
+from legato_rl.store.schema import IMAGE_SCHEME, SAMPLING_KEYS, RequestRef, RolloutRecord
 
 __all__ = ["BackgroundWriter", "RolloutStore"]
 
@@ -58,8 +63,9 @@ class RolloutStore:
 
     Args:
         run_dir: the run directory (created if missing).
-        image_cache_bytes: how many characters of image data URLs to remember as already stored, so that a
-            screenshot re-sent at every step is hashed once. Only a cache: a miss costs a re-hash.
+        image_cache_bytes: how many characters of plain-string image data URLs to remember as already
+            stored, so that a screenshot re-sent at every step is decoded and hashed once (a
+            :class:`~legato_rl.images.PngDataURL` needs no cache). Only a cache: a miss costs a re-hash.
 
     A write that fails (a full disk, a folder made read-only) raises a :class:`StorageError`, and every
     later write of this store raises it again: a record is never appended after a file it may refer to
@@ -283,7 +289,7 @@ class RolloutStore:
             raise RecordError(
                 f"a request already holds an image reference ({clip(url)}); send the image itself as a data URL"
             )
-        sha = self._put_image(url, files)
+        sha = self._put_png(url.png, url.sha256, files) if isinstance(url, PngDataURL) else self._put_image(url, files)
         if sha is None:
             return part
         ref = IMAGE_SCHEME + sha
@@ -291,7 +297,15 @@ class RolloutStore:
         out["image_url"] = {**image, "url": ref} if _is_mapping(image) else ref
         return out
 
+    def _put_png(self, data: bytes, sha: str, files: list[tuple[Path, bytes]]) -> str:
+        """File PNG bytes under their sha256 (once) and return the sha."""
+        if sha not in self._known_images:
+            files.append((self._images / f"{sha}.png", data))
+            self._known_images.add(sha)
+        return sha
+
     def _put_image(self, url: str, files: list[tuple[Path, bytes]]) -> str | None:
+        """File the PNG a plain-string data URL encodes; ``None`` when it is not a canonical PNG data URL."""
         cached = self._image_cache.get(url)
         if cached is not None:
             self._image_cache.move_to_end(url)
@@ -309,10 +323,7 @@ class RolloutStore:
         tail = len(data) % 3 or 3
         if base64.b64encode(data[-tail:]) != payload[-4:].encode("ascii") or len(payload) % 4:
             return None
-        sha = hashlib.sha256(data).hexdigest()
-        if sha not in self._known_images:
-            files.append((self._images / f"{sha}.png", data))
-            self._known_images.add(sha)
+        sha = self._put_png(data, hashlib.sha256(data).hexdigest(), files)
         self._image_cache[url] = sha
         self._image_cache_chars += len(url)
         while self._image_cache_chars > self._image_cache_limit and self._image_cache:

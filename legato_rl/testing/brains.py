@@ -33,6 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import Task
 from legato_gym.errors import BackendUnavailableError
+from legato_rl.images import PNG_DATA_URL
 
 __all__ = [
     "Brain",
@@ -193,9 +194,8 @@ def last_image_size(messages: Sequence[Mapping[str, Any]]) -> tuple[int, int] | 
             continue
         for part in reversed(content):
             url = part.get("image_url", {}).get("url", "") if isinstance(part, Mapping) else ""
-            prefix = "data:image/png;base64,"
-            if url.startswith(prefix):
-                head = base64.b64decode(url[len(prefix) : len(prefix) + 32])
+            if url.startswith(PNG_DATA_URL):
+                head = base64.b64decode(url[len(PNG_DATA_URL) : len(PNG_DATA_URL) + 32])
                 if head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR":
                     return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
     return None

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import numpy as np
 
 from legato_gym.png import encode_png
+from legato_rl.images import PngDataURL
 
 T = TypeVar("T")
 
@@ -19,11 +19,11 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
-def png_data_url(width: int, height: int, shade: int = 0) -> str:
+def png_data_url(width: int, height: int, shade: int = 0) -> PngDataURL:
     """A real PNG of the given size (one colour), as a data URL."""
     pixels = np.empty((height, width, 3), np.uint8)
     pixels[...] = (shade % 256, 40, 90)
-    return "data:image/png;base64," + base64.b64encode(encode_png(pixels)).decode("ascii")
+    return PngDataURL(encode_png(pixels))
 
 
 def user(text: str, image: str | None = None) -> dict[str, Any]:

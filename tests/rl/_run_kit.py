@@ -14,6 +14,7 @@ from PIL import Image
 from legato_gym import DesktopConfig, Timeouts
 from legato_gym.backends.fake import default_tasks
 from legato_rl.collect import collect
+from legato_rl.images import PNG_DATA_URL
 from legato_rl.policy import PolicyConfig
 from legato_rl.store import (
     ActionRecord,
@@ -34,10 +35,14 @@ SCREEN = (320, 240)
 
 
 def png_url(shade: int, size: tuple[int, int] = (16, 12)) -> str:
-    """A real one-colour PNG as a data URL (a distinct image per shade)."""
+    """A real one-colour PNG as a plain-string data URL (a distinct image per shade).
+
+    A plain ``str``, as a body read from JSON holds, so that the store decodes it (the harnesses send a
+    :class:`~legato_rl.images.PngDataURL`, whose bytes it takes as they are).
+    """
     buffer = io.BytesIO()
     Image.new("RGB", size, (shade % 256, (shade * 7) % 256, 90)).save(buffer, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+    return PNG_DATA_URL + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from legato_rl.harness import (
     Turn,
     smart_resize,
 )
+from legato_rl.images import PNG_DATA_URL
 
 SCREEN = (1920, 1080)
 
@@ -107,7 +108,7 @@ def test_first_prompt_is_system_then_one_user_message_with_image_and_instruction
 def test_image_url_is_a_png_data_url_of_the_screenshot() -> None:
     shot = screenshot(9)
     url = QwenHarness().encode_image(shot)
-    assert url.startswith("data:image/png;base64,")
+    assert url.startswith(PNG_DATA_URL)
     decoded = np.asarray(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))))
     np.testing.assert_array_equal(decoded, shot)
 
@@ -165,9 +166,9 @@ def test_image_max_one_sends_only_the_current_screenshot() -> None:
 
 
 def test_same_inputs_give_identical_messages() -> None:
-    history = [Turn(image_url="data:image/png;base64,AAAA", reply=call("wait"), description="do wait.")]
-    a = QwenHarness().build_messages("x", "data:image/png;base64,BBBB", history)
-    b = QwenHarness().build_messages("x", "data:image/png;base64,BBBB", history)
+    history = [Turn(image_url=PNG_DATA_URL + "AAAA", reply=call("wait"), description="do wait.")]
+    a = QwenHarness().build_messages("x", PNG_DATA_URL + "BBBB", history)
+    b = QwenHarness().build_messages("x", PNG_DATA_URL + "BBBB", history)
     assert json.dumps(a) == json.dumps(b)
 
 
@@ -471,12 +472,12 @@ def test_a_given_png_is_sent_as_it_is() -> None:
     png = encode_png(shot)
     conversation = QwenHarness().start("task")
     messages = conversation.messages(shot, png=png)
-    assert images(messages) == ["data:image/png;base64," + base64.b64encode(png).decode("ascii")]
+    assert images(messages) == [PNG_DATA_URL + base64.b64encode(png).decode("ascii")]
     conversation.record_reply(call("wait"))
     shot2, png2 = screenshot(4), encode_png(screenshot(4))
     messages = conversation.messages(shot2, png=png2)
-    assert images(messages)[-1] == "data:image/png;base64," + base64.b64encode(png2).decode("ascii")
-    assert images(messages)[0] == "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+    assert images(messages)[-1] == PNG_DATA_URL + base64.b64encode(png2).decode("ascii")
+    assert images(messages)[0] == PNG_DATA_URL + base64.b64encode(png).decode("ascii")
 
 
 def test_a_png_of_another_size_is_refused() -> None:
