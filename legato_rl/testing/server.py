@@ -43,6 +43,11 @@ fault               the answer
 ``huge``            a valid completion padded to :attr:`Faults.huge_bytes` bytes (24 MiB by default)
 =================== ===================================================================================
 
+The server is three modules besides this one: :mod:`legato_rl.testing.chat_api` (the requests refused and the
+reply's fields, per behaviour), :mod:`legato_rl.testing.engine` (the prefix cache and the simulated compute time)
+and ``_http_server.py`` (the HTTP/1.1 plumbing). Every name is importable from here and from
+:mod:`legato_rl.testing`.
+
 Use it in tests as a context manager::
 
     with ReferencePolicyServer(brain=ScriptedSolver(), behaviour="vllm") as server:
@@ -54,26 +59,24 @@ or from a shell: ``python -m legato_rl.testing.server --port 8000 --brain script
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
 import logging
 import os
 import random
-import socket
-import struct
 import sys
 import threading
 import time
-import uuid
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from legato_gym.errors import ConfigError
+from legato_rl.testing._http_server import Handler, HTTPServer
 from legato_rl.testing.brains import Brain, RandomBrain, ReplayBrain, Reply, ScriptedSolver
+from legato_rl.testing.chat_api import BEHAVIOURS, completion_body, request_problem, token_logprobs
+from legato_rl.testing.engine import Latency, PrefixCache
 from legato_rl.testing.tokenizer import IM_END, SPECIAL_TOKENS, ToyTokenizer
 
 __all__ = [
@@ -92,7 +95,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-BEHAVIOURS = ("vllm", "vllm-0.10.1", "openai", "sglang")
 #: Fault kinds (see the module docstring): the server failing (``500``, ``429``, ``hang``, ``drop``, ``half``,
 #: ``malformed``) and hostile replies (``surrogate``, ``deep``, ``deep-tool-call``, ``huge``). ``None`` or
 #: ``"ok"`` in a script or plan means "answer normally".
@@ -103,40 +105,6 @@ HOSTILE_REPLIES = ("surrogate", "deep", "deep-tool-call", "huge")
 #: A fault plan: given a chat request's number (0 for the first valid chat request) and its JSON body,
 #: the fault to inject, or ``None`` to let the script and the rates decide.
 FaultPlan = Callable[[int, Mapping[str, Any]], "str | None"]
-
-_OPENAI_FIELDS = frozenset(
-    {
-        "model", "messages", "temperature", "top_p", "max_tokens", "max_completion_tokens", "n", "stop", "stream",
-        "stream_options", "logprobs", "top_logprobs", "seed", "tools", "tool_choice", "parallel_tool_calls",
-        "response_format", "presence_penalty", "frequency_penalty", "logit_bias", "user", "metadata", "store",
-        "reasoning_effort", "modalities", "audio", "prediction", "service_tier",
-    }
-)  # fmt: skip
-_MAX_LOGPROBS = 20
-
-
-@dataclass(frozen=True)
-class Latency:
-    """The server's simulated compute time per chat request.
-
-    ``fixed + per_prompt_token * uncached_prompt_tokens + per_token * completion_tokens + jitter * U(0, 1)``
-    seconds, with ``U`` drawn from a generator seeded by ``seed``.
-    """
-
-    fixed: float = 0.0
-    per_prompt_token: float = 0.0
-    per_token: float = 0.0
-    jitter: float = 0.0
-    seed: int = 0
-
-    def delay(self, uncached_prompt_tokens: int, completion_tokens: int, draw: float) -> float:
-        """Seconds for one request, given a uniform ``draw`` in ``[0, 1)``."""
-        return (
-            self.fixed
-            + self.per_prompt_token * uncached_prompt_tokens
-            + self.per_token * completion_tokens
-            + self.jitter * draw
-        )
 
 
 @dataclass(frozen=True)
@@ -185,61 +153,6 @@ class Faults:
             raise ConfigError(f"depth={self.depth!r} and huge_bytes={self.huge_bytes!r} must be >= 1")
 
 
-class PrefixCache:
-    """vLLM-style automatic prefix caching over token keys: an LRU of full blocks keyed by chained hashes.
-
-    Args:
-        block_size: tokens per block (vLLM: 16).
-        capacity: blocks kept (the least recently used are evicted).
-        min_tokens: prompts shorter than this report no cache hit (OpenAI caches from 1024 tokens).
-    """
-
-    def __init__(self, block_size: int = 16, capacity: int = 8192, min_tokens: int = 0) -> None:
-        self.block_size = block_size
-        self.capacity = capacity
-        self.min_tokens = min_tokens
-        self._blocks: OrderedDict[bytes, None] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def _hashes(self, keys: Sequence[object]) -> list[bytes]:
-        out: list[bytes] = []
-        parent = b""
-        size = self.block_size
-        for start in range(0, len(keys) - size + 1, size):
-            block = repr(tuple(keys[start : start + size])).encode()
-            parent = hashlib.blake2b(parent + block, digest_size=16).digest()
-            out.append(parent)
-        return out
-
-    def lookup(self, keys: Sequence[object]) -> int:
-        """Tokens of the longest cached block-aligned prefix of ``keys`` (at most ``len(keys) - 1``)."""
-        if len(keys) < self.min_tokens:
-            return 0
-        hits = 0
-        limit = (len(keys) - 1) // self.block_size
-        with self._lock:
-            for digest in self._hashes(keys)[:limit]:
-                if digest not in self._blocks:
-                    break
-                self._blocks.move_to_end(digest)
-                hits += 1
-        return hits * self.block_size
-
-    def insert(self, keys: Sequence[object]) -> None:
-        """Cache every full block of ``keys``."""
-        with self._lock:
-            for digest in self._hashes(keys):
-                self._blocks[digest] = None
-                self._blocks.move_to_end(digest)
-            while len(self._blocks) > self.capacity:
-                self._blocks.popitem(last=False)
-
-    def clear(self) -> None:
-        """Drop every block (vLLM ``/reset_prefix_cache``)."""
-        with self._lock:
-            self._blocks.clear()
-
-
 @dataclass(frozen=True)
 class RecordedRequest:
     """One request the server received (the key is never recorded, only whether it matched)."""
@@ -262,106 +175,6 @@ class ServerStats:
     max_inflight: int = 0
     faults: Counter[str] = field(default_factory=Counter)
     statuses: Counter[int] = field(default_factory=Counter)
-
-
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-    request_queue_size = 256  # many desktops connect at once; the default backlog of 5 drops SYNs
-    app: ReferencePolicyServer
-
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
-        super().__init__(address, handler)
-        self.connections: set[socket.socket] = set()  # open client connections, closed by stop() as a death would
-        self.connections_lock = threading.Lock()
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self.connections_lock:
-            self.connections.add(request)
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request: Any) -> None:
-        with self.connections_lock:
-            self.connections.discard(request)
-        super().shutdown_request(request)
-
-    def close_connections(self) -> None:
-        with self.connections_lock:
-            connections = list(self.connections)
-        for conn in connections:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that hangs up (a collect that stopped) is not the server's failure: no traceback on stderr.
-        if isinstance(sys.exc_info()[1], ConnectionError):
-            logger.debug("reference server: client %s hung up", client_address)
-            return
-        super().handle_error(request, client_address)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _HTTPServer
-    timeout = 30  # an idle keep-alive connection is closed after this
-    before_send: Callable[[int], None] | None = None
-    disable_nagle_algorithm = True
-
-    def log_message(self, format: str, *args: Any) -> None:
-        logger.debug("reference server: " + format, *args)
-
-    def do_GET(self) -> None:
-        self.server.app._handle(self, "GET")
-
-    def do_POST(self) -> None:
-        self.server.app._handle(self, "POST")
-
-    def send_json(self, status: int, payload: Any, headers: Mapping[str, str] | None = None) -> None:
-        self.send_raw(status, json.dumps(payload).encode(), headers)
-
-    def fire(self, status: int) -> None:
-        """Run the pending bookkeeping once, before the client can see the answer (so tests never race it)."""
-        callback, self.before_send = self.before_send, None
-        if callback is not None:
-            callback(status)
-
-    def send_raw(
-        self, status: int, data: bytes, headers: Mapping[str, str] | None = None, *, quiet: bool = False
-    ) -> None:
-        """Send one whole answer; ``quiet``: a client that hangs up halfway (refusing a huge body) is expected."""
-        self.fire(status)
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        try:
-            self.wfile.write(data)
-            self.wfile.flush()
-        except OSError:
-            if not quiet:
-                raise
-            self.close_connection = True
-
-    def send_half(self, status: int, data: bytes) -> None:
-        """Announce all of ``data`` in ``Content-Length``, send its first half, then close the connection."""
-        self.fire(status)
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.close_connection = True
-        with contextlib.suppress(OSError):
-            self.wfile.write(data[: len(data) // 2])
-            self.wfile.flush()
-            self.connection.shutdown(socket.SHUT_RDWR)
-
-    def drop(self) -> None:
-        self.fire(0)
-        self.close_connection = True
-        with contextlib.suppress(OSError):
-            self.connection.shutdown(socket.SHUT_RDWR)
 
 
 class ReferencePolicyServer:
@@ -433,7 +246,7 @@ class ReferencePolicyServer:
         self._stats = ServerStats()
         self._records: list[RecordedRequest] = []
         self.set_faults(faults or Faults())
-        self._httpd: _HTTPServer | None = None
+        self._httpd: HTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     def __repr__(self) -> str:
@@ -445,8 +258,8 @@ class ReferencePolicyServer:
         if self._httpd is not None:
             return self
         self._stop.clear()
-        httpd = _HTTPServer(("127.0.0.1", self.port), _Handler)
-        httpd.app = self
+        httpd = HTTPServer(("127.0.0.1", self.port), Handler)
+        httpd.handle = self._handle
         self._httpd = httpd
         self.port = int(httpd.server_address[1])
         self._thread = threading.Thread(
@@ -516,7 +329,7 @@ class ReferencePolicyServer:
             self._stats.statuses[status] += 1
             self._records.append(RecordedRequest(method, path, body, status, fault, authorized))
 
-    def _authorized(self, handler: _Handler) -> bool:
+    def _authorized(self, handler: Handler) -> bool:
         if self._key is None:
             return True
         return handler.headers.get("Authorization", "") == f"Bearer {self._key}"
@@ -547,7 +360,7 @@ class ReferencePolicyServer:
                 self._stats.faults[chosen] += 1
             return chosen
 
-    def _handle(self, handler: _Handler, method: str) -> None:
+    def _handle(self, handler: Handler, method: str) -> None:
         path = handler.path.split("?", 1)[0].rstrip("/")
         with self._lock:
             self._stats.requests += 1
@@ -576,10 +389,10 @@ class ReferencePolicyServer:
             return
         handler.send_json(404, {"detail": "Not Found"})
 
-    def _error(self, handler: _Handler, status: int, message: str, kind: str, param: str | None = None) -> None:
+    def _error(self, handler: Handler, status: int, message: str, kind: str, param: str | None = None) -> None:
         handler.send_json(status, {"error": {"message": message, "type": kind, "param": param, "code": status}})
 
-    def _chat(self, handler: _Handler, raw: bytes, authorized: bool) -> None:
+    def _chat(self, handler: Handler, raw: bytes, authorized: bool) -> None:
         path = "/v1/chat/completions"
         try:
             body = json.loads(raw)
@@ -599,7 +412,7 @@ class ReferencePolicyServer:
 
         handler.before_send = done
         try:
-            problem = self._validate(body)
+            problem = request_problem(body, self.behaviour, self.model)
             if problem is not None:
                 status, message, kind, param = problem
                 self._error(handler, status, message, kind, param)
@@ -609,24 +422,7 @@ class ReferencePolicyServer:
         finally:
             handler.fire(0)  # no answer was sent (the handler failed): still count the request as done
 
-    def _validate(self, body: Any) -> tuple[int, str, str, str | None] | None:
-        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-            return 400, "messages: field required (a list)", "BadRequestError", "messages"
-        if self.behaviour == "openai":
-            unknown = sorted(set(body) - _OPENAI_FIELDS)
-            if unknown:
-                return 400, f"Unrecognized request argument supplied: {unknown[0]}", "invalid_request_error", None
-        if body.get("model") != self.model:
-            message = f"The model `{body.get('model')}` does not exist."
-            return 404, message, "NotFoundError", "model"
-        top = body.get("top_logprobs") or 0
-        if top and not body.get("logprobs"):
-            return 400, "when using `top_logprobs`, `logprobs` must be set to true.", "BadRequestError", None
-        if top > _MAX_LOGPROBS:
-            return 400, f"top_logprobs={top} exceeds --max-logprobs={_MAX_LOGPROBS}", "BadRequestError", None
-        return None
-
-    def _chat_answer(self, handler: _Handler, body: Any, fault: str | None) -> None:
+    def _chat_answer(self, handler: Handler, body: Any, fault: str | None) -> None:
         """Answer one valid chat request (or drop it, or hang), as ``fault`` says."""
         if fault == "hang":
             self._stop.wait(self.faults.hang_seconds)
@@ -702,82 +498,28 @@ class ReferencePolicyServer:
         self.cache.insert(list(prompt.cache_keys) + list(ids))
         prompt_digest = hashlib.blake2b(repr(prompt.ids).encode(), digest_size=8).hexdigest()
 
-        message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None, "tool_calls": []}
-        if self.behaviour == "vllm":
-            message["reasoning"] = reasoning
-        elif self.behaviour != "openai":
-            message["reasoning_content"] = reasoning
-
-        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
+        entries: list[dict[str, Any]] | None = None
         if body.get("logprobs") and self.return_logprobs:
             top = int(body.get("top_logprobs") or 0)
-            choice["logprobs"] = {"content": self._logprobs(pieces, ids, prompt_digest, top)}
-        else:
-            choice["logprobs"] = None
-        want_ids = bool(body.get("return_token_ids"))
-        usage: dict[str, Any] = {
-            "prompt_tokens": len(prompt.ids),
-            "completion_tokens": len(ids),
-            "total_tokens": len(prompt.ids) + len(ids),
-            "prompt_tokens_details": None,
-        }
-        payload: dict[str, Any] = {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": self.model,
-            "choices": [choice],
-            "usage": usage,
-        }
-        if self.behaviour == "vllm":
-            choice["stop_reason"] = None
-            choice["token_ids"] = ids if want_ids else None
-            spans = [{"version": self.weight_version, "start": 0, "end": len(ids)}]
-            choice["weight_versions"] = spans if body.get("return_weight_versions") else None
-            payload["prompt_logprobs"] = None
-            payload["prompt_token_ids"] = prompt.ids if want_ids else None
-            payload["kv_transfer_params"] = None
-            if self.prompt_tokens_details:
-                usage["prompt_tokens_details"] = {"cached_tokens": cached}
-        elif self.behaviour == "vllm-0.10.1":
-            choice["stop_reason"] = None
-            payload["prompt_logprobs"] = None
-            payload["kv_transfer_params"] = None
-            if self.prompt_tokens_details:
-                usage["prompt_tokens_details"] = {"cached_tokens": cached}
-        elif self.behaviour == "sglang":
-            choice["matched_stop"] = IM_END if finish == "stop" else None
-            choice["prompt_token_ids"] = prompt.ids if want_ids else None
-            choice["response_token_ids"] = ids if want_ids else None
-            payload["metadata"] = {"weight_version": self.weight_version}
-            if self.prompt_tokens_details:
-                usage["prompt_tokens_details"] = {"cached_tokens": cached}
-        else:  # openai
-            payload["system_fingerprint"] = "fp_legato"
-            usage["prompt_tokens_details"] = {"cached_tokens": cached, "audio_tokens": 0}
-
+            entries = token_logprobs(pieces, ids, seed=self.seed, digest=prompt_digest, top=top)
+        payload = completion_body(
+            self.behaviour,
+            model=self.model,
+            content=content,
+            reasoning=reasoning,
+            finish=finish,
+            logprobs=entries,
+            ids=ids,
+            prompt_ids=prompt.ids,
+            cached=cached,
+            return_token_ids=bool(body.get("return_token_ids")),
+            return_weight_versions=bool(body.get("return_weight_versions")),
+            weight_version=self.weight_version,
+            prompt_tokens_details=self.prompt_tokens_details,
+        )
         with self._lock:
             draw = self._latency_rng.random()
         return payload, self.latency.delay(len(prompt.ids) - cached, len(ids), draw)
-
-    def _logprobs(self, pieces: Sequence[str], ids: Sequence[int], digest: str, top: int) -> list[dict[str, Any]]:
-        out = []
-        for i, (piece, token_id) in enumerate(zip(pieces, ids, strict=True)):
-            h = hashlib.blake2b(f"{self.seed}:{digest}:{i}:{token_id}".encode(), digest_size=4).digest()
-            logprob = _float32(-3.0 * (int.from_bytes(h, "big") / 2**32) ** 2)
-            entry: dict[str, Any] = {"token": piece, "logprob": logprob, "bytes": list(piece.encode())}
-            alternatives = [{"token": piece, "logprob": logprob, "bytes": list(piece.encode())}]
-            for k in range(1, top):
-                alt = f"token_id:{(token_id + k) % 151_643}"
-                alternatives.append({"token": alt, "logprob": logprob - k, "bytes": list(alt.encode())})
-            entry["top_logprobs"] = alternatives[:top] if top else []
-            out.append(entry)
-        return out
-
-
-def _float32(value: float) -> float:
-    """``value`` rounded to the nearest float32, as vLLM's logprobs are."""
-    return float(struct.unpack("<f", struct.pack("<f", value))[0])
 
 
 def _brain(name: str, seed: int, replies: str | None) -> Brain:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from legato_gym.actions import (
@@ -127,3 +129,14 @@ def test_parser_never_executes_code(tmp_path: object) -> None:
     import builtins
 
     assert not hasattr(builtins, marker)
+
+
+def test_actions_package_names_stay_importable_and_its_modules_short() -> None:
+    import legato_gym.actions as actions
+
+    kinds = {"Click", "Drag", "Hotkey", "KeyDown", "KeyUp", "MouseDown", "MouseMove", "MouseUp", "Press", "Scroll"}
+    kinds |= {"Sleep", "TypeText", "Command", "ParsedAction", "KEY_NAMES", "PYAUTOGUI_FUNCTIONS", "parse_action"}
+    assert kinds <= set(actions.__all__) and actions.MAX_ACTION_CHARS == 100_000
+    assert all(hasattr(actions, name) for name in actions.__all__)
+    counts = [len(f.read_text().splitlines()) for f in Path(actions.__file__).parent.glob("*.py")]
+    assert len(counts) > 1 and max(counts) <= 600, counts

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +14,8 @@ from _policy_kit import LONG_TEXT, png_data_url, run, user
 from legato_gym.errors import ConfigError, LegatoError, StateError
 from legato_rl import ChatResult, PolicyClient, PolicyConfig
 from legato_rl.errors import PolicyError, PolicyHTTPError, PolicyResponseError, PolicyTimeout, PolicyUnreachable
-from legato_rl.policy import _cut_prompt_ids, parse_chat_completion, read_reply_json
+from legato_rl.policy import parse_chat_completion, read_reply_json
+from legato_rl.policy.reply import cut_prompt_ids
 from legato_rl.testing import Faults, Latency, ReferencePolicyServer, ReplayBrain, Reply
 
 REPLY = Reply("Action: Click OK.\n<tool_call>\n{}\n</tool_call>", "I should click OK.")
@@ -102,7 +104,7 @@ def _completion(prompt_ids: Any, *, nested: bool = False, content: str = "ok", s
 
 
 def _read(raw: bytes) -> ChatResult:
-    answer, ids = _cut_prompt_ids(raw)
+    answer, ids = cut_prompt_ids(raw)
     fields = parse_chat_completion(json.loads(answer), url="u", prompt_ids_json=ids)
     return ChatResult(**fields, seconds=0.0, attempts=1, request={})
 
@@ -112,7 +114,7 @@ def _read(raw: bytes) -> ChatResult:
 def test_prompt_ids_are_read_when_asked_and_exactly(nested: bool, separators: Any) -> None:
     ids = list(range(151_000, 151_000 + 5000))
     raw = _completion(ids, nested=nested, separators=separators, content='say "prompt_token_ids":[1] please')
-    answer, cut = _cut_prompt_ids(raw)
+    answer, cut = cut_prompt_ids(raw)
     assert cut is not None and len(answer) < len(raw) // 4  # the array was taken out unparsed
     result = _read(raw)
     assert result.prompt_token_ids == ids and result.token_ids == [7, 8]
@@ -128,7 +130,7 @@ def test_prompt_ids_other_values_go_through_the_parser(value: Any) -> None:
             _read(raw).prompt_token_ids  # noqa: B018
         return
     if value == [-1, 2]:  # a negative id is not what a tokenizer gives, but it is an integer list: kept
-        assert _cut_prompt_ids(raw)[1] is None and _read(raw).prompt_token_ids == [-1, 2]
+        assert cut_prompt_ids(raw)[1] is None and _read(raw).prompt_token_ids == [-1, 2]
         return
     assert _read(raw).prompt_token_ids == (value if isinstance(value, list) else None)
 
@@ -498,3 +500,13 @@ def test_weight_version_spans_and_odd_values() -> None:
     assert read({"metadata": {"weight_version": True}}) is None
     assert read({"metadata": None}, {"weight_versions": None}) is None
     assert read({}, {"weight_versions": [{"start": 0}, "x"]}) is None
+
+
+def test_policy_package_keeps_its_names_in_modules_under_600_lines() -> None:
+    import legato_rl.policy as policy
+
+    names = {"KEY_ENV_VAR", "MAX_REPLY_BYTES", "MAX_REPLY_DEPTH", "VLLM_EXTRAS", "ChatResult", "PolicyClient"}
+    names |= {"PolicyConfig", "backoff_delay", "parse_chat_completion", "read_reply_json", "retry_policy_call"}
+    assert names | {"ssl_context"} <= set(policy.__all__) and all(hasattr(policy, name) for name in policy.__all__)
+    lines = {f.name: len(f.read_text().splitlines()) for f in Path(policy.__file__).parent.glob("*.py")}
+    assert max(lines.values()) <= 600, lines

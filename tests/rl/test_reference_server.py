@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -471,3 +472,13 @@ def test_cli_form_prints_its_url() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_server_module_keeps_its_names_and_the_testing_modules_stay_under_600_lines() -> None:
+    from legato_rl.testing import server
+
+    public = {"BEHAVIOURS", "FAULTS", "HOSTILE_REPLIES", "FaultPlan", "Faults", "Latency", "PrefixCache", "main"}
+    assert public | {"RecordedRequest", "ReferencePolicyServer", "ServerStats"} <= set(server.__all__)
+    assert all(hasattr(server, name) for name in server.__all__)
+    sizes = {f.name: len(f.read_text().splitlines()) for f in Path(server.__file__).parent.glob("*.py")}
+    assert max(sizes.values()) <= 600, sizes
