@@ -16,7 +16,7 @@ from typing import Any
 
 import typer.main
 
-from legato_rl.cli.app import _register_commands, app
+from legato_rl.cli.app import app
 
 PAGE = Path(__file__).resolve().parent / "cli.md"
 HEADER = (
@@ -28,7 +28,6 @@ HEADER = (
 
 def render() -> str:
     """The whole reference page."""
-    _register_commands()
     root = typer.main.get_command(app)
     parts = [HEADER]
     _walk(root, ["legato"], root.context_class(root, info_name="legato"), parts)

@@ -145,6 +145,9 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
         self._desktop: Desktop | None = None
         cls, default_tasks = get_backend(backend)
         self._default_tasks = default_tasks
+        check_tasks = getattr(cls, "check_tasks", None)
+        if desktop is None and tasks is not None and callable(check_tasks):  # refuse all at once, before a boot
+            check_tasks([t for t in tasks if isinstance(t, Task)], self.config)
         self._desktop = desktop if desktop is not None else cls(self.config, seed=seed)
         self._max_steps = max_steps
         self._episode = Episode(self._desktop, max_steps=DEFAULT_MAX_STEPS if max_steps is None else max_steps)

@@ -1,1 +1,2 @@
-"""The ``legato`` command line: one module per command."""
+"""The ``legato`` command line: one module per command, each owning its Typer app; :mod:`legato_rl.cli.app`
+composes them."""

@@ -1,6 +1,8 @@
-"""The ``legato`` console script: ``legato rl probe|collect|export|profile`` and ``legato osworld setup|check``.
+"""The ``legato`` console script: ``legato rl probe|collect|export|profile|schema`` and ``legato osworld ...``.
 
-Each command lives in its own module and is added here only when it works.
+Each command module owns its Typer app; this module composes them: ``add_typer`` without a name merges a
+module's command into ``legato rl``, in the order ``legato rl --help`` lists them, and ``legato osworld`` is
+a group of its own.
 """
 
 from __future__ import annotations
@@ -8,6 +10,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+
+from legato_rl.cli import collect, export, osworld, probe, profile, schema
+
+__all__ = ["app", "main", "rl_app"]
 
 app = typer.Typer(
     name="legato",
@@ -24,10 +30,10 @@ rl_app = typer.Typer(
     help="Collect, export and profile rollouts against your policy server.",
     no_args_is_help=True,
 )
+for command in (probe, collect, export, profile, schema):
+    rl_app.add_typer(command.app)
 app.add_typer(rl_app, name="rl")
-
-#: Command modules under legato_rl/cli/, in the order `legato rl --help` lists them.
-COMMANDS: list[str] = ["probe", "collect", "export", "profile", "osworld"]
+app.add_typer(osworld.app, name="osworld")
 
 
 def _print_version(value: bool) -> None:
@@ -48,15 +54,6 @@ def _root(
     """Graded desktop rollouts for computer-use RL."""
 
 
-def _register_commands() -> None:
-    # Each command module registers itself on rl_app when imported; only working commands are listed.
-    import importlib
-
-    for name in COMMANDS:
-        importlib.import_module(f"legato_rl.cli.{name}")
-
-
 def main() -> None:
     """Entry point of the ``legato`` console script."""
-    _register_commands()
     app()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import json
 import logging
 import os
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,18 +24,22 @@ from legato_gym import DesktopConfig, LegatoError, Task, get_backend
 from legato_gym.backends.local.file_cache import FILE_CACHE_ENV_VAR
 from legato_gym.tasks import load_tasks
 from legato_rl.cli._errors import fail
-from legato_rl.cli.app import rl_app
 from legato_rl.collect import Progress, collect
 from legato_rl.groups import Status
 from legato_rl.policy import PolicyConfig
+from legato_rl.store import write_json_atomic
 
 log = logging.getLogger(__name__)
 
 #: ``--policy-url embedded`` starts legato's reference policy server on loopback (scripted solver).
 EMBEDDED = "embedded"
+#: ``--grader`` choices (the local backend's; see ``LocalOptions.grader``).
+GRADER_CHOICES = ("auto", "osworld", "local")
+
+app = typer.Typer()
 
 
-@rl_app.command("collect")
+@app.command("collect")
 def collect_command(
     out: Annotated[Path, typer.Option("--out", help="Run directory; run again with the same arguments to resume.")],
     policy_url: Annotated[
@@ -106,6 +113,14 @@ def collect_command(
             help=f"Cache of OSWorld's task files by URL (sets ${FILE_CACHE_ENV_VAR}; fill it: legato osworld cache).",
         ),
     ] = None,
+    grader: Annotated[
+        str,
+        typer.Option(
+            "--grader",
+            help="--backend local: osworld (desktop-env's getters and metrics, in its interpreter from "
+            "`legato osworld setup`), local (built in), or auto: osworld when that interpreter exists.",
+        ),
+    ] = "auto",
 ) -> None:
     """Collect one batch: every task × (group + oversample) attempts, graded, in legato.rollout/v0."""
     console = Console(stderr=True)
@@ -114,6 +129,7 @@ def collect_command(
         config = DesktopConfig() if osworld is None else DesktopConfig(osworld_path=osworld.expanduser())
         if file_cache is not None:
             os.environ[FILE_CACHE_ENV_VAR] = str(file_cache.expanduser().resolve())
+        config, grader_name = _grader_config(grader, backend, config)
         backend_class, default_tasks = get_backend(backend)
         task_list: list[Task]
         if tasks is not None:
@@ -124,7 +140,9 @@ def collect_command(
                 raise typer.BadParameter(f"backend {backend!r} has no task suite of its own; give --tasks FILE")
         check_tasks = getattr(backend_class, "check_tasks", None)
         if callable(check_tasks):  # refuse what the backend cannot run now, all at once, not at a reset
-            check_tasks(task_list, config)
+            check_tasks(task_list, config, **({"python": config.python} if grader_name else {}))
+        if grader_name:
+            log.info("grading with the %s grader", grader_name)
         progress = Progress()
         with (
             _policy_urls(policy_url, model, backend, task_list, config) as (urls, served_model),
@@ -149,12 +167,53 @@ def collect_command(
             soft_wrap=True,
         )
         raise typer.Exit(130) from None
+    if grader_name:
+        _stamp_grader(out / "summary.json", grader_name)
     counts = ", ".join(f"{k} {v}" for k, v in data["status_counts"].items() if v)
+    graded = f", {grader_name} grader" if grader_name else ""
     console.print(
         f"[green]done[/green]: {escape(str(out))} — {counts}; success rate {_fmt(data['success_rate'])}, "
-        f"{_fmt(data['rollouts_per_hour'], 0)} rollouts/h, groups short {data['groups_short']}"
+        f"{_fmt(data['rollouts_per_hour'], 0)} rollouts/h, groups short {data['groups_short']}{graded}"
     )
     typer.echo(str(out / "summary.json"))
+
+
+def _grader_config(grader: str, backend: str, config: DesktopConfig) -> tuple[DesktopConfig, str | None]:
+    """The desktops' config for ``--grader``, and the grader that will grade (``None``: not the local backend).
+
+    ``osworld`` runs the local desktops in desktop-env's interpreter (``legato osworld setup``), where its
+    getters and metrics grade them; ``auto`` does so when that interpreter exists, else grades with ``local``.
+    """
+    if grader not in GRADER_CHOICES:
+        raise typer.BadParameter(f"--grader {grader!r}: choose one of {', '.join(GRADER_CHOICES)}")
+    if backend != "local":
+        if grader != "auto":
+            raise typer.BadParameter(
+                f"--grader {grader} applies to --backend local only; backend {backend!r} grades with its own"
+            )
+        return config, None
+    from legato_gym.backends.osworld.venv import default_venv, recorded_python
+
+    python = config.python or recorded_python()
+    if grader == "osworld" and python is None:
+        raise typer.BadParameter(
+            f"--grader osworld runs desktop-env's getters and metrics in its own interpreter, and none is set "
+            f"up at {default_venv()}: run `legato osworld setup`, or use --grader local"
+        )
+    chosen = "local" if grader == "local" or python is None else "osworld"
+    options = {**config.options, "grader": chosen}
+    return replace(config, python=python if chosen == "osworld" else config.python, options=options), chosen
+
+
+def _stamp_grader(path: Path, grader: str) -> None:
+    """Record in the run's ``summary.json`` which grader graded its rollouts (``"grader"``)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(data, dict):
+        data["grader"] = grader
+        write_json_atomic(path, data)
 
 
 @contextlib.contextmanager
@@ -183,12 +242,54 @@ def _scripted_solution(backend: str) -> Any:
 
         return fake_solution
     if backend == "local":
-        from legato_gym.backends.local import solution
-
-        return lambda task, screen: solution(task.task_id, screen)
+        return local_solution
     raise typer.BadParameter(
         f"--policy-url embedded knows the solutions of the fake and local task suites only, not of backend "
         f"{backend!r}; point --policy-url at your model server"
+    )
+
+
+def local_solution(task: Task, screen: tuple[int, int]) -> list[str]:
+    """What ``--policy-url embedded`` answers on the local backend: a scripted solution, else ``DONE``.
+
+    The local suite's solution, else a real OSWorld task's (:mod:`legato_gym.backends.local.solutions`),
+    when every step is a call the prompt format can express (clicks, keys, typing); else ``DONE``, which
+    grades the task as its setup left it, so every task of a tasks file ends in a graded record.
+    """
+    from legato_gym.backends.local import solution
+    from legato_gym.backends.local.solutions import OSWORLD_SOLUTIONS, osworld_solution
+    from legato_rl.testing.brains import to_qwen_actions
+
+    steps: list[str] | None = None
+    with contextlib.suppress(KeyError):
+        steps = solution(task.task_id, screen)
+    if steps is None and task.task_id in OSWORLD_SOLUTIONS:
+        steps = osworld_solution(task.task_id)
+    if steps is None or not all(_gui_step(step) for step in steps):
+        return ["DONE"]
+    try:
+        for step in steps:
+            to_qwen_actions(step, screen)
+    except (ValueError, SyntaxError):
+        return ["DONE"]
+    return steps
+
+
+def _gui_step(step: str) -> bool:
+    """``WAIT``/``DONE``/``FAIL``, or statements that are all ``pyautogui`` calls (what a model can answer)."""
+    if step.strip() in ("WAIT", "DONE", "FAIL"):
+        return True
+    try:
+        tree = ast.parse(step)
+    except SyntaxError:
+        return False
+    return all(
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Attribute)
+        and isinstance(node.value.func.value, ast.Name)
+        and node.value.func.value.id == "pyautogui"
+        for node in tree.body
     )
 
 

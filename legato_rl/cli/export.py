@@ -12,13 +12,15 @@ from rich.markup import escape
 
 from legato_gym import LegatoError
 from legato_rl.cli._errors import fail, terminate_as_exit
-from legato_rl.cli.app import rl_app
+from legato_rl.cli._logging import configure_logging
 from legato_rl.export import DATASETS_EXTRA, FORMATS, export_steps
 
-__all__ = ["export_command"]
+__all__ = ["app", "export_command"]
+
+app = typer.Typer()
 
 
-@rl_app.command("export")
+@app.command("export")
 def export_command(
     run: Annotated[Path, typer.Argument(help="Run directory (the --out of legato rl collect).")],
     out: Annotated[Path, typer.Option("--out", help="File to write: *.jsonl or *.parquet (replaced atomically).")],
@@ -43,7 +45,7 @@ def export_command(
 ) -> None:
     """Write one line per policy step of every ok or truncated rollout, with reward and group advantage."""
     console = Console(stderr=True, soft_wrap=True)
-    _configure_logging(console)
+    configure_logging(logging.WARNING, console)  # warnings (a torn last record) reach the user
     try:
         with terminate_as_exit():  # a SIGTERM mid-write still removes the temporary file
             stats = export_steps(run, out, inline_images=inline_images, format=format, image_column=image_column)
@@ -62,13 +64,3 @@ def _size(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{n} bytes"
-
-
-def _configure_logging(console: Console) -> None:
-    # Warnings (a torn last record) reach the user; nothing below that.
-    if not logging.getLogger().handlers:
-        from rich.logging import RichHandler
-
-        logging.basicConfig(
-            level=logging.WARNING, format="%(message)s", handlers=[RichHandler(console=console, show_path=False)]
-        )

@@ -42,21 +42,19 @@ from legato_gym.contract import Task
 from legato_gym.errors import LegatoError, SetupError, TaskFileError
 from legato_gym.tasks import load_tasks
 from legato_rl.cli._errors import fail
-from legato_rl.cli.app import app
 
-__all__ = ["cache_command", "check_command", "coverage_command", "osworld_app", "setup_command"]
+__all__ = ["app", "cache_command", "check_command", "coverage_command", "setup_command"]
 
-osworld_app = typer.Typer(
+app = typer.Typer(
     name="osworld",
     help="desktop-env's interpreter for the osworld backend; OSWorld's file cache and local coverage.",
     no_args_is_help=True,
 )
-app.add_typer(osworld_app, name="osworld")
 
 _VENV_HELP = "The virtual environment (default: $LEGATO_OSWORLD_VENV or ~/.cache/legato/osworld-venv)."
 
 
-@osworld_app.command("setup")
+@app.command("setup")
 def setup_command(
     venv: Annotated[Path | None, typer.Option("--venv", help=_VENV_HELP)] = None,
     force: Annotated[bool, typer.Option("--force", help="Rebuild from scratch.")] = False,
@@ -87,7 +85,7 @@ def setup_command(
         raise typer.Exit(1)
 
 
-@osworld_app.command("check")
+@app.command("check")
 def check_command(
     venv: Annotated[Path | None, typer.Option("--venv", help=_VENV_HELP)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
@@ -131,7 +129,7 @@ def _load(tasks: Path | None, osworld: Path | None) -> list[Task]:
     return load_tasks(tasks, osworld_path=root)
 
 
-@osworld_app.command("cache")
+@app.command("cache")
 def cache_command(
     tasks: Annotated[Path | None, typer.Option("--tasks", help=_TASKS_HELP)] = None,
     osworld: Annotated[Path | None, typer.Option("--osworld", help=_OSWORLD_HELP)] = None,
@@ -188,7 +186,7 @@ def cache_command(
         raise typer.Exit(1)
 
 
-@osworld_app.command("coverage")
+@app.command("coverage")
 def coverage_command(
     tasks: Annotated[Path | None, typer.Option("--tasks", help=_TASKS_HELP)] = None,
     osworld: Annotated[Path | None, typer.Option("--osworld", help=_OSWORLD_HELP)] = None,

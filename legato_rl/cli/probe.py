@@ -26,10 +26,12 @@ from rich.table import Table
 
 from legato_gym.errors import LegatoError
 from legato_rl.cli._errors import fail
-from legato_rl.cli.app import rl_app
+from legato_rl.cli._logging import configure_logging
 from legato_rl.probe import Check, run_probe
 
-__all__ = ["probe_command"]
+__all__ = ["app", "probe_command"]
+
+app = typer.Typer()
 
 
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red", "info": "cyan", "skip": "dim"}
@@ -50,7 +52,7 @@ def _table(checks: Sequence[Check], model: str) -> Table:
     return table
 
 
-@rl_app.command("probe")
+@app.command("probe")
 def probe_command(
     policy_url: Annotated[
         list[str], typer.Option("--policy-url", help="The server's /v1 base URL; repeat for replicas.")
@@ -60,8 +62,7 @@ def probe_command(
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds allowed per request.", min=0.1)] = 30.0,
 ) -> None:
     """Check a policy server: logprobs, token ids, cached-token reporting. The key comes from $LEGATO_POLICY_KEY."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.ERROR)  # the table reports what the client would log
+    configure_logging(logging.ERROR)  # the table reports what the client would log
     try:
         checks = asyncio.run(run_probe(policy_url, model, timeout=timeout))
     except (LegatoError, OSError) as exc:  # e.g. a URL that is not http(s): one line, no traceback

@@ -14,13 +14,15 @@ from rich.table import Table
 
 from legato_gym import LegatoError
 from legato_rl.cli._errors import fail
-from legato_rl.cli.app import rl_app
+from legato_rl.cli._logging import configure_logging
 from legato_rl.profile import PROFILE_DIR, Profile, error_rows, profile_run, summary_rows, top_messages
 
-__all__ = ["profile_command"]
+__all__ = ["app", "profile_command"]
+
+app = typer.Typer()
 
 
-@rl_app.command("profile")
+@app.command("profile")
 def profile_command(
     run: Annotated[Path, typer.Argument(help="Run directory (the --out of legato rl collect).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON (for scripts).")] = False,
@@ -40,8 +42,7 @@ def profile_command(
 ) -> None:
     """Status counts, success rate, throughput, time by phase, latencies; a timeline per desktop and histograms."""
     err = Console(stderr=True, soft_wrap=True)
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    configure_logging(logging.WARNING, err)
     draw = plots if plots is not None else _have_matplotlib()
     try:
         profile = profile_run(run, out=out, plots=draw)

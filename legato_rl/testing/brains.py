@@ -168,8 +168,10 @@ def to_qwen_actions(step: Any, screen_size: tuple[int, int]) -> tuple[str, list[
         elif name == "press":
             keys = args[0] if args else kwargs.get("keys", "enter")
             keys = list(keys) if isinstance(keys, (list, tuple)) else [keys]
-            actions.append({"action": "key", "keys": keys})
-            sentences.append(f"press {'+'.join(keys)}")
+            # press([a, b]) presses one key after the other; a Qwen "key" action presses its keys together
+            presses = int(kwargs.get("presses", 1))
+            actions.extend({"action": "key", "keys": [key]} for key in keys for _ in range(presses))
+            sentences.append(f"press {', '.join(keys)}")
         elif name == "hotkey":
             actions.append({"action": "key", "keys": [str(a) for a in args]})
             sentences.append(f"press {'+'.join(str(a) for a in args)}")

@@ -161,6 +161,15 @@ def test_an_xlsx_opens_in_calc_maximized_without_first_run_dialogs(desktop: Loca
 
 @pytest.mark.desktop
 @needs_office
+def test_impress_starts_on_an_empty_presentation_without_the_template_dialog(desktop: LocalDesktop) -> None:
+    desktop.reset(_task([{"type": "launch", "parameters": {"command": ["libreoffice", "--impress"]}}]))
+    assert desktop.wait_after_reset().ready
+    assert desktop._wait_idle(time.monotonic() + 60)  # done starting: a dialog would be up by now
+    assert [w.title for w in desktop.display.windows()] == ["Untitled 1 - LibreOffice Impress"]
+
+
+@pytest.mark.desktop
+@needs_office
 def test_ready_signal_waits_for_the_document_to_be_drawn(desktop: LocalDesktop) -> None:
     desktop.reset(_task([{"type": "launch", "parameters": {"command": "libreoffice --writer", "shell": True}}]))
     assert desktop.wait_after_reset().ready

@@ -19,7 +19,7 @@ from legato_gym.backends.local.file_cache import FILE_CACHE_ENV_VAR, FileCache
 from legato_gym.config import OSWORLD_ENV_VAR, DesktopConfig
 from legato_gym.errors import UnsupportedTaskError
 from legato_gym.tasks import load_tasks
-from legato_rl.cli.app import _register_commands, app
+from legato_rl.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[2]
 OSWORLD = Path(os.environ.get(OSWORLD_ENV_VAR) or ROOT.parent / "shared" / "osworld")
@@ -51,7 +51,6 @@ def closed_port_url(name: str) -> str:
 
 
 def cli(*args: str) -> Any:
-    _register_commands()
     return CliRunner().invoke(app, list(args))
 
 
@@ -173,6 +172,7 @@ def test_collect_refuses_at_load_before_any_desktop(tmp_path: Path, monkeypatch:
     result = cli(
         "rl", "collect", "--out", str(tmp_path / "run"), "--policy-url", "http://127.0.0.1:9/v1", "--backend", "local",
         "--tasks", str(refused_tasks_file(tmp_path)), "--file-cache", str(tmp_path / "files"), "--quiet",
+        "--grader", "local",
     )  # fmt: skip
     assert result.exit_code == 2, result.output
     assert "needs-web: needs the live web" in result.output and "odd-metric: metric compare_table" in result.output

@@ -108,9 +108,8 @@ def test_missing_interpreter_says_to_run_setup(tmp_path: Path, monkeypatch: pyte
 
 
 def test_cli_check_fails_with_the_fix_when_there_is_no_venv(tmp_path: Path) -> None:
-    from legato_rl.cli.app import _register_commands, app
+    from legato_rl.cli.app import app
 
-    _register_commands()
     result = CliRunner().invoke(app, ["osworld", "check", "--venv", str(tmp_path / "none")])
     assert result.exit_code == 1
     assert "legato osworld setup" in result.output

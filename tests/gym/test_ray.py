@@ -31,7 +31,7 @@ from legato_gym.config import DesktopConfig, Timeouts  # noqa: E402
 from legato_gym.errors import ConfigError, DesktopCrashed, DesktopError  # noqa: E402
 from legato_gym.vector import Deadlines, DesktopVectorEnv, RayDesktopVectorEnv, RayPlacement  # noqa: E402
 from legato_gym.vector.ray_host import LazyScreenshot  # noqa: E402
-from legato_rl.cli.app import _register_commands, app  # noqa: E402
+from legato_rl.cli.app import app  # noqa: E402
 from legato_rl.collect import collect  # noqa: E402
 from legato_rl.policy import PolicyConfig  # noqa: E402
 from legato_rl.profile import node_rows, profile_run  # noqa: E402
@@ -240,7 +240,6 @@ def test_lazy_pixels_decode_only_when_read(cluster: Any) -> None:
 def test_cli_ray_option(cluster: Any, server: ReferencePolicyServer, tmp_path: Path) -> None:
     tasks_file = tmp_path / "tasks.json"
     tasks_file.write_text(json.dumps([{"task_id": t.task_id, "config": t.config} for t in default_tasks(CONFIG)[:2]]))
-    _register_commands()
     out = tmp_path / "run"
     result = CliRunner().invoke(
         app,

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from legato_gym import BackendUnavailableError, MissingDependencyError
 from legato_gym.backends import get_backend
-from legato_rl.cli.app import _register_commands, app
+from legato_rl.cli.app import app
 from legato_rl.export import export_steps
 from legato_rl.store import PolicyStamp, RolloutRecord, RolloutStore, StorageError, read_records, write_json_atomic
 from legato_rl.store import files as store_files
@@ -34,7 +34,6 @@ FAKE = ["--backend", "fake", "--policy-url", "embedded", "--group", "1", "--desk
 
 
 def _cli(*args: str) -> Any:
-    _register_commands()
     return CliRunner().invoke(app, list(args))
 
 
@@ -217,7 +216,7 @@ def test_write_json_atomic_translates_and_cleans_up(tmp_path: Path, monkeypatch:
 _HOLD = """
 import sys
 from pathlib import Path
-import legato_rl.export as export
+import legato_rl.export.steps as export
 
 def hold(root):
     print("writing", flush=True)

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from legato_gym import ConfigError, DesktopConfig, Timeouts
 from legato_gym.backends.fake import default_tasks
 from legato_gym.png import encode_png
-from legato_rl.cli.app import _register_commands, app
+from legato_rl.cli.app import app
 from legato_rl.collect import collect
 from legato_rl.policy import PolicyConfig
 from legato_rl.rollout import InlineWhileCheap
@@ -285,7 +285,6 @@ def test_resume_after_sigkill(tmp_path: Path, server: ReferencePolicyServer) -> 
 
 
 def test_cli_collect_embedded_and_bad_backend(tmp_path: Path) -> None:
-    _register_commands()
     runner = CliRunner()
     result = runner.invoke(
         app,

@@ -16,13 +16,12 @@ from typer.testing import CliRunner
 
 from legato_gym.errors import ConfigError
 from legato_gym.vector.process import WorkerProcess
-from legato_rl.cli.app import _register_commands, app
+from legato_rl.cli.app import app
 from legato_rl.errors import PolicyError, redact, secret_forms
 from legato_rl.policy import ChatResult, PolicyClient, PolicyConfig
 from legato_rl.testing import Faults, ReferencePolicyServer, ReplayBrain, Reply
 
 KEY = "sk-legato-hygiene-7f3a9c2e51d04b8a"
-_register_commands()
 
 
 class EchoingBrain:

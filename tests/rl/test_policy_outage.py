@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from legato_gym import DesktopConfig, Timeouts
 from legato_gym.backends.fake import default_tasks
-from legato_rl.cli.app import _register_commands, app
+from legato_rl.cli.app import app
 from legato_rl.collect import collect
 from legato_rl.errors import PolicyUnavailable
 from legato_rl.policy import PolicyConfig
@@ -131,7 +131,6 @@ def test_a_server_that_goes_away_stops_the_batch_at_once(tmp_path: Path) -> None
 
 
 def test_cli_names_the_url_and_exits_non_zero(tmp_path: Path) -> None:
-    _register_commands()
     url = _dead_url()
     result = CliRunner().invoke(
         app, ["rl", "collect", "--backend", "fake", "--policy-url", url, "--model", "m", "--out", str(tmp_path / "r"),

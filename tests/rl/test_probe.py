@@ -16,11 +16,10 @@ from _policy_kit import run
 from typer.testing import CliRunner
 
 from legato_gym.png import png_size
-from legato_rl.cli.app import _register_commands, app
+from legato_rl.cli.app import app
 from legato_rl.probe import Check, run_probe
 from legato_rl.testing import ReferencePolicyServer, ReplayBrain, Reply
 
-_register_commands()
 REPLY = Reply("Action: Done.\n<tool_call>\n{}\n</tool_call>", "Nothing to do.")
 MODEL = "legato/reference-policy"
 

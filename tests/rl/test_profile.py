@@ -13,7 +13,7 @@ from _run_kit import Try, collect_small_run, write_run
 from typer.testing import CliRunner
 
 from legato_gym.errors import MissingDependencyError
-from legato_rl.cli.app import _register_commands, app
+from legato_rl.cli.app import app
 from legato_rl.profile import LATENCY_KINDS, PHASES, build_timeline, profile_run
 from legato_rl.store import ErrorInfo, RecordError, RolloutStore, read_records
 from legato_rl.summary import summarize_run
@@ -34,7 +34,6 @@ def collected(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _cli(*args: str) -> Any:
-    _register_commands()
     return CliRunner().invoke(app, ["rl", "profile", *args])
 
 

@@ -387,6 +387,12 @@ def test_to_qwen_actions_maps_pyautogui() -> None:
     ]
     assert to_qwen_actions("pyautogui.hotkey('ctrl', 'a')", screen)[1] == [{"action": "key", "keys": ["ctrl", "a"]}]
     assert to_qwen_actions("pyautogui.scroll(-3)", screen)[1] == [{"action": "scroll", "pixels": -3}]
+    # a list of keys is pressed one after the other, not together
+    assert to_qwen_actions("pyautogui.press(['down', 'right'], interval=0.3)", screen)[1] == [
+        {"action": "key", "keys": ["down"]},
+        {"action": "key", "keys": ["right"]},
+    ]
+    assert to_qwen_actions("pyautogui.press('tab', presses=2)", screen)[1] == [{"action": "key", "keys": ["tab"]}] * 2
     assert to_qwen_actions("FAIL", screen)[1] == [{"action": "terminate", "status": "failure"}]
     assert to_qwen_actions("WAIT", screen)[1][0]["action"] == "wait"
     with pytest.raises(ValueError):

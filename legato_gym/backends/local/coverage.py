@@ -27,22 +27,26 @@ from __future__ import annotations
 import re
 import shlex
 import shutil
+import subprocess
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from legato_gym.backends.local import vscode
 from legato_gym.backends.local.file_cache import FileCache
 from legato_gym.contract import Task
 from legato_gym.errors import UnsupportedTaskError
 
 __all__ = [
     "APPS",
+    "GETTER_SOLVED_AT_START",
     "Capabilities",
     "TaskNeeds",
     "Verdict",
     "assess",
     "check_tasks",
+    "needs_no_download",
     "task_needs",
 ]
 
@@ -57,10 +61,12 @@ APPS: dict[str, tuple[str, ...]] = {
     "terminal": ("xterm", "gnome-terminal"),
     "text editor": ("mousepad", "gedit"),
     "file manager": ("nautilus",),
+    "pdf viewer": ("evince",),
 }
 
 #: ``related_apps`` spellings in OSWorld's data, mapped to :data:`APPS` keys. Names not listed here (``os``,
-#: ``pdf``, ``image``, ``picard``) are descriptive and need no app of their own.
+#: ``image``, ``picard``) are descriptive and need no app of their own. ``pdf`` is the PDF viewer: its tasks
+#: open PDFs (``open`` steps, which name no app) for the agent to read, fill in or sort, in Evince on the VM.
 _RELATED: dict[str, str] = {
     "chrome": "chrome",
     "browser": "chrome",
@@ -79,6 +85,12 @@ _RELATED: dict[str, str] = {
     "vscode": "vs_code",
     "terminal": "terminal",
     "text editor": "text editor",
+    "file manager": "file manager",
+    "nautilus": "file manager",
+    "files": "file manager",
+    "pdf viewer": "pdf viewer",
+    "pdf": "pdf viewer",
+    "evince": "pdf viewer",
 }
 _EXECUTABLE_APP = {exe: app for app, exes in APPS.items() for exe in exes}
 
@@ -91,6 +103,14 @@ _SETUP_GOOGLE = {"googledrive": "uses Google Drive", "login": "logs in to a Goog
 #: Getters that read the live web or a Google account.
 _GETTER_LIVE_WEB = {"info_from_website", "pdf_from_url", "gotoRecreationPage_and_get_html_content", "page_info"}
 _GETTER_GOOGLE = {"googledrive_file"}
+#: Getters that answer "solved" on this desktop before the agent does anything (measured: their tasks scored 1
+#: on ``DONE``), and why. Their tasks are refused, never silently scored.
+GETTER_SOLVED_AT_START: dict[str, str] = {
+    "data_delete_automacally": "Chromium writes profile.default_content_setting_values at its first start, "
+    "which this getter reads as the setting made",
+    "default_video_player": "VLC is the only video player here, so it is the default before the agent acts "
+    "(the VM's is GNOME Videos)",
+}
 #: desktop-env's own setup step types (``SetupController._<type>_setup``) that it implements.
 OSWORLD_SETUP_TYPES = frozenset(
     {
@@ -135,6 +155,18 @@ GETTER_SERVICES: dict[str, str] = {
 }
 #: Programs whose effect lasts only with a session service (``gsettings`` without dconf keeps nothing).
 _SERVICE_PROGRAMS = {"gsettings": "dconf", "dconf": "dconf", "pactl": "pulseaudio", "timedatectl": "systemd"}
+#: ``gsettings get|set|... SCHEMA[:PATH] KEY`` in a setup or grader command: the schema it needs.
+_GSETTINGS = re.compile(r"\bgsettings\s+(?:--\S+\s+)*(?:get|set|reset|range|writable|list-keys|monitor)\s+([\w.-]+)")
+#: A web address in a task's instruction: the agent is sent to the live web (the desktop has no network).
+_WEB_URL = re.compile(r"https?://(?!localhost\b|127\.0\.0\.1\b)[^\s\"'<>)]+")
+#: A web site the instruction has the agent install from, without a scheme ("install the theme from
+#: gnome-look.org"), or an online store.
+_WEB_SITE = re.compile(r"\binstall\b[^.]{0,80}?\bfrom\s+((?:[a-z0-9-]+\.)+(?:org|com|net|io|edu|gov))\b(?!@)", re.I)
+_WEB_STORE = re.compile(r"\b(?:web|plug-?in|extension|app)\s+store\b", re.I)
+#: A grader that asks whether a program is installed (``which spotify``): the agent must install it.
+_PROBE = re.compile(r"\b(?:which|command\s+-v|type\s+-p)\s+([A-Za-z0-9_.+-]+)")
+#: A grader that lists the installed Debian packages: the agent must install one, from the internet.
+_APT_LIST = re.compile(r"\b(?:apt|apt-get)\s+list\b.*--installed|\bdpkg\s+(?:-l|--list|-s|--status)\b")
 _INSTALL = re.compile(r"\b(apt|apt-get|pip3?|snap)\s+(-\S+\s+)*install\b")
 
 Status = Literal["runnable", "needs_files", "refused"]
@@ -153,6 +185,8 @@ class TaskNeeds:
     host_files: tuple[str, ...] = ()
     services: frozenset[str] = frozenset()
     offline_impossible: tuple[str, ...] = ()
+    schemas: frozenset[str] = frozenset()
+    probed: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -192,6 +226,9 @@ class Capabilities:
         which: finds an executable (``shutil.which``).
         services: services the desktop runs (``chrome-devtools``, ``vlc-http``, ``at-spi``).
         cache: the file cache, or ``None`` (every URL then counts as missing).
+        schemas: the GSettings schemas installed (``None``: not known, not checked). A task that reads or
+            writes a setting of a schema this machine lacks cannot be graded faithfully: ``gsettings`` fails,
+            prints nothing, and the getter's empty answer scores as the VM's never would.
     """
 
     grader: str = "local"
@@ -201,6 +238,7 @@ class Capabilities:
     which: Callable[[str], str | None] = shutil.which
     services: frozenset[str] = frozenset()
     cache: FileCache | None = None
+    schemas: frozenset[str] | None = None
     _found: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -211,26 +249,36 @@ class Capabilities:
         cache: FileCache | None = None,
         which: Callable[[str], str | None] = shutil.which,
         services: Iterable[str] = (),
+        schemas: Iterable[str] | None = None,
     ) -> Capabilities:
         """This machine's capabilities for a grader (its getters, metrics and setup types), apps on ``PATH``.
 
         Services found on the host are added to ``services``: ``dconf`` when dconf's service and the session
         bus the sandbox starts are installed; ``chrome-devtools`` when Chromium (``google-chrome`` inside)
         and ``socat`` (OSWorld's tasks forward the DevTools port with it) are, since the local desktop relays
-        that port to the grader.
+        that port to the grader; ``vlc-http`` when VLC and its Lua HTTP interface are (the baseline ``vlcrc``
+        turns it on and the desktop relays its port too); ``at-spi`` when AT-SPI and pyatspi are (the desktop
+        runs the accessibility bus and its server reads the tree). ``schemas`` default: what ``gsettings list-schemas``
+        lists here (the desktop binds the host's ``/usr``), or ``None`` without a ``gsettings``.
         """
-        from legato_gym.backends.local import apps
+        from legato_gym.backends.local import apps, sandbox
 
+        which = apps.sandbox_which(which)  # legato's own programs inside (`code`: code-server's window)
         found = set(services)
         if (which("dconf") or Path("/usr/libexec/dconf-service").exists()) and which("dbus-daemon"):
             found.add("dconf")
         if apps.chromium_binary(which) and which("socat"):
             found.add("chrome-devtools")
+        if apps.vlc_http_installed(which):  # the baseline vlcrc turns it on; the desktop relays its port
+            found.add("vlc-http")
+        if sandbox.atspi_readable(which):  # the desktop runs AT-SPI's bus; its server reads the tree
+            found.add("at-spi")
         services = found
+        installed = frozenset(schemas) if schemas is not None else _host_schemas(which)
         if grader == "osworld":
             return cls(
                 grader=grader, setup_types=OSWORLD_SETUP_TYPES, getters=None, metrics=None, which=which,
-                services=frozenset(services), cache=cache,
+                services=frozenset(services), cache=cache, schemas=installed,
             )  # fmt: skip
         from legato_gym.backends.local import grading
         from legato_gym.backends.local.task_setup import SETUP_TYPES
@@ -238,7 +286,7 @@ class Capabilities:
         return cls(
             grader=grader, setup_types=SETUP_TYPES, getters=frozenset(grading.GETTERS),
             metrics=frozenset(grading.METRICS), which=which, services=frozenset(services),
-            cache=cache,
+            cache=cache, schemas=installed,
         )  # fmt: skip
 
     def find(self, executable: str) -> str | None:
@@ -246,6 +294,23 @@ class Capabilities:
         if executable not in self._found:
             self._found[executable] = self.which(executable)
         return self._found[executable]
+
+
+def _host_schemas(which: Callable[[str], str | None]) -> frozenset[str] | None:
+    """The GSettings schemas ``gsettings`` lists on this host, or ``None`` when it cannot be asked."""
+    program = which("gsettings")
+    if program is None or not Path(program).is_file():
+        return None
+    names: set[str] = set()
+    for listing in ("list-schemas", "list-relocatable-schemas"):
+        try:
+            proc = subprocess.run([program, listing], capture_output=True, text=True, timeout=30, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if proc.returncode != 0:
+            return None
+        names.update(proc.stdout.split())
+    return frozenset(names)
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -313,6 +378,12 @@ def task_needs(config: Mapping[str, Any]) -> TaskNeeds:
     impossible: list[str] = []
     if config.get("proxy"):
         impossible.append("needs the live web (OSWorld runs it behind a web proxy)")
+    instruction = str(config.get("instruction", ""))
+    site = _WEB_URL.search(instruction) or _WEB_SITE.search(instruction) or _WEB_STORE.search(instruction)
+    if site:
+        where = site.group(site.lastindex or 0).rstrip(".,;:")
+        impossible.append(f"needs the live web (the instruction sends the agent to {where})")
+    impossible += vscode.offline_reasons(config)  # VS Code extensions from the marketplace
     for step in steps:
         kind, params = str(step.get("type")), step.get("parameters") or {}
         if kind == "launch":
@@ -336,6 +407,15 @@ def task_needs(config: Mapping[str, Any]) -> TaskNeeds:
             impossible.append(f"needs a Google account (setup step {kind} {_SETUP_GOOGLE[kind]})")
     getters: set[str] = set()
     services: set[str] = set()
+    schemas: set[str] = set()
+    probed: set[str] = set()
+    commands = [
+        (step.get("parameters") or {}).get("command", "")
+        for step in steps
+        if step.get("type") in ("execute", "command")
+    ]
+    for command in commands:
+        schemas.update(_gsettings_schemas(command))
     for key in ("result", "expected"):
         for spec in _as_list(evaluator.get(key)):
             if not isinstance(spec, Mapping) or spec.get("type") is None:
@@ -352,6 +432,11 @@ def task_needs(config: Mapping[str, Any]) -> TaskNeeds:
                 services.add(GETTER_SERVICES[kind])
             if kind in ("vm_command_line", "vm_command_error"):
                 executables.update(_shell_programs(spec.get("command", "")))
+                schemas.update(_gsettings_schemas(spec.get("command", "")))
+                probed.update(_PROBE.findall(_command_text(spec.get("command", ""))))
+                commands.append(spec.get("command", ""))
+    if any(_APT_LIST.search(_command_text(command)) for command in commands):
+        impossible.append("needs the live web (the grader lists the installed Debian packages: the agent installs one)")
     for step in steps:
         if step.get("type") in ("execute", "command"):
             programs = _shell_programs((step.get("parameters") or {}).get("command", ""))
@@ -362,7 +447,26 @@ def task_needs(config: Mapping[str, Any]) -> TaskNeeds:
         apps=frozenset(apps), executables=frozenset(executables), setup_types=frozenset(setup_types),
         getters=frozenset(getters), metrics=frozenset(metrics), urls=tuple(dict.fromkeys(urls)),
         host_files=tuple(host_files), services=frozenset(services), offline_impossible=tuple(dict.fromkeys(impossible)),
+        schemas=frozenset(schemas), probed=frozenset(probed),
     )  # fmt: skip
+
+
+def _command_text(command: Any) -> str:
+    return " ".join(str(w) for w in command) if isinstance(command, list) else str(command)
+
+
+def _gsettings_schemas(command: Any) -> set[str]:
+    """The GSettings schemas a command reads or writes (``gsettings get org.gnome.x key``: ``org.gnome.x``)."""
+    return {match.split(":", 1)[0] for match in _GSETTINGS.findall(_command_text(command))}
+
+
+def needs_no_download(config: Mapping[str, Any]) -> bool:
+    """The task downloads no file and needs neither the live web nor a Google account (nor a host file).
+
+    OSWorld's "download-free" tasks: they run with the apps alone, on machines that reach no file host.
+    """
+    needs = task_needs(config)
+    return not (needs.urls or needs.offline_impossible or needs.host_files)
 
 
 def _missing_names(names: frozenset[str], have: frozenset[str] | None) -> list[str]:
@@ -398,10 +502,25 @@ def assess(config: Mapping[str, Any], caps: Capabilities, *, domain: str | None 
     setup_types = needs.setup_types - caps.setup_types - set(_SETUP_LIVE_WEB) - set(_SETUP_GOOGLE)
     reasons += [f"setup step {kind} is not run by {grader}" for kind in sorted(setup_types)]
     getters = needs.getters - _GETTER_LIVE_WEB - _GETTER_GOOGLE
+    reasons += [
+        f"getter {name} answers 'solved' on the untouched desktop: {GETTER_SOLVED_AT_START[name]}"
+        for name in sorted(needs.getters & set(GETTER_SOLVED_AT_START))
+    ]
     reasons += [f"getter {name} is not in {grader}" for name in _missing_names(getters, caps.getters)]
     metrics = needs.metrics - {"infeasible"}
     reasons += [f"metric {name} is not in {grader}" for name in _missing_names(metrics, caps.metrics)]
     reasons += [f"service {name} is not run by the local desktop" for name in sorted(needs.services - caps.services)]
+    for program in sorted(needs.probed):
+        if not caps.find(program):
+            reasons.append(
+                f"needs the live web (the grader looks for program {program!r}, which this machine lacks: the agent "
+                "would install it from the internet)"
+            )
+    if caps.schemas is not None:
+        reasons += [
+            f"GSettings schema {name} is not installed (not in `gsettings list-schemas`; OSWorld's VM has it)"
+            for name in sorted(needs.schemas - caps.schemas)
+        ]
     for path in needs.host_files:
         if not Path(path).expanduser().is_file():
             reasons.append(f"host file {path} (upload_file) does not exist")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import importlib.util
 import logging
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -15,7 +18,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from legato_gym.backends.local import apps, grading, xstate
+from legato_gym.backends.local import apps, grading, relay, vscode, writeback, xstate
 from legato_gym.backends.local.client import DesktopClient
 from legato_gym.backends.local.coverage import Capabilities, Verdict
 from legato_gym.backends.local.coverage import check_tasks as _check_tasks
@@ -23,7 +26,14 @@ from legato_gym.backends.local.display import Display, require_tools
 from legato_gym.backends.local.file_cache import FileCache
 from legato_gym.backends.local.forward import UnixForwarder
 from legato_gym.backends.local.limits import Cgroup, Limits
-from legato_gym.backends.local.sandbox import SYSTEM_PATHS, Sandbox, SandboxSpec, UidLease
+from legato_gym.backends.local.sandbox import (
+    DEVTOOLS_PORT,
+    SYSTEM_PATHS,
+    VLC_HTTP_PORT,
+    Sandbox,
+    SandboxSpec,
+    UidLease,
+)
 from legato_gym.backends.local.task_setup import SetupRunner, check_setup
 from legato_gym.backends.local.tasks import TASK_DATA
 from legato_gym.backends.local.xstate import XBaseline
@@ -41,17 +51,51 @@ from legato_gym.errors import (
 if TYPE_CHECKING:
     from legato_gym.backends.osworld.session import OSWorldSession
 
-__all__ = ["LocalDesktop", "LocalOptions"]
+__all__ = ["GRADERS", "LocalDesktop", "LocalOptions", "resolve_grader"]
 
 logger = logging.getLogger(__name__)
 
-#: OSWorld's ``PythonController`` prefix for ``pyautogui`` actions (``python -c`` inside the desktop).
 #: The folders of a fresh Ubuntu home, as OSWorld's VM user has them (tasks write to ~/Desktop).
 HOME_DIRS = ("Desktop", "Documents", "Downloads", "Music", "Pictures", "Public", "Templates", "Videos")
-ACTION_PREFIX = "import pyautogui; import time; pyautogui.FAILSAFE = False; {command}"
+#: OSWorld's ``PythonController`` prefix for ``pyautogui`` actions (``python -c`` inside the desktop), with the
+#: fix OSWorld's ``DesktopEnv.step`` makes to every action (``_fix_pyautogui_less_than_bug``): on an X keymap
+#: with the 105th key, pyautogui types "<" as ">" (shift and the key whose first level is "<"). The fix here
+#: is in pyautogui's own table, "<" is shift and the comma key, so press, typewrite and hotkey all get it.
+ACTION_PREFIX = (
+    "import pyautogui; import time; pyautogui.FAILSAFE = False; "
+    "_x11 = getattr(pyautogui, '_pyautogui_x11', None); "
+    "_x11 is None or _x11.keyboardMapping.update({{'<': _x11.keyboardMapping[',']}}); {command}"
+)
 #: The sandbox counts as idle (its apps done loading) while its processes use at most this many clock
 #: ticks (10 ms each) per ``settle_s`` (at least 0.1 s): browsers keep a little background work going.
 IDLE_TICKS = 2
+#: The local backend's graders: desktop-env's own (``osworld``), the built-in one (``local``), or the first
+#: where desktop-env imports, the second elsewhere (``auto``).
+GRADERS = ("auto", "osworld", "local")
+
+
+def resolve_grader(grader: str, python: str | None = None) -> str:
+    """The grader a desktop run by ``python`` (default: this interpreter) uses for the option ``grader``.
+
+    ``"auto"`` is ``"osworld"`` when that interpreter is desktop-env's (``legato osworld setup`` records it, or
+    ``desktop_env`` imports here) and ``"local"`` otherwise; the others are themselves.
+
+    Example::
+
+        resolve_grader("auto")  # "local" in legato's own interpreter, "osworld" in desktop-env's
+    """
+    if grader != "auto":
+        return grader
+    here = python is None or os.path.realpath(python) == os.path.realpath(sys.executable)
+    if here and importlib.util.find_spec("desktop_env") is not None:
+        return "osworld"
+    if python is not None:
+        from legato_gym.backends.osworld.venv import recorded_python
+
+        recorded = recorded_python()
+        if recorded is not None and os.path.realpath(recorded) == os.path.realpath(python):
+            return "osworld"
+    return "local"
 
 
 @dataclass(frozen=True)
@@ -70,6 +114,8 @@ class LocalOptions:
             system folders, not ``/opt``, ``/srv``, ``/home``, ``/root`` or a folder of your own).
         extra_paths: more host folders bound read-only at the same place (apps installed under ``/opt``).
         settle_s: the screen counts as settled after this long without a change.
+        busy_s: the longest a ready signal waits for a screen, or apps, that keep changing (a playing video,
+            an animation): after that the desktop is taken as it is, and the wait is reported not ready.
         poll_s: interval between screen checks.
         window_timeout: how long to wait for launched windows to map before giving up on that signal.
         kill_timeout: how long reset waits for the sandbox's processes and windows to be gone before it
@@ -83,11 +129,13 @@ class LocalOptions:
             import, about 110 ms, per action). Both kill an action (and what it started, with ``"fork"``)
             that overruns ``timeouts.act``.
         state_dir: where desktops keep their private files (default: the system temp dir).
-        grader: ``"local"`` grades with :mod:`.grading` (OSWorld's semantics, re-implemented, no extra
-            interpreter); ``"osworld"`` runs setup, post-config and grading with desktop-env's own
+        grader: ``"osworld"`` runs setup, post-config and grading with desktop-env's own
             ``SetupController``, getters and metrics (:mod:`legato_gym.backends.osworld.session`) over a
             loopback TCP forwarder into the sandbox; the desktop must then run in desktop-env's interpreter
-            (``DesktopConfig.python`` from ``legato osworld setup``).
+            (``DesktopConfig.python`` from ``legato osworld setup``). ``"local"`` grades with
+            :mod:`.grading` (OSWorld's semantics, re-implemented for a few getters and metrics, no extra
+            interpreter). ``"auto"`` (the default) is ``"osworld"`` where desktop-env imports and ``"local"``
+            elsewhere (:func:`resolve_grader`); ``LocalDesktop.grader`` says which one grades.
         download_cache: with ``grader="osworld"``, the host cache for setup downloads, shared by all
             desktops and kept across runs (default ``~/.cache/legato/osworld-downloads``).
         file_cache: the persistent, URL-keyed cache of OSWorld's task files (:mod:`.file_cache`) that setup
@@ -101,13 +149,14 @@ class LocalOptions:
     system_paths: tuple[str, ...] = SYSTEM_PATHS
     extra_paths: tuple[str, ...] = ()
     settle_s: float = 0.1
+    busy_s: float = 3.0
     poll_s: float = 0.02
     window_timeout: float = 10.0
     kill_timeout: float = 5.0
     pyautogui_pause: float | None = 0.0
     action_runner: str = "fork"
     state_dir: str | None = None
-    grader: str = "local"
+    grader: str = "auto"
     download_cache: str | None = None
     file_cache: str | None = None
 
@@ -126,9 +175,9 @@ class LocalOptions:
         result = cls(**values)
         if result.action_runner not in ("fork", "exec"):
             raise ConfigError(f"local backend option action_runner={result.action_runner!r}: choose 'fork' or 'exec'")
-        if result.grader not in ("local", "osworld"):
-            raise ConfigError(f"local backend option grader={result.grader!r}: choose 'local' or 'osworld'")
-        for name in ("settle_s", "poll_s", "window_timeout", "kill_timeout"):
+        if result.grader not in GRADERS:
+            raise ConfigError(f"local backend option grader={result.grader!r}: choose {', '.join(map(repr, GRADERS))}")
+        for name in ("settle_s", "busy_s", "poll_s", "window_timeout", "kill_timeout"):
             if not getattr(result, name) > 0:
                 raise ConfigError(f"local backend option {name}={getattr(result, name)!r} must be > 0 seconds")
         return result
@@ -163,6 +212,13 @@ class LocalDesktop:
     def __init__(self, config: DesktopConfig | None = None, *, seed: int | None = None) -> None:
         self.config = config or DesktopConfig()
         self.options = LocalOptions.from_mapping(self.config.options)
+        #: The grader that grades this desktop's tasks: ``"osworld"`` (desktop-env's) or ``"local"``.
+        self.grader = resolve_grader(self.options.grader)
+        if self.options.grader == "auto" and self.grader == "local":
+            logger.info(
+                "grading with the built-in grader: desktop-env does not import in this interpreter (run the "
+                "desktops in desktop-env's, from `legato osworld setup`, to grade with OSWorld's own)"
+            )
         require_tools(["Xvfb", "openbox", "bwrap", "wmctrl", "xdotool", "setpriv"])
         python = self.options.python or self.config.python or sys.executable
         limits = Limits.from_mb(self.config.memory_mb, self.config.max_processes, self.config.tmpfs_mb)
@@ -174,7 +230,7 @@ class LocalDesktop:
             host_uid=self._uid.uid if self._uid is not None else None,
             limits=limits,
             system_paths=self.options.system_paths,
-            extra_paths=self.options.extra_paths,
+            extra_paths=(*self.options.extra_paths, *vscode.sandbox_paths()),  # code-server, for `code`
             open_file_timeout=min(self.config.timeouts.reset, 1800.0),
         )
         root = Path(self.options.state_dir or tempfile.gettempdir()) / "legato-local"
@@ -193,13 +249,16 @@ class LocalDesktop:
         self._expected_windows = 0
         self._expected_titles: list[str] = []
         self._actions: list[str] = []
+        self._last_input = 0.0  # monotonic time the last action or setup step ended
         self._closed = False
         self._checked_python = False
         self._forwarder: UnixForwarder | None = None
         self._devtools_forwarder: UnixForwarder | None = None
+        self._vlc_forwarder: UnixForwarder | None = None
         self._osworld: OSWorldSession | None = None
         self._x_baseline: XBaseline | None = None
         self.files = _file_cache(self.options)
+        self._capabilities: Capabilities | None = None
         #: How the last reset went: ``"fast"``, ``"restart"`` (asked for) or ``"fallback"`` (survivors, or
         #: X server state that could not be put back).
         self.last_reset_kind = ""
@@ -289,6 +348,7 @@ class LocalDesktop:
         """
         for path, content in apps.baseline_files().items():
             self.client.upload(f"/home/user/{path}", content)
+        self._warm_gimp(deadline)
         tar = "/tmp/.legato-baseline.tar"
         script = f"mkdir -p {' '.join(HOME_DIRS)} && tar -cf {tar} -C /home/user ."
         result = self.client.execute(script, shell=True, timeout=max(1.0, deadline - time.monotonic()))
@@ -299,6 +359,34 @@ class LocalDesktop:
             raise DesktopCrashed(f"could not read the home baseline {tar} from the desktop")
         assert self._sandbox is not None
         self._sandbox.baseline.write_bytes(data)
+
+    def _warm_gimp(self, deadline: float) -> None:
+        """Give the baseline GIMP's profile as its first start leaves it (:data:`.apps.GIMP_WARMUP`).
+
+        GIMP builds its plug-in database at the first start of a profile, which takes seconds, and every
+        episode's GIMP would otherwise be a first start. The profile is made once per host and GIMP install,
+        by a headless GIMP inside this first sandbox (before any agent runs), and kept beside the desktops'
+        state folders; later desktops unpack it into their baseline. Without GIMP, nothing.
+        """
+        key = apps.gimp_profile_key()
+        if key is None:
+            return
+        cached = self.state_dir.parent / f"gimp-profile-{key}.tar"
+        tar, remaining = "/tmp/.legato-gimp.tar", max(1.0, deadline - time.monotonic())
+        if cached.exists():
+            self.client.upload(tar, cached.read_bytes())
+            result = self.client.execute(f"tar -xf {tar} -C /home/user && rm {tar}", shell=True, timeout=remaining)
+        else:
+            script = f"{apps.GIMP_WARMUP}; tar -cf {tar} -C /home/user {apps.GIMP_PROFILE}"
+            result = self.client.execute(script, shell=True, timeout=remaining)
+            data = self.client.file(tar) if result.get("returncode") == 0 else None
+            if data:
+                partial = cached.with_name(f"{cached.name}.{os.getpid()}")
+                partial.write_bytes(data)
+                partial.replace(cached)
+            self.client.execute(["rm", "-f", tar])
+        if result.get("returncode") != 0:
+            logger.warning("GIMP's profile could not be prepared (GIMP will build it at its first start): %s", result)
 
     def _kill_sandbox(self, deadline: float) -> bool:
         ok = True
@@ -340,8 +428,25 @@ class LocalDesktop:
         if self._closed:
             raise StateError("devtools_endpoint() called after close(); create a new LocalDesktop")
         if self._devtools_forwarder is None:
-            self._devtools_forwarder = UnixForwarder(self.state_dir / "control" / "devtools.sock")
+            self._devtools_forwarder = UnixForwarder(
+                self.state_dir / "control" / "devtools.sock", preamble=relay.preamble(DEVTOOLS_PORT)
+            )
         return str(self._devtools_forwarder.host), int(self._devtools_forwarder.port)
+
+    def vlc_endpoint(self) -> tuple[str, int]:
+        """``(host, port)`` of a loopback TCP forwarder to VLC's HTTP interface inside the desktop.
+
+        The baseline ``vlcrc`` turns the interface on, on port 8080 with the password ``password``, as on
+        OSWorld's VM (:mod:`.apps`); this port reaches it (through :mod:`.relay`), and is what desktop-env's
+        ``vlc_playing_info`` getter gets as ``vlc_port``. It outlives fast resets and restarts.
+        """
+        if self._closed:
+            raise StateError("vlc_endpoint() called after close(); create a new LocalDesktop")
+        if self._vlc_forwarder is None:
+            self._vlc_forwarder = UnixForwarder(
+                self.state_dir / "control" / "devtools.sock", preamble=relay.preamble(VLC_HTTP_PORT)
+            )
+        return str(self._vlc_forwarder.host), int(self._vlc_forwarder.port)
 
     def _osworld_session(self) -> OSWorldSession:
         if self._osworld is None:
@@ -350,7 +455,7 @@ class LocalDesktop:
             host, port = self.tcp_endpoint()
             cache = self.options.download_cache or "~/.cache/legato/osworld-downloads"
             self._osworld = OSWorldSession(
-                Endpoint(host, port, chromium_port=self.devtools_endpoint()[1]),
+                Endpoint(host, port, chromium_port=self.devtools_endpoint()[1], vlc_port=self.vlc_endpoint()[1]),
                 screen=self.config.screen,
                 download_cache=Path(cache).expanduser(),
                 work_dir=self.state_dir / "osworld",
@@ -362,7 +467,7 @@ class LocalDesktop:
         if self._closed:
             return
         self._closed = True
-        for forwarder in (self._forwarder, self._devtools_forwarder):
+        for forwarder in (self._forwarder, self._devtools_forwarder, self._vlc_forwarder):
             if forwarder is not None:
                 forwarder.close()
         try:
@@ -378,24 +483,38 @@ class LocalDesktop:
 
     # ------------------------------------------------------------------ the contract
     @classmethod
-    def check_tasks(cls, tasks: Sequence[Task], config: DesktopConfig | None = None) -> list[Verdict]:
+    def check_tasks(
+        cls, tasks: Sequence[Task], config: DesktopConfig | None = None, *, python: str | None = None
+    ) -> list[Verdict]:
         """Refuse, at load time and all at once, the tasks this machine's local desktop cannot run faithfully.
 
         Checks every task's apps, setup steps, getters, metrics, services and live-web or Google needs
-        against this host (:mod:`.coverage`) without booting a desktop.
+        against this host and the grader the desktops will use (:mod:`.coverage`) without booting a desktop.
+        ``DesktopEnv``, the vector env and ``legato rl collect`` call it on the tasks they are given.
+
+        Args:
+            tasks: the tasks.
+            config: the desktops' config (its ``options`` pick the grader and the file cache).
+            python: the interpreter the desktops will run in (a vector env's workers); default: this one.
 
         Raises:
             UnsupportedTaskError: one line per refused task, with the reason.
         """
         options = LocalOptions.from_mapping((config or DesktopConfig()).options)
-        return _check_tasks(tasks, Capabilities.detect(grader=options.grader, cache=_file_cache(options)))
+        grader = resolve_grader(options.grader, python)
+        return _check_tasks(tasks, Capabilities.detect(grader=grader, cache=_file_cache(options)))
 
     def check_task(self, task: Task) -> None:
-        """Raise :class:`~legato_gym.errors.UnsupportedTaskError` if this backend cannot run ``task``."""
-        if self.options.grader == "osworld":
-            return  # desktop-env resolves the task's setup types, getters and metrics at reset
-        check_setup(task)
-        grading.check_evaluator(task)
+        """Raise :class:`~legato_gym.errors.UnsupportedTaskError` if this desktop cannot run or grade ``task``.
+
+        The same check as :meth:`check_tasks` (with this desktop's grader), for a task given at reset.
+        """
+        if self._capabilities is None:
+            self._capabilities = Capabilities.detect(grader=self.grader, cache=self.files)
+        _check_tasks([task], self._capabilities)
+        if self.grader == "local":
+            check_setup(task)
+            grading.check_evaluator(task)
 
     def reset(self, task: Task) -> None:
         """Kill the last episode's apps, restore the home baseline, then run the task's setup."""
@@ -421,7 +540,7 @@ class LocalDesktop:
                 else:
                     self._start_sandbox(deadline)
                     self.last_reset_kind = "fast"
-            if self.options.grader == "osworld":
+            if self.grader == "osworld":
                 self._osworld_reset(task)
                 self._task = task
                 return
@@ -475,9 +594,13 @@ class LocalDesktop:
         mapped = display.wait_windows(windows, window_deadline)
         loaded = display.wait_titles(titles, window_deadline)
         if titles:  # an app drawn is not yet an app that takes input: wait until it stops computing
-            loaded = self._wait_idle(window_deadline) and loaded
-        settled = display.wait_settled(deadline, self.options.settle_s, self.options.poll_s)
+            loaded = self._wait_idle(self._busy_deadline(window_deadline)) and loaded
+        settled = display.wait_settled(self._busy_deadline(deadline), self.options.settle_s, self.options.poll_s)
         return mapped and loaded and settled
+
+    def _busy_deadline(self, deadline: float) -> float:
+        """``deadline``, or sooner: a screen or app still busy after ``busy_s`` (a video) is taken as it is."""
+        return min(deadline, time.monotonic() + self.options.busy_s)
 
     def _wait_idle(self, deadline: float) -> bool:
         """Wait until the sandbox's processes use at most :data:`IDLE_TICKS` clock ticks in ``settle_s``.
@@ -512,6 +635,7 @@ class LocalDesktop:
             return self._fixed_wait(30 * self.config.fixed_wait)
         start = time.monotonic()
         ready = self._settle_windows(self._expected_windows, start + self.config.timeouts.ready, self._expected_titles)
+        self._last_input = time.monotonic()
         return Waited(seconds=time.monotonic() - start, ready=ready)
 
     def observe(self) -> Observation:
@@ -538,14 +662,40 @@ class LocalDesktop:
             if result.get("returncode"):
                 logger.info("action exited with %s: %s", result.get("returncode"), (result.get("error") or "")[-300:])
         act_s = time.monotonic() - start
+        self._last_input = time.monotonic()
         if not self.config.ready_signal:
             pause = self.config.fixed_wait * (2 if action == "WAIT" else 1)
             return ActResult(act_s=act_s, wait_s=self._fixed_wait(pause).seconds)
         if action in ("DONE", "FAIL"):
             return ActResult(act_s=act_s)
         settle_start = time.monotonic()
-        self.display.wait_settled(settle_start + self.config.timeouts.ready, self.options.settle_s, self.options.poll_s)
+        self._wait_quiet(self._busy_deadline(settle_start + self.config.timeouts.ready))
         return ActResult(act_s=act_s, ready_s=time.monotonic() - settle_start)
+
+    def _wait_quiet(self, deadline: float) -> bool:
+        """Wait until the screen is unchanged and the apps idle (:data:`IDLE_TICKS`) for ``settle_s`` together.
+
+        After an action an app may still be working with nothing new drawn yet (LibreOffice opening its
+        Options dialog on a loaded machine): keys the agent sends then are lost, and its next screenshot
+        is stale. Both signals are read in the same polls, so an app that is done costs no extra wait.
+        """
+        display, sandbox = self.display, self._sandbox
+        window = max(self.options.settle_s, 0.1)
+
+        def ticks() -> int:
+            return _cpu_ticks(sandbox.survivors()) if sandbox is not None else 0
+
+        screen, used, since = display.fingerprint(), ticks(), time.monotonic()
+        while True:
+            now = time.monotonic()
+            if now - since >= window:
+                return True
+            if now >= deadline:
+                return False
+            time.sleep(min(self.options.poll_s, max(0.0, deadline - now)))
+            current, spent = display.fingerprint(), ticks()
+            if current != screen or spent - used > IDLE_TICKS:
+                screen, used, since = current, spent, time.monotonic()
 
     def _run_action(self, command: str) -> dict[str, Any]:
         timeout = self.config.timeouts.act
@@ -569,7 +719,7 @@ class LocalDesktop:
         start = time.monotonic()
         deadline = start + self.config.timeouts.ready
         postconfig = list(task.evaluator.get("postconfig") or [])
-        if self.options.grader == "osworld":
+        if self.grader == "osworld":
             self._osworld_session().postconfig()
         elif postconfig:
             settle = self._settle_windows if self.config.ready_signal else None
@@ -583,18 +733,65 @@ class LocalDesktop:
             )
             runner.launched = self._expected_windows
             runner.run(postconfig)
+        if postconfig:
+            self._last_input = time.monotonic()
         if not self.config.ready_signal:
             self._fixed_wait(10 * self.config.fixed_wait)
             return Waited(seconds=time.monotonic() - start, ready=False)
-        ready = self.display.wait_settled(deadline, self.options.settle_s, self.options.poll_s)
+        ready = self.display.wait_settled(self._busy_deadline(deadline), self.options.settle_s, self.options.poll_s)
+        ready = self._wait_write_back(task, deadline) and ready
         return Waited(seconds=time.monotonic() - start, ready=ready)
+
+    def _wait_write_back(self, task: Task, deadline: float) -> bool:
+        """Wait until the running apps whose files the grader reads have written them (:mod:`.writeback`)."""
+        sandbox = self._sandbox
+        if sandbox is None:
+            return True
+        running = set()
+        for pid in sandbox.survivors():
+            with contextlib.suppress(OSError):
+                running.add(Path(f"/proc/{pid}/comm").read_text().strip())
+        delay = writeback.write_back_delay(task.evaluator, running)
+        if not delay:
+            return True
+        until = min(deadline, self._last_input + delay)
+        files = writeback.written_files(task.evaluator, running)
+        since = time.time() - (time.monotonic() - self._last_input)  # the last input, on the file clock
+        logger.debug("waiting up to %.1f s for %s to write %s", until - time.monotonic(), sorted(running), files)
+        while time.monotonic() < until and not (files and self._written_since(files, since)):
+            time.sleep(min(0.1, max(0.0, until - time.monotonic())))
+        return self._wait_idle(self._busy_deadline(deadline))
+
+    def _written_since(self, files: Sequence[str], since: float) -> bool:
+        """Whether every one of ``files`` (home-relative) was modified at or after ``since`` (epoch seconds)."""
+        script = "; ".join(f"date -r {shlex.quote('/home/user/' + f)} +%s.%N" for f in files)
+        result = self.client.execute(script, shell=True, timeout=10)
+        try:
+            stamps = [float(line) for line in result.get("output", "").split()]
+        except ValueError:
+            return False
+        return len(stamps) == len(files) and min(stamps) >= since
 
     def evaluate(self) -> float:
         """Grade the task with OSWorld's getter and metric semantics (see :mod:`.grading`)."""
         task = self._require_task("evaluate")
-        if self.options.grader == "osworld":
+        if self.grader == "osworld":
             return self._osworld_session().evaluate()
         cache = task_path(self.state_dir / "cache", task.task_id)
+        return grading.evaluate(task, self.client, cache, self._actions, files=self.files)
+
+    def grade_locally(self) -> float:
+        """Grade the desktop as it is now with the built-in grader (:mod:`.grading`), whatever ``grader`` is.
+
+        For comparing the two graders on one end state (``benchmarks/parity.py``): call it after
+        :meth:`evaluate`, which has run the task's post-config.
+
+        Raises:
+            UnsupportedTaskError: the built-in grader lacks one of the task's getters or metrics.
+        """
+        task = self._require_task("grade_locally")
+        grading.check_evaluator(task)
+        cache = self._cache_dir(task)
         return grading.evaluate(task, self.client, cache, self._actions, files=self.files)
 
     def _require_task(self, call: str) -> Task:

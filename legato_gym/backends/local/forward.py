@@ -34,6 +34,12 @@ class _Handler(socketserver.BaseRequestHandler):
             logger.debug("forwarder: %s is not accepting connections: %s", self.server.socket_path, exc)
             upstream.close()
             return
+        if self.server.preamble:
+            try:
+                upstream.sendall(self.server.preamble)
+            except OSError:
+                upstream.close()
+                return
         back = threading.Thread(target=pump, args=(upstream, self.request), daemon=True)
         back.start()
         pump(self.request, upstream)
@@ -45,6 +51,7 @@ class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
     daemon_threads = True
     allow_reuse_address = True
     socket_path: Path
+    preamble: bytes
 
 
 class UnixForwarder:
@@ -57,11 +64,14 @@ class UnixForwarder:
         socket_path: the server's unix socket.
         host: address to listen on (loopback).
         port: port to listen on; 0 lets the kernel choose a free one (see :attr:`port`).
+        preamble: bytes written upstream before the connection's own (the port line the sandbox's
+            :mod:`.relay` reads to pick the app port a connection is for).
     """
 
-    def __init__(self, socket_path: Path, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, socket_path: Path, host: str = "127.0.0.1", port: int = 0, preamble: bytes = b"") -> None:
         self._server = _Server((host, port), _Handler)
         self._server.socket_path = socket_path
+        self._server.preamble = preamble
         self.host, self.port = self._server.server_address[:2]
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.2}, name="legato-forwarder", daemon=True

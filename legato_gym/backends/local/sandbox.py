@@ -19,8 +19,9 @@ Isolation, per sandbox (docs/backends.md says what this guarantees and what it d
   (the runtime folder is in ``/tmp``); the root, ``/dev`` and every bind
   are read-only. ``/home/user`` is filled from the home baseline (a tar) at every start, so nothing an
   episode wrote survives it;
-* the window manager (openbox, with no menu and no launcher or exit binding) runs inside, restarted if it
-  exits, so nothing the agent reaches on the screen starts a program outside or ends the desktop;
+* the window manager (openbox, with no menu and no exit binding; its one launcher, ctrl+alt+t, opens the
+  terminal inside, as GNOME does) runs inside, restarted if it exits, so nothing the agent reaches on the
+  screen starts a program outside or ends the desktop;
 * lifecycle: ``--die-with-parent`` (the kernel kills the sandbox when legato's process dies) and
   ``--new-session``; resetting kills the pid namespace's init, which takes every process inside with it.
 
@@ -47,6 +48,7 @@ import stat
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,7 +56,16 @@ from legato_gym.backends.local import apps
 from legato_gym.backends.local.limits import Limits, seccomp_filter, write_to_pipe
 from legato_gym.errors import ConfigError, DeadlineExceeded, DesktopCrashed, MissingDependencyError
 
-__all__ = ["SYSTEM_PATHS", "Sandbox", "SandboxSpec", "UidLease", "interpreter_paths", "joined_cgroup"]
+__all__ = [
+    "SYSTEM_PATHS",
+    "Sandbox",
+    "SandboxSpec",
+    "UidLease",
+    "atspi_installed",
+    "atspi_readable",
+    "interpreter_paths",
+    "joined_cgroup",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +87,8 @@ SERVER_FILE = Path(__file__).with_name("server.py")
 RELAY_FILE = Path(__file__).with_name("relay.py")
 #: Chrome's DevTools port inside the desktop (OSWorld's VM: Chrome on 1337, socat from 9222 to it).
 DEVTOOLS_PORT = 9222
+#: VLC's HTTP interface inside the desktop (OSWorld's VM: port 8080, password ``password``; see apps.py).
+VLC_HTTP_PORT = 8080
 #: The packages an action imports (pyautogui and what it imports), located in the interpreter's path.
 ACTION_MODULES = ("pyautogui", "pyscreeze", "pymsgbox", "pytweening", "mouseinfo", "pyperclip", "Xlib", "six", "PIL")
 _SOCKET_PATH_MAX = 107
@@ -84,6 +97,14 @@ _WM_MARKER = "/tmp/runtime-user/.legato-wm-ready"
 #: The session bus, where OSWorld's VM has it (tasks export this address before running ``gsettings``).
 SESSION_BUS_DIR = "/run/user/1000"
 SESSION_BUS = f"unix:path={SESSION_BUS_DIR}/bus"
+#: AT-SPI (Debian ``at-spi2-core``): the accessibility bus's launcher and the registry the apps join.
+ATSPI_LAUNCHER = "/usr/libexec/at-spi-bus-launcher"
+ATSPI_REGISTRY = "/usr/libexec/at-spi2-registryd"
+#: The interpreter the server reads AT-SPI with: the one Debian's ``python3-pyatspi`` and ``gi`` are built for.
+ATSPI_PYTHON = "/usr/bin/python3"
+#: Apps publish their accessibility trees, as on the VM's GNOME: GTK always does with its bridge; these turn
+#: it on for Chromium (with its ``--force-renderer-accessibility`` for the page), Gecko and Qt.
+ACCESSIBILITY_ON = {"ACCESSIBILITY_ENABLED": "1", "GNOME_ACCESSIBILITY": "1", "QT_LINUX_ACCESSIBILITY_ALWAYS_ON": "1"}
 
 _SUDO_SHIM = r"""#!/bin/sh
 # legato: the sandbox has no privileges to give, so `sudo CMD` runs CMD as the desktop's user (as OSWorld's
@@ -101,8 +122,9 @@ done
 exec "$@"
 """
 
-#: openbox's configuration inside the sandbox: no root menu, no key binding that runs a program, exits,
-#: restarts or reconfigures the window manager; window moves, focus and the window menu stay.
+#: openbox's configuration inside the sandbox: no root menu, no key binding that exits, restarts or
+#: reconfigures the window manager, and none that runs a program but the VM's own shortcuts (ctrl+alt+t opens
+#: the terminal, inside the sandbox: :func:`.apps.openbox_keybinds`); window moves, focus and the window menu stay.
 OPENBOX_RC = """<?xml version="1.0" encoding="UTF-8"?>
 <openbox_config xmlns="http://openbox.org/3.4/rc">
   <resistance><strength>10</strength><screen_edge_strength>20</screen_edge_strength></resistance>
@@ -115,7 +137,7 @@ OPENBOX_RC = """<?xml version="1.0" encoding="UTF-8"?>
     <keybind key="A-Tab"><action name="NextWindow"/></keybind>
     <keybind key="A-S-Tab"><action name="PreviousWindow"/></keybind>
     <keybind key="A-F4"><action name="Close"/></keybind>
-  </keyboard>
+{keybinds}  </keyboard>
   <mouse>
     <dragThreshold>1</dragThreshold>
     <doubleClickTime>500</doubleClickTime>
@@ -196,6 +218,11 @@ def interpreter_paths(python: str) -> tuple[str, ...]:
         entry = max((p for p in info["path"] if module_dir.startswith(p.rstrip("/") + "/")), key=len, default="")
         paths.add(os.path.realpath(entry or module_dir))
     return tuple(sorted(paths))
+
+
+def _flat(path: str) -> str:
+    """A system file's path as one file name (its copy in the desktop's state folder)."""
+    return path.strip("/").replace("/", "%")
 
 
 def _covered(path: str, roots: list[str]) -> bool:
@@ -290,6 +317,47 @@ def drop_to(uid: int | None, argv: list[str]) -> list[str]:
     ]
 
 
+def atspi_installed(which: Callable[[str], str | None] = shutil.which) -> bool:
+    """Whether AT-SPI's bus launcher and registry are installed, with the session bus they run on and
+    ``dbus-send`` (which starts them)."""
+    return all(Path(p).exists() for p in (ATSPI_LAUNCHER, ATSPI_REGISTRY)) and all(
+        which(tool) is not None for tool in ("dbus-daemon", "dbus-send")
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _imports_pyatspi(python: str) -> bool:
+    try:
+        probe = subprocess.run([python, "-I", "-c", "import pyatspi"], capture_output=True, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return probe.returncode == 0
+
+
+def atspi_readable(which: Callable[[str], str | None] = shutil.which) -> bool:
+    """Whether the desktop's server can read the accessibility tree: AT-SPI runs (:func:`atspi_installed`)
+    and :data:`ATSPI_PYTHON` imports pyatspi (Debian ``python3-pyatspi``; probed in a child process)."""
+    return atspi_installed(which) and _imports_pyatspi(ATSPI_PYTHON)
+
+
+def accessibility_bus() -> str:
+    """The entry's part that starts AT-SPI's accessibility bus, as GNOME's session does, before any app.
+
+    Asking the session bus for the accessibility bus's address starts ``at-spi-bus-launcher`` (D-Bus
+    activation) and its bus, and answers once that bus is up, so no app waits for it. The launcher also
+    publishes the address on the X root window (``AT_SPI_BUS``), which the X server keeps across a fast
+    reset: started first, it names this sandbox's bus there before any app or the server's reader looks.
+    Empty without AT-SPI (:func:`atspi_installed`).
+    """
+    if not atspi_installed():
+        return ""
+    ask = (
+        "dbus-send --session --print-reply=literal --reply-timeout=30000 --dest=org.a11y.Bus /org/a11y/bus "
+        "org.a11y.Bus.GetAddress"
+    )
+    return f"{ask} </dev/null >/dev/null 2>&1 4>&- || true; "
+
+
 def _listening(path: Path) -> socket.socket:
     """A unix socket listening at ``path`` (in a folder only the host reaches), to pass into the sandbox."""
     path.unlink(missing_ok=True)
@@ -346,7 +414,8 @@ class Sandbox:
 
     @property
     def devtools_path(self) -> Path:
-        """The host's socket relayed to Chrome's DevTools port inside (:data:`DEVTOOLS_PORT`, :mod:`.relay`)."""
+        """The host's socket relayed to the app ports inside: Chrome's DevTools port (:data:`DEVTOOLS_PORT`) and
+        VLC's HTTP interface (:data:`VLC_HTTP_PORT`); each connection names its port first (:mod:`.relay`)."""
         return self.control_dir / "devtools.sock"
 
     # ------------------------------------------------------------------ building
@@ -385,7 +454,13 @@ class Sandbox:
         (etc / "group").write_text(f"root:x:0:\nuser:x:{uid}:\n")
         openbox = self.state_dir / "openbox"
         openbox.mkdir(exist_ok=True)
-        (openbox / "rc.xml").write_text(OPENBOX_RC.replace("{applications}", apps.OPENBOX_APPLICATIONS))
+        rc = OPENBOX_RC.replace("{applications}", apps.OPENBOX_APPLICATIONS)
+        (openbox / "rc.xml").write_text(rc.replace("{keybinds}", apps.openbox_keybinds()))
+        system = self.state_dir / "system"  # system files shown changed inside (apps.system_files)
+        system.mkdir(exist_ok=True)
+        for inside, text in apps.system_files().items():
+            (system / _flat(inside)).write_text(text)
+            (system / _flat(inside)).chmod(0o755)
         (openbox / "menu.xml").write_text(OPENBOX_MENU)
 
     def _mounts(self) -> list[str]:
@@ -433,6 +508,10 @@ class Sandbox:
         argv += ["--ro-bind", str(self.state_dir / "openbox"), "/run/legato-openbox"]
         argv += ["--ro-bind", str(self.state_dir / "etc" / "passwd"), "/etc/passwd"]
         argv += ["--ro-bind", str(self.state_dir / "etc" / "group"), "/etc/group"]
+        for inside in apps.system_files():
+            changed = self.state_dir / "system" / _flat(inside)
+            if _covered(inside, bound) and changed.is_file():
+                argv += ["--ro-bind", str(changed), inside]
         if self.baseline.exists():
             argv += ["--ro-bind", str(self.baseline), "/run/legato-baseline.tar"]
         argv += ["--remount-ro", "/dev", "--remount-ro", "/"]
@@ -455,8 +534,8 @@ class Sandbox:
             "LANG": "C.UTF-8",
             "DISPLAY": f":{self.display_number}",
             "XDG_RUNTIME_DIR": "/tmp/runtime-user",
-            "NO_AT_BRIDGE": "1",
             "DBUS_SESSION_BUS_ADDRESS": SESSION_BUS,
+            **(ACCESSIBILITY_ON if atspi_installed() else {"NO_AT_BRIDGE": "1"}),
             **apps.environment(),
         }
         argv += ["--clearenv"]
@@ -479,9 +558,10 @@ class Sandbox:
             f"(while :; do {wm}; sleep 0.2; done) </dev/null >/dev/null 2>&1 4>&- & "
             "if [ -f /run/legato-baseline.tar ]; then tar -xf /run/legato-baseline.tar -C /home/user || exit 3; fi; "
             f"while [ ! -e {_WM_MARKER} ]; do sleep 0.005; done; "
-            f"python /run/legato-relay.py --fd 4 --port {DEVTOOLS_PORT} </dev/null 2>/dev/null & "
+            f"python /run/legato-relay.py --fd 4 --port {DEVTOOLS_PORT} --port {VLC_HTTP_PORT} "
+            "</dev/null 2>/dev/null & "
             "exec python /run/legato-server.py --listen fd:3 --fb /run/legato-fb "
-            f"--open-file-timeout {self.spec.open_file_timeout:g} 3<&0 </dev/null 4>&-"
+            f"--open-file-timeout {self.spec.open_file_timeout:g} --atspi-python {ATSPI_PYTHON} 3<&0 </dev/null 4>&-"
         )
         limits = self.spec.limits
         rlimits = ["prlimit", f"--nproc={limits.max_processes}", f"--data={limits.memory_bytes}", "--"]
@@ -495,13 +575,16 @@ class Sandbox:
     @staticmethod
     def _session_bus() -> str:
         """The entry's part that starts the session bus (dconf, so that ``gsettings`` keeps what it sets, and
-        other services start on it on demand) and waits for its socket; nothing without ``dbus-daemon``."""
+        other services start on it on demand) and waits for its socket; nothing without ``dbus-daemon``.
+
+        With AT-SPI installed it then starts the accessibility bus (:func:`accessibility_bus`)."""
         if shutil.which("dbus-daemon") is None:
             return ""
         bus = f"{SESSION_BUS_DIR}/bus"
         return (
             f"dbus-daemon --session --address={SESSION_BUS} --nofork --nopidfile </dev/null >/dev/null 2>&1 4>&- & "
             f"while [ ! -S {bus} ]; do sleep 0.005; done; "
+            f"{accessibility_bus()}"
         )
 
     # ------------------------------------------------------------------ lifecycle

@@ -9,9 +9,15 @@ the VM), so OSWorld's controllers and getters can talk to it. Differences, all d
 * ``/screenshot`` reads the X server's framebuffer file (``Xvfb -fbdir``) instead of ``pyautogui``, so it
   needs no third-party package; unlike OSWorld's, the image has no mouse cursor pasted in;
 * ``/run_bash_script`` does not have OSWorld's undefined ``_append_event`` bug (it answers 200, not 500);
-* ``/accessibility`` answers 500 "Currently not implemented for platform ..." (no AT-SPI here) and
-  ``/terminal`` answers ``{"output": null, "status": "success"}`` (no focused gnome-terminal), which is
-  what OSWorld's server answers on a desktop without one;
+* ``/accessibility`` and ``/terminal`` read AT-SPI in a helper process run by the system's interpreter
+  (``--atspi-python``, ``/usr/bin/python3``: Debian's ``python3-pyatspi`` and ``gi`` are built for it,
+  not for the desktop's venv), so the server itself imports neither. The tree has OSWorld's XML format
+  (:func:`atspi_tree`), with these differences: the applications come in the registry's order (OSWorld
+  walks them in threads and appends them as they finish); a node whose reading fails is left out, not
+  its later siblings with it; characters XML cannot hold and attribute names that are not XML names are
+  dropped (OSWorld's lxml would refuse the node); Chromium's application node is named ``Google Chrome``,
+  as the VM's Chrome is (Chromium answers to ``google-chrome`` here, and desktop-env's getters look for
+  that name). Without AT-SPI ``/accessibility`` answers 500 and ``/terminal`` ``{"output": null}``;
 * routes OSWorld serves that need GNOME or network (wallpaper, download_file, recording) answer as
   OSWorld's do when their tool is missing;
 * one route of legato's own, ``POST /legato/action``, runs an agent action (pyautogui code) in a fresh
@@ -36,6 +42,7 @@ import json
 import logging
 import os
 import platform
+import re
 import select
 import shlex
 import shutil
@@ -52,6 +59,7 @@ import traceback
 import types
 import uuid
 import zlib
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -300,6 +308,19 @@ def _read_output(fd: int, streams: dict[int, bytearray], open_fds: list[int]) ->
         streams[fd] += chunk[: ACTION_OUTPUT_LIMIT - len(streams[fd])]
 
 
+#: Read ends of action output pipes still held open by processes an action left running (``Popen`` of an app,
+#: ``cmd &``). They are read and the data thrown away until those processes close them: closing the pipe
+#: instead would kill them with SIGPIPE at their next line of output.
+_LEFTOVERS: list[int] = []
+
+
+def _drain_leftovers(ready: list[int]) -> None:
+    for fd in ready:
+        if fd in _LEFTOVERS and not os.read(fd, 65536):
+            _LEFTOVERS.remove(fd)
+            os.close(fd)
+
+
 def _run_action(source: str, timeout: float) -> dict[str, Any]:
     """Fork a child of this (warm) process to run ``source``; its status and output, killed at the deadline."""
     out_r, out_w = os.pipe()
@@ -327,8 +348,11 @@ def _run_action(source: str, timeout: float) -> dict[str, Any]:
                 _kill_action(pid, before)
                 status = os.waitpid(pid, 0)[1]
                 break
-            ready, _, _ = select.select([*open_fds, pidfd], [], [], remaining)
+            ready, _, _ = select.select([*open_fds, pidfd, *_LEFTOVERS], [], [], remaining)
+            _drain_leftovers(ready)
             for fd in ready:
+                if fd in _LEFTOVERS:
+                    continue
                 if fd == pidfd:
                     status = os.waitpid(pid, 0)[1]
                     continue
@@ -342,8 +366,12 @@ def _run_action(source: str, timeout: float) -> dict[str, Any]:
             for fd in ready:
                 _read_output(fd, streams, open_fds)
     finally:
-        for fd in (out_r, err_r, pidfd):
-            os.close(fd)
+        os.close(pidfd)
+        for fd in (out_r, err_r):
+            if fd in open_fds and not timed_out:  # still held by a process the action left running
+                _LEFTOVERS.append(fd)
+            else:
+                os.close(fd)
     return {
         "returncode": os.waitstatus_to_exitcode(status),
         "output": streams[out_r].decode(errors="replace"),
@@ -361,6 +389,10 @@ class _Lines:
 
     def send(self, message: dict[str, Any]) -> None:
         self.sock.sendall(json.dumps(message).encode() + b"\n")
+
+    def has_line(self) -> bool:
+        """Whether a whole object is already read and waiting."""
+        return b"\n" in self._buffer
 
     def receive(self, timeout: float | None) -> dict[str, Any] | None:
         """The next object; ``None`` when the peer closed; ``TimeoutError`` after ``timeout`` seconds."""
@@ -385,7 +417,14 @@ def fork_server(control_fd: int) -> None:
     _become_subreaper()
     control = _Lines(socket.socket(fileno=control_fd))
     control.send({"ready": True, "warm_error": _warm_up()})
-    while (request := control.receive(None)) is not None:
+    while True:
+        while _LEFTOVERS and not control.has_line():  # drain what apps left running write, between actions
+            ready, _, _ = select.select([control_fd, *_LEFTOVERS], [], [])
+            _drain_leftovers(ready)
+            if control_fd in ready:
+                break
+        if (request := control.receive(None)) is None:
+            break
         _reap_orphans()
         control.send(_run_action(str(request["code"]), float(request["timeout"])))
 
@@ -461,6 +500,256 @@ class ActionRunner:
                 raise
 
 
+# -------------------------------------------------------------------------------------------- AT-SPI
+
+#: The interpreter that reads AT-SPI: the one Debian's ``python3-pyatspi`` and ``python3-gi`` are built for.
+ATSPI_PYTHON = "/usr/bin/python3"
+ATSPI_TIMEOUT = 120.0
+#: The helper's exit status when it cannot import pyatspi (the desktop has no AT-SPI to read).
+ATSPI_UNAVAILABLE = 3
+#: OSWorld's namespaces for the Ubuntu accessibility tree (``_accessibility_ns_map["ubuntu"]``).
+ATSPI_NS = {
+    "st": "https://accessibility.ubuntu.example.org/ns/state",
+    "attr": "https://accessibility.ubuntu.example.org/ns/attributes",
+    "cp": "https://accessibility.ubuntu.example.org/ns/component",
+    "doc": "https://accessibility.ubuntu.example.org/ns/document",
+    "docattr": "https://accessibility.ubuntu.example.org/ns/document/attributes",
+    "txt": "https://accessibility.ubuntu.example.org/ns/text",
+    "val": "https://accessibility.ubuntu.example.org/ns/value",
+    "act": "https://accessibility.ubuntu.example.org/ns/action",
+}
+#: OSWorld's bounds: children below this depth are not read, nor a node's children past this many.
+ATSPI_MAX_DEPTH = 50
+ATSPI_MAX_WIDTH = 1024
+#: Calc's sheet: a table of every cell; only those on screen are read, looking this far for the first one.
+_CALC_SEARCH = 500
+_CALC_MAX_ROWS = 1_048_576
+_CALC_COLUMNS = 16384  # LibreOffice 7.4 and later (1024 before)
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_XML_NAME = re.compile(r"[A-Za-z_][\w.\-]*\Z")
+_TEXT_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "\r": "&#13;"}
+_ATTR_ESCAPES = {**_TEXT_ESCAPES, '"': "&quot;", "\n": "&#10;", "\t": "&#9;"}
+#: Applications renamed in the tree to the VM's: Chromium stands in for Google Chrome.
+_APP_NAMES = {"Chromium": "Google Chrome"}
+
+
+class _AtspiUnavailable(RuntimeError):
+    """The desktop has no AT-SPI to read (no pyatspi for the helper's interpreter)."""
+
+
+class _AtspiFailed(RuntimeError):
+    """The AT-SPI helper failed or timed out."""
+
+
+def _xml_text(value: str, escapes: dict[str, str]) -> str:
+    value = _NOT_XML.sub("", value)
+    return "".join(escapes.get(ch, ch) for ch in value) if any(ch in escapes for ch in value) else value
+
+
+class XmlNode:
+    """One element of the accessibility tree: its tag (the role), attributes in order, text and children."""
+
+    def __init__(self, tag: str, attributes: list[tuple[str, str]], text: str = "") -> None:
+        self.tag = tag
+        self.attributes = attributes
+        self.text = text
+        self.children: list[XmlNode] = []
+
+    def get(self, name: str) -> str | None:
+        """The value of attribute ``name`` (``prefix:local`` for a namespaced one)."""
+        return next((value for key, value in self.attributes if key == name), None)
+
+    def iter(self) -> Iterator[XmlNode]:
+        """This node and every node below it, in document order."""
+        yield self
+        for child in self.children:
+            yield from child.iter()
+
+    def serialize(self, out: list[str], root: bool = False) -> None:
+        """Append this element's XML to ``out`` (the root declares OSWorld's namespaces, as lxml's does)."""
+        out.append("<" + self.tag)
+        if root:
+            out.extend(f' xmlns:{prefix}="{uri}"' for prefix, uri in ATSPI_NS.items())
+        out.extend(f' {key}="{_xml_text(value, _ATTR_ESCAPES)}"' for key, value in self.attributes)
+        if not self.text and not self.children:
+            out.append("/>")
+            return
+        out.append(">" + _xml_text(self.text, _TEXT_ESCAPES))
+        for child in self.children:
+            child.serialize(out)
+        out.append(f"</{self.tag}>")
+
+    def tostring(self) -> str:
+        out: list[str] = []
+        self.serialize(out, root=True)
+        return "".join(out)
+
+
+def _optional(read: Callable[[], Any]) -> Any:
+    """``read()``, or ``None`` when the node does not implement that AT-SPI interface."""
+    try:
+        return read()
+    except NotImplementedError:
+        return None
+
+
+def _atspi_node(pyatspi: Any, node: Any, depth: int, flag: str | None) -> XmlNode:
+    """One accessible object and what is below it, with OSWorld's names for its states and interfaces.
+
+    Attributes, in OSWorld's order: ``name``; ``st:STATE="true"`` per state; ``attr:NAME`` per object
+    attribute; ``cp:screencoord`` and ``cp:size`` when visible and showing; ``image`` and ``selection``
+    (``"true"``) for those interfaces; ``val:value|min|max|step``; ``act:ACTION_desc`` and ``act:ACTION_kb``.
+    The text (``\ufffc``/``\ufffd`` removed) is the element's text; the role, spaces as ``-``, its tag.
+    """
+    attributes: list[tuple[str, str]] = [("name", str(node.name or ""))]
+    states = set()
+    for state in node.getState().get_states():
+        name = str(pyatspi.StateType._enum_lookup[state]).split("_", 1)[1].lower()
+        if name:
+            states.add(name)
+            attributes.append((f"st:{name}", "true"))
+    for key, value in (node.get_attributes() or {}).items():
+        if key and _XML_NAME.match(key):
+            attributes.append((f"attr:{key}", str(value)))
+    if "visible" in states and "showing" in states:
+        component = _optional(node.queryComponent)
+        if component is not None:
+            box = tuple(component.getExtents(pyatspi.XY_SCREEN))
+            attributes += [("cp:screencoord", str(box[0:2])), ("cp:size", str(box[2:]))]
+    text = ""
+    reader = _optional(node.queryText)
+    if reader is not None:
+        text = str(reader.getText(0, reader.characterCount)).replace("\ufffc", "").replace("\ufffd", "")
+    if _optional(node.queryImage) is not None:
+        attributes.append(("image", "true"))
+    if _optional(node.querySelection) is not None:
+        attributes.append(("selection", "true"))
+    value = _optional(node.queryValue)
+    if value is not None:
+        for key, field in (("value", "currentValue"), ("min", "minimumValue"), ("max", "maximumValue")):
+            with contextlib.suppress(Exception):
+                attributes.append((f"val:{key}", str(getattr(value, field))))
+        with contextlib.suppress(Exception):
+            attributes.append(("val:step", str(value.minimumIncrement)))
+    action = _optional(node.queryAction)
+    if action is not None:
+        for i in range(action.nActions):
+            name = str(action.getName(i)).replace(" ", "-")
+            if _XML_NAME.match(name + "_kb"):
+                attributes.append((f"act:{name}_desc", str(action.getDescription(i))))
+                attributes.append((f"act:{name}_kb", str(action.getKeyBinding(i))))
+    role = str(node.getRoleName()).strip()
+    if not flag and role == "document spreadsheet":
+        flag = "calc"
+    elif not flag and role == "application" and node.name == "Thunderbird":
+        flag = "thunderbird"
+    tag = (role or "unknown").replace(" ", "-")
+    element = XmlNode(tag if _XML_NAME.match(tag) else "unknown", attributes, text)
+    if depth >= ATSPI_MAX_DEPTH:
+        return element
+    children = _calc_cells(pyatspi, node) if flag == "calc" and tag == "table" else _children(node)
+    try:
+        for child in children:
+            with contextlib.suppress(Exception):  # a child gone or unreadable: leave it out
+                element.children.append(_atspi_node(pyatspi, child, depth + 1, flag))
+    except Exception:  # the node's children cannot be listed any further: keep those read
+        logger.debug("stopped reading the children of a %s", tag, exc_info=True)
+    return element
+
+
+def _children(node: Any) -> Iterator[Any]:
+    for i in range(min(int(node.childCount), ATSPI_MAX_WIDTH)):
+        child = node.getChildAtIndex(i)
+        if child is not None:
+            yield child
+
+
+def _calc_cells(pyatspi: Any, table: Any) -> Iterator[Any]:
+    """The cells of a Calc sheet that are on screen, row by row, as OSWorld reads them.
+
+    The sheet exposes every cell (a million rows), so the walk looks for the first showing cell within the
+    first :data:`_CALC_SEARCH` rows and columns, then reads each row from that column until a cell is not
+    showing, and stops at the first row whose first column is not showing.
+    """
+    columns = _optional(lambda: int(table.queryTable().nColumns)) or _CALC_COLUMNS
+    first: int | None = None
+    for row in range(_CALC_MAX_ROWS):
+        found = False
+        for column in range(first or 0, columns):
+            cell = table.getChildAtIndex(row * columns + column)
+            if cell is not None and cell.getState().contains(pyatspi.STATE_SHOWING):
+                found = True
+                first = column if first is None else first
+                yield cell
+            elif first is not None or column >= _CALC_SEARCH:
+                break
+        if (first is not None and not found) or (first is None and row >= _CALC_SEARCH):
+            return
+
+
+def _applications(pyatspi: Any) -> Iterator[Any]:
+    desktop = pyatspi.Registry.getDesktop(0)
+    for i in range(int(desktop.childCount)):
+        app = desktop.getChildAtIndex(i)
+        if app is not None:
+            yield app
+
+
+def _application_node(pyatspi: Any, app: Any) -> XmlNode | None:
+    try:
+        element = _atspi_node(pyatspi, app, 1, None)
+    except Exception:  # the application quit while it was read
+        logger.debug("skipped an application that could not be read", exc_info=True)
+        return None
+    if element.tag == "application" and element.get("name") in _APP_NAMES:
+        element.attributes[0] = ("name", _APP_NAMES[str(element.get("name"))])
+    return element
+
+
+def atspi_tree(pyatspi: Any) -> str:
+    """The desktop's accessibility tree as OSWorld's server gives it on Linux: a ``desktop-frame`` root with
+    one element per application (see :func:`_atspi_node` for the elements)."""
+    root = XmlNode("desktop-frame", [])
+    for app in _applications(pyatspi):
+        element = _application_node(pyatspi, app)
+        if element is not None:
+            root.children.append(element)
+    return root.tostring()
+
+
+def atspi_terminal(pyatspi: Any) -> str | None:
+    """The text of gnome-terminal's focused terminal in its active window, right-stripped, as OSWorld's
+    ``/terminal`` (``//application[@name="gnome-terminal-server"]/frame[@st:active="true"]
+    //terminal[@st:focused="true"]``, exactly one); ``None`` when there is none, or more than one."""
+    found: list[XmlNode] = []
+    for app in _applications(pyatspi):
+        if app.name != "gnome-terminal-server" or app.getRoleName() != "application":
+            continue
+        element = _application_node(pyatspi, app)
+        for frame in element.children if element is not None else []:
+            if frame.tag == "frame" and frame.get("st:active") == "true":
+                found += [n for n in frame.iter() if n.tag == "terminal" and n.get("st:focused") == "true"]
+    return found[0].text.rstrip() if len(found) == 1 else None
+
+
+def atspi_main(what: str) -> int:
+    """The AT-SPI helper (``server.py --atspi tree|terminal``): prints its answer as one JSON object."""
+    try:
+        pyatspi = importlib.import_module("pyatspi")
+    except Exception as exc:  # ImportError, or gi failing to load its typelibs
+        sys.stderr.write(f"cannot import pyatspi under {sys.executable}: {exc} (apt-get install python3-pyatspi)\n")
+        return ATSPI_UNAVAILABLE
+    if what == "tree":
+        answer: dict[str, Any] = {"AT": atspi_tree(pyatspi)}
+    elif what == "terminal":
+        answer = {"output": atspi_terminal(pyatspi)}
+    else:
+        sys.stderr.write(f"--atspi {what!r}: give tree or terminal\n")
+        return 2
+    sys.stdout.write(json.dumps(answer))
+    return 0
+
+
 # ------------------------------------------------------------------------------------------- handlers
 
 
@@ -489,15 +778,26 @@ def _wmctrl(*args: str) -> subprocess.CompletedProcess[str]:
 class Handlers:
     """One method per OSWorld route; each returns ``(status, content type, body, extra headers)``."""
 
-    def __init__(self, fb: Framebuffer | None, open_file_timeout: float, runner: ActionRunner | None = None) -> None:
+    def __init__(
+        self,
+        fb: Framebuffer | None,
+        open_file_timeout: float,
+        runner: ActionRunner | None = None,
+        atspi_python: str = ATSPI_PYTHON,
+        atspi_timeout: float = ATSPI_TIMEOUT,
+    ) -> None:
         self.fb = fb
         self.open_file_timeout = open_file_timeout
         self.runner = runner
+        self.atspi_python = atspi_python
+        self.atspi_timeout = atspi_timeout
         self._children: list[subprocess.Popen[bytes]] = []
         self._lock = threading.Lock()
 
     def _spawn(self, command: list[str] | str, shell: bool) -> None:
-        proc = subprocess.Popen(command, shell=shell)
+        # not this server's stderr: nobody reads it while the desktop runs, and an app that fills it (LibreOffice
+        # warns on stderr for every AT-SPI read of its menus) would block on its next write
+        proc = subprocess.Popen(command, shell=shell, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         with self._lock:
             self._children = [p for p in self._children if p.poll() is None]
             self._children.append(proc)
@@ -700,10 +1000,46 @@ class Handlers:
         return _text(platform.system())
 
     def accessibility(self, data: dict[str, Any]) -> Response:
-        return _text(f"Currently not implemented for platform {platform.platform()}.", 500)
+        """OSWorld's ``{"AT": xml}``: the AT-SPI tree of every application on the desktop (:func:`atspi_tree`)."""
+        try:
+            reply = self._atspi("tree")
+        except _AtspiUnavailable as exc:
+            return _text(f"Currently not implemented for platform {platform.platform()}: {exc}", 500)
+        except _AtspiFailed as exc:
+            return _json({"status": "error", "message": str(exc)}, 500)
+        return _json({"AT": reply["AT"]})
 
     def terminal(self, data: dict[str, Any]) -> Response:
-        return _json({"output": None, "status": "success"})
+        """The text of the focused gnome-terminal tab in the active window, as OSWorld's (:func:`atspi_terminal`)."""
+        try:
+            reply = self._atspi("terminal")
+        except _AtspiUnavailable:
+            return _json({"output": None, "status": "success"})  # no AT-SPI: no terminal can be read
+        except _AtspiFailed as exc:
+            return _json({"status": "error", "message": str(exc)}, 500)
+        return _json({"output": reply["output"], "status": "success"})
+
+    def _atspi(self, what: str) -> dict[str, Any]:
+        """Run the AT-SPI helper (``server.py --atspi WHAT`` under :attr:`atspi_python`); its JSON answer."""
+        python = self.atspi_python
+        if not os.path.exists(python):
+            raise _AtspiUnavailable(f"no {python} to read AT-SPI with (apt-get install python3-pyatspi at-spi2-core)")
+        try:
+            proc = subprocess.run(
+                [python, "-I", os.path.abspath(__file__), "--atspi", what],
+                capture_output=True, text=True, timeout=self.atspi_timeout, check=False,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired as exc:
+            raise _AtspiFailed(f"reading the accessibility tree took more than {self.atspi_timeout:g} s") from exc
+        if proc.returncode == ATSPI_UNAVAILABLE:
+            raise _AtspiUnavailable(proc.stderr.strip()[-500:])
+        try:
+            reply = json.loads(proc.stdout)
+        except ValueError:
+            reply = None
+        if proc.returncode != 0 or not isinstance(reply, dict):
+            raise _AtspiFailed(f"the AT-SPI helper failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
+        return reply
 
     def desktop_path(self, data: dict[str, Any]) -> Response:
         path = os.path.join(str(Path.home()), "Desktop")
@@ -935,12 +1271,15 @@ class TCPHTTPServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
     allow_reuse_address = True
 
 
-def serve(listen: str, fb_path: str | None, open_file_timeout: float = OPEN_FILE_TIMEOUT) -> None:
+def serve(
+    listen: str, fb_path: str | None, open_file_timeout: float = OPEN_FILE_TIMEOUT, atspi_python: str = ATSPI_PYTHON
+) -> None:
     """Serve forever on ``unix:PATH`` or ``tcp:HOST:PORT``."""
     fb = Framebuffer(fb_path) if fb_path else None
     runner = ActionRunner()
     runner.start()  # warms up while the host runs the task's setup
-    handler = type("BoundHandler", (RequestHandler,), {"handlers": Handlers(fb, open_file_timeout, runner)})
+    handlers = Handlers(fb, open_file_timeout, runner, atspi_python)
+    handler = type("BoundHandler", (RequestHandler,), {"handlers": handlers})
     server: socketserver.BaseServer
     kind, _, address = listen.partition(":")
     if kind == "unix":
@@ -966,13 +1305,16 @@ def main(argv: list[str] | None = None) -> None:
     if argv is None and sys.argv[1:2] == ["--fork-server"]:
         fork_server(int(sys.argv[2]))  # started by ActionRunner, never by hand
         return
+    if argv is None and sys.argv[1:2] == ["--atspi"] and len(sys.argv) == 3:
+        sys.exit(atspi_main(sys.argv[2]))  # run by Handlers._atspi under the system's interpreter
     parser.add_argument("--listen", required=True, help="unix:PATH, fd:N (listening unix socket) or tcp:HOST:PORT")
     parser.add_argument("--fb", help="Xvfb -fbdir framebuffer file (XWD) of this display")
     parser.add_argument("--open-file-timeout", type=float, default=OPEN_FILE_TIMEOUT)
+    parser.add_argument("--atspi-python", default=ATSPI_PYTHON, help="interpreter with pyatspi (AT-SPI reads)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     socket.setdefaulttimeout(None)
-    serve(args.listen, args.fb, args.open_file_timeout)
+    serve(args.listen, args.fb, args.open_file_timeout, args.atspi_python)
 
 
 if __name__ == "__main__":

@@ -194,7 +194,7 @@ class SetupRunner:
         if response.status_code != 200:
             raise SetupError(f"could not open {path!r}: {response.status_code} {response.text[:200]}")
         self.opened += 1
-        self.titles.append(Path(path).name)
+        self.titles.append(apps.open_title(path))  # the file's name, GIMP's [name], VLC's title
 
     def _activate_window(self, window_name: str, strict: bool = False, by_class: bool = False) -> None:
         self._ready()

@@ -1,0 +1,269 @@
+"""OSWorld's real apps on local desktops, side by side with their baselines in one run.
+
+* reset: fast reset against a whole desktop restart, for a Calc task (an ``.xlsx`` opened) and a Chrome
+  task (``google-chrome`` with its DevTools port, as OSWorld's Chrome tasks start it), interleaved;
+* rollout: whole attempts of OSWorld's LibreOffice Impress task 2cd43775 (AutoRecovery every 3 minutes,
+  no file download) with its scripted solution, graded by desktop-env, through legato's loop (fast reset,
+  ready signals, grading when the apps have written their settings) against OSWorld's stock loop (desktop
+  restarted per task, 60 s after reset, 2 s after each action, 20 s before grading), at an instant policy
+  and a 2 s policy, interleaved;
+* memory: the PSS of one desktop with each app open, and how many such desktops fit in the memory left.
+
+Run: ``python benchmarks/local_apps.py [--resets 5] [--attempts 2] [--only reset|rollout|memory]``. Prints
+markdown. It grades with desktop-env, so it re-runs itself under desktop-env's interpreter (made by
+``legato osworld setup``) when the current one lacks it. Needs the local backend's Debian packages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+IMPRESS_TASK = "2cd43775-7085-45d8-89fa-9e35c0a915cf"
+SCREEN = (1920, 1080)
+
+
+def _reexec_under_desktop_env() -> None:
+    """Run this script again in desktop-env's interpreter, with the project importable."""
+    from legato_gym.backends.osworld.venv import default_venv, venv_python
+
+    python = venv_python(default_venv())
+    if not python.exists():
+        raise SystemExit(f"desktop-env's interpreter {python} does not exist: run `legato osworld setup` first")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONNOUSERSITE="1")
+    os.execve(str(python), [str(python), *sys.argv], env)
+
+
+if importlib.util.find_spec("desktop_env") is None:
+    sys.path.insert(0, str(ROOT))
+    _reexec_under_desktop_env()
+
+from benchmarks.local_desktop import pss_kib, stats  # noqa: E402
+from legato_gym import DesktopConfig, Task, Timeouts  # noqa: E402
+from legato_gym.backends.local import LocalDesktop  # noqa: E402
+from legato_gym.backends.local.solutions import osworld_solution  # noqa: E402
+from legato_gym.tasks import load_osworld_task  # noqa: E402
+
+
+def _config(**overrides: Any) -> DesktopConfig:
+    options = {"grader": "osworld", **overrides.pop("options", {})}
+    return DesktopConfig(
+        screen=SCREEN, python=sys.executable, timeouts=Timeouts(reset=180, ready=60), options=options, **overrides
+    )
+
+
+def _xlsx(folder: Path) -> Path:
+    """A small spreadsheet, converted from CSV by the host's LibreOffice (no Python writer needed)."""
+    source = folder / "numbers.csv"
+    source.write_text("n\n1\n2\n3\n")
+    profile = f"-env:UserInstallation={(folder / 'profile').as_uri()}"
+    subprocess.run(
+        ["soffice", profile, "--headless", "--convert-to", "xlsx", "--outdir", str(folder), str(source)],
+        check=True,
+        capture_output=True,
+        timeout=180,
+    )
+    return folder / "numbers.xlsx"
+
+
+def _probe(task_id: str, steps: list[dict[str, Any]]) -> Task:
+    config = {"id": task_id, "instruction": "Look at the screen.", "config": steps, "evaluator": {"func": "infeasible"}}
+    return Task(task_id, "Look at the screen.", config)
+
+
+def reset_tasks(folder: Path) -> dict[str, Task]:
+    """The two reset tasks: Calc with a document, Chrome as OSWorld's Chrome tasks start it."""
+    upload = {"local_path": str(_xlsx(folder)), "path": "/home/user/Desktop/numbers.xlsx"}
+    calc = _probe(
+        "bench-calc-open",
+        [
+            {"type": "upload_file", "parameters": {"files": [upload]}},
+            {"type": "open", "parameters": {"path": "/home/user/Desktop/numbers.xlsx"}},
+        ],
+    )
+    chrome = _probe(
+        "bench-chrome-open",
+        [
+            {"type": "launch", "parameters": {"command": ["google-chrome", "--remote-debugging-port=1337"]}},
+            {"type": "launch", "parameters": {"command": ["socat", "tcp-listen:9222,fork", "tcp:localhost:1337"]}},
+        ],
+    )
+    return {"Calc (an .xlsx opened)": calc, "Chrome (DevTools port, socat)": chrome}
+
+
+def bench_reset(task: Task, resets: int) -> tuple[list[float], list[float]]:
+    """reset + wait_after_reset of a fast-reset desktop and of one restarted every time, in turns."""
+    times: tuple[list[float], list[float]] = ([], [])
+    with LocalDesktop(_config(fast_reset=True)) as fast, LocalDesktop(_config(fast_reset=False)) as full:
+        for _ in range(resets):
+            for desktop, bucket in ((fast, times[0]), (full, times[1])):
+                start = time.monotonic()
+                desktop.reset(task)
+                waited = desktop.wait_after_reset()
+                bucket.append(time.monotonic() - start)
+                if not waited.ready:
+                    print(f"<!-- {task.task_id}: not ready within the deadline -->")
+                desktop.act("pyautogui.typewrite('dirty')")  # a used desktop for the next reset
+    return times
+
+
+#: The two loops of the rollout benchmark: legato's, and OSWorld's stock loop on the same desktops.
+LOOPS: dict[str, dict[str, Any]] = {
+    "legato": {"fast_reset": True, "ready_signal": True},
+    # fast_reset off: the desktop restarts per task; no ready signal: 30x fixed_wait (60 s) after reset, the
+    # fixed wait after each action, 10x (20 s) before grading: OSWorld's lib_run_single.py
+    "OSWorld stock loop": {"fast_reset": False, "ready_signal": False, "fixed_wait": 2.0},
+}
+
+
+def _attempt(desktop: LocalDesktop, task: Task, actions: Sequence[str], think_s: float) -> tuple[float, float]:
+    """One attempt: reset, one policy call (``think_s``) before each action, grading. (seconds, reward)."""
+    start = time.monotonic()
+    desktop.reset(task)
+    desktop.wait_after_reset()
+    desktop.observe()
+    for action in actions:
+        if think_s:
+            time.sleep(think_s)  # the policy's latency, the same in both loops
+        desktop.act(action)
+        desktop.observe()
+    desktop.wait_before_eval()
+    reward = desktop.evaluate()
+    return time.monotonic() - start, reward
+
+
+def bench_rollout(
+    osworld: str, attempts: int, thinks: Sequence[float]
+) -> dict[tuple[str, float], tuple[list[float], list[float]]]:
+    """Whole attempts of the Impress task in both loops, in turns; (seconds, rewards) per (loop, think)."""
+    task = load_osworld_task("libreoffice_impress", IMPRESS_TASK, osworld_path=osworld)
+    actions = [a for a in osworld_solution(IMPRESS_TASK) if a != "DONE"]
+    results: dict[tuple[str, float], tuple[list[float], list[float]]] = {}
+    desktops = {name: LocalDesktop(_config(**overrides)) for name, overrides in LOOPS.items()}
+    try:
+        for think in thinks:
+            for _ in range(attempts):
+                for name, desktop in desktops.items():
+                    seconds, reward = _attempt(desktop, task, actions, think)
+                    bucket = results.setdefault((name, think), ([], []))
+                    bucket[0].append(seconds)
+                    bucket[1].append(reward)
+    finally:
+        for desktop in desktops.values():
+            desktop.close()
+    return results
+
+
+#: One task per app for the memory table: the setup step that opens it.
+def memory_tasks(xlsx: Path) -> dict[str, list[dict[str, Any]]]:
+    upload = {"type": "upload_file", "parameters": {"files": [{"local_path": str(xlsx), "path": "/home/user/a.xlsx"}]}}
+    launch: Callable[[list[str]], list[dict[str, Any]]] = lambda argv: [  # noqa: E731
+        {"type": "launch", "parameters": {"command": argv}}
+    ]
+    return {
+        "no app (terminal only)": launch(["xterm"]),
+        "Calc with an .xlsx": [upload, {"type": "open", "parameters": {"path": "/home/user/a.xlsx"}}],
+        "Writer": launch(["libreoffice", "--writer"]),
+        "Impress": launch(["libreoffice", "--impress"]),
+        "Chrome": launch(["google-chrome", "--remote-debugging-port=1337"]),
+        "GIMP": launch(["gimp"]),
+        "VLC": launch(["vlc"]),
+        "Thunderbird": launch(["thunderbird"]),
+        "VS Code (code-server)": launch(["code"]),
+    }
+
+
+def bench_memory(xlsx: Path, apps: Sequence[str] | None) -> dict[str, tuple[int, float, bool]]:
+    """PSS (KiB) of one desktop with each app open, its reset time, and whether its ready signal held."""
+    out = {}
+    with LocalDesktop(_config()) as desktop:
+        for name, steps in memory_tasks(xlsx).items():
+            if apps and name not in apps:
+                continue
+            task = _probe("bench-memory", steps)
+            try:
+                desktop.check_task(task)
+            except Exception as error:  # an app this machine does not have: say so, measure the rest
+                print(f"<!-- {name}: skipped ({error}) -->")
+                continue
+            start = time.monotonic()
+            desktop.reset(task)
+            ready = desktop.wait_after_reset().ready
+            seconds = time.monotonic() - start
+            desktop._wait_idle(time.monotonic() + 30)
+            out[name] = (pss_kib(desktop.pids), seconds, ready)
+    return out
+
+
+def _mem_available_kib() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--resets", type=int, default=5)
+    parser.add_argument("--attempts", type=int, default=2, help="attempts per loop and policy latency")
+    parser.add_argument("--only", choices=["reset", "rollout", "memory"])
+    parser.add_argument(
+        "--osworld",
+        default=os.environ.get("LEGATO_OSWORLD") or str(ROOT.parent / "shared" / "osworld"),
+        help="OSWorld checkout holding evaluation_examples/ (default: $LEGATO_OSWORLD, else ../shared/osworld)",
+    )
+    args = parser.parse_args()
+    print("## Real apps on local desktops (benchmarks/local_apps.py)\n")
+    print(f"Machine: {os.cpu_count()} cores, screen {SCREEN[0]}x{SCREEN[1]}, grader desktop-env.\n")
+    with tempfile.TemporaryDirectory(prefix="legato-bench-") as tmp:
+        folder = Path(tmp)
+        if args.only in (None, "reset"):
+            print("| reset + ready signal | fast reset | desktop restarted | fast / restarted (medians) |")
+            print("|---|---|---|---|")
+            for name, task in reset_tasks(folder).items():
+                fast, full = bench_reset(task, args.resets)
+                print(
+                    f"| {name}, {args.resets}x | {stats(fast)} | {stats(full)} | {_median(fast) / _median(full):.2f}x |"
+                )
+            print()
+        if args.only in (None, "rollout"):
+            results = bench_rollout(args.osworld, args.attempts, (0.0, 2.0))
+            print(f"Whole attempts of libreoffice_impress/{IMPRESS_TASK}, scripted solution, {args.attempts}x:\n")
+            print("| policy latency | legato loop | OSWorld stock loop | speed-up | rewards (legato / stock) |")
+            print("|---|---|---|---|---|")
+            for think in (0.0, 2.0):
+                ours, stock = results[("legato", think)], results[("OSWorld stock loop", think)]
+                ratio = _median(stock[0]) / _median(ours[0])
+                print(
+                    f"| {'instant' if think == 0 else f'{think:g} s per call'} | {stats(ours[0])} | {stats(stock[0])} "
+                    f"| **{ratio:.1f}x** | {json.dumps(ours[1])} / {json.dumps(stock[1])} |"
+                )
+            print()
+        if args.only in (None, "memory"):
+            memory = bench_memory(_xlsx(folder), None)
+            available = _mem_available_kib()
+            print("| desktop with | PSS | reset + ready | ready signal held | desktops that fit in the memory left |")
+            print("|---|---|---|---|---|")
+            for name, (pss, seconds, ready) in memory.items():
+                fit = available // max(1, pss)
+                print(f"| {name} | {pss / 1024:.0f} MiB | {seconds:.1f} s | {'yes' if ready else 'no'} | {fit} |")
+            print(f"\nLoad average at the end: {os.getloadavg()[0]:.1f}.")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""OSWorld's download-free tasks on real local desktops: scripted solutions graded by desktop-env, the CLI's
+graded records, and a GNOME-settings task that must not score when nothing was done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from osworld_kit import ROOT, desktop_env_python, needs_local_tools
+from typer.testing import CliRunner
+
+from legato_gym import DesktopConfig, Task, Timeouts
+from legato_gym.backends.local import LocalDesktop
+from legato_gym.backends.local.coverage import Capabilities, assess
+from legato_gym.backends.local.solutions import OSWORLD_SOLUTIONS, osworld_solution
+from legato_gym.errors import UnsupportedTaskError
+from legato_rl.cli.app import app
+
+OSWORLD = Path(os.environ.get("LEGATO_OSWORLD") or ROOT.parent / "shared" / "osworld")
+EXAMPLES = OSWORLD / "evaluation_examples" / "examples"
+pytestmark = pytest.mark.skipif(not EXAMPLES.is_dir(), reason=f"no OSWorld task data at {OSWORLD}")
+LOCK = "a4d98375-215b-4a4d-aee9-3d4370fccc41"  # gsettings: the screen locks automatically
+
+
+def real(task_id: str) -> Task:
+    path = next(EXAMPLES.glob(f"*/{task_id}.json"))
+    config = json.loads(path.read_text())
+    return Task(task_id, config["instruction"], config, domain=path.parent.name)
+
+
+def run(desktop: LocalDesktop, task: Task, actions: list[str]) -> float:
+    desktop.reset(task)
+    desktop.wait_after_reset()
+    for action in actions:
+        desktop.act(action)
+    desktop.wait_before_eval()
+    return float(desktop.evaluate())
+
+
+@pytest.mark.desktop
+def test_a_gsettings_task_scores_only_when_the_setting_is_made() -> None:
+    """Its setup turns the lock off; without dconf the setting was lost and doing nothing scored 1."""
+    needs_local_tools()
+    config = DesktopConfig(screen=(1280, 720), options={"grader": "local"}, timeouts=Timeouts(reset=120, ready=60))
+    with LocalDesktop(config) as desktop:
+        assert run(desktop, real(LOCK), ["DONE"]) == 0.0
+        assert run(desktop, real(LOCK), osworld_solution(LOCK, correct=False)) == 0.0
+        assert run(desktop, real(LOCK), osworld_solution(LOCK)) == 1.0
+        with pytest.raises(UnsupportedTaskError, match=r"GSettings schema org\.gnome\.shell is not installed"):
+            desktop.reset(real("ec4e3f68-9ea4-4c18-a5c9-69f89d1178b3"))  # no GNOME shell: refused, never scored
+
+
+@pytest.mark.desktop
+@pytest.mark.osworld_venv
+@pytest.mark.slow
+def test_scripted_download_free_tasks_score_as_the_parity_table_says() -> None:
+    """The real download-free tasks with a short scripted solution: 1 right, 0 wrong, under both graders."""
+    needs_local_tools()
+    python = desktop_env_python()
+    caps = Capabilities.detect(grader="osworld")
+    keys = [f"osworld:{t}" for t in OSWORLD_SOLUTIONS if assess(real(t).config, caps).status == "runnable"]
+    if not keys:
+        pytest.skip("none of the scripted download-free tasks runs on this machine (`legato osworld coverage`)")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "parity.py"), "--json", "--only", *keys],
+        capture_output=True, text=True, timeout=1800, check=False,
+        env=dict(os.environ, LEGATO_OSWORLD_VENV=str(Path(python).parent.parent)),
+    )  # fmt: skip
+    lines = [line for line in proc.stdout.splitlines() if line.startswith('{"generated"')]
+    assert proc.returncode == 0 and lines, proc.stderr[-4000:]
+    rows = json.loads(lines[-1])["rows"]
+    scores = {(r["key"], r["run"]): (r["osworld"], r["local"]) for r in rows}
+    assert {k: v[0] for k, v in scores.items()} == {
+        (k, run): float(run == "right") for k in keys for run in ("right", "wrong")
+    }
+    for (key, run), (osworld, local) in scores.items():  # the built-in grader agrees wherever it can grade
+        assert local in (None, osworld), (key, run, local)
+    table = json.loads((ROOT / "docs" / "parity.json").read_text())["rows"]
+    assert {(r["key"], r["run"]): (r["osworld"], r["local"]) for r in table if r["key"] in keys} == scores
+
+
+@pytest.mark.desktop
+@pytest.mark.osworld_venv
+@pytest.mark.slow
+def test_collect_runs_download_free_tasks_to_graded_records_with_desktop_envs_grader(tmp_path: Path) -> None:
+    needs_local_tools()
+    desktop_env_python()
+    ids = ["a462a795-fdc7-4b23-b689-e8b6df786b78", LOCK, "f9be0997-4b7c-45c5-b05c-4612b44a6118"]
+    tasks = tmp_path / "tasks.json"
+    tasks.write_text(json.dumps([{"task_id": t, "domain": real(t).domain} for t in ids]))
+    out = tmp_path / "run"
+    result: Any = CliRunner().invoke(
+        app,
+        ["rl", "collect", "--backend", "local", "--policy-url", "embedded", "--tasks", str(tasks), "--osworld",
+         str(OSWORLD), "--out", str(out), "--group", "1", "--desktops", "1", "--quiet"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    records = {r["task_id"]: r for r in map(json.loads, (out / "rollouts.jsonl").read_text().splitlines())}
+    assert {t: (records[t]["status"], records[t]["reward"]) for t in ids} == {
+        ids[0]: ("ok", 1.0),  # infeasible, answered FAIL
+        LOCK: ("ok", 0.0),  # no GUI step for it: DONE, the lock still off
+        ids[2]: ("ok", 0.0),  # banners still on
+    }
+    assert json.loads((out / "summary.json").read_text())["grader"] == "osworld"
