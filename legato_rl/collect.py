@@ -524,9 +524,9 @@ def collect(
     retries: int | None = None,
     rollout_timeout: float | None = None,
     env_retries: int = 1,
-    ready_signal: bool = True,
-    fixed_wait: float = 0.0,
-    fast_reset: bool = True,
+    ready_signal: bool | None = None,
+    fixed_wait: float | None = None,
+    fast_reset: bool | None = None,
     image_max: int = 20,
     desktop: DesktopConfig | None = None,
     backend: str = "osworld",
@@ -547,7 +547,8 @@ def collect(
         max_steps: policy calls per attempt; the attempt is graded when it reaches them.
         rollout_timeout: wall-clock cap per attempt; graded and marked ``truncated`` when it hits.
         env_retries: times an attempt is queued again after a desktop failure.
-        ready_signal, fixed_wait, fast_reset: desktop waiting and reset behaviour (see ``DesktopConfig``).
+        ready_signal, fixed_wait, fast_reset: desktop waiting and reset behaviour (see ``DesktopConfig``); given
+            here they override ``desktop``'s, else ``desktop``'s hold.
         image_max: screenshots kept in the prompt.
         desktop: how to build desktops (screen size, OSWorld checkout, interpreter, ...).
         backend: ``osworld``, ``local``, ``fake`` or ``package.module:Class``.
@@ -561,8 +562,10 @@ def collect(
         >>> collect("tasks.json", PolicyConfig("http://localhost:8000/v1", "Qwen/Qwen3-VL-8B-Instruct"),
         ...         out="runs/step-1", backend="fake")  # doctest: +SKIP
     """
-    base = desktop or DesktopConfig()
-    config = replace(base, ready_signal=ready_signal, fixed_wait=fixed_wait, fast_reset=fast_reset)
+    config = desktop or DesktopConfig()
+    waits: dict[str, Any] = {"ready_signal": ready_signal, "fixed_wait": fixed_wait, "fast_reset": fast_reset}
+    if given := {name: value for name, value in waits.items() if value is not None}:
+        config = replace(config, **given)
     if backend == "osworld":  # its workers run in desktop-env's own interpreter (`legato osworld setup`)
         from legato_gym.backends.osworld.remote import resolve_python
 

@@ -425,3 +425,29 @@ def test_a_desktop_finishing_a_cancelled_attempt_does_not_hold_the_batch(
     records = _records(tmp_path / "run")
     closing = next(i for i, r in enumerate(records) if r["group_id"] == cancelled["group_id"] and r["status"] == "ok")
     assert records[closing + 1]["rollout_id"] == cancelled["rollout_id"]
+
+
+def test_collect_keeps_the_desktop_configs_waits_unless_told_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``collect(desktop=...)`` used to overwrite its ready_signal, fixed_wait and fast_reset with defaults."""
+    from legato_gym import get_backend
+
+    collect_module = importlib.import_module("legato_rl.collect")  # the package's `collect` is the function
+
+    seen: list[DesktopConfig] = []
+
+    class Stub:
+        def __init__(self, tasks: object, policy: object, out: object, options: object, config: DesktopConfig,
+                     *args: object, **kwargs: object) -> None:  # fmt: skip
+            seen.append(config)
+
+        async def run(self) -> Any:
+            return type("Summary", (), {"to_json": lambda self: {}})()
+
+    monkeypatch.setattr(collect_module, "Collector", Stub)
+    tasks = get_backend("fake")[1](DesktopConfig())[:1]
+    policy = PolicyConfig("http://127.0.0.1:9/v1", "m")
+    stock = DesktopConfig(fast_reset=False, ready_signal=False, fixed_wait=2.0)
+    collect_module.collect(tasks, policy, out="unused", backend="fake", desktop=stock)
+    collect_module.collect(tasks, policy, out="unused", backend="fake", desktop=stock, fixed_wait=0.5)
+    assert (seen[0].fast_reset, seen[0].ready_signal, seen[0].fixed_wait) == (False, False, 2.0)
+    assert (seen[1].fast_reset, seen[1].ready_signal, seen[1].fixed_wait) == (False, False, 0.5)
