@@ -52,8 +52,10 @@ def test_a_gsettings_task_scores_only_when_the_setting_is_made() -> None:
         assert run(desktop, real(LOCK), ["DONE"]) == 0.0
         assert run(desktop, real(LOCK), osworld_solution(LOCK, correct=False)) == 0.0
         assert run(desktop, real(LOCK), osworld_solution(LOCK)) == 1.0
-        with pytest.raises(UnsupportedTaskError, match=r"GSettings schema org\.gnome\.shell is not installed"):
-            desktop.reset(real("ec4e3f68-9ea4-4c18-a5c9-69f89d1178b3"))  # no GNOME shell: refused, never scored
+        absent = {"type": "execute", "parameters": {"command": "gsettings set org.legato.absent key 1", "shell": True}}
+        task = Task("t-absent-schema", "Set it.", {"config": [absent], "evaluator": {"func": "infeasible"}})
+        with pytest.raises(UnsupportedTaskError, match=r"GSettings schema org\.legato\.absent is not installed"):
+            desktop.reset(task)  # gsettings would fail and print nothing: refused, never scored
 
 
 @pytest.mark.desktop

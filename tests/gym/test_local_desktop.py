@@ -197,12 +197,14 @@ def test_an_app_an_action_starts_keeps_writing_output_after_the_action(desktop: 
     assert found["returncode"] == 0
 
 
-def test_an_action_is_ready_when_the_apps_it_set_working_are_done(desktop: LocalDesktop) -> None:
+def test_an_action_is_ready_when_the_apps_it_set_working_are_done() -> None:
     """An app still working after an action, with nothing drawn yet, is not ready: the ready signal waits."""
-    desktop.reset(infeasible())
-    busy = "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; touch ~/worked"  # CPU only, nothing on screen
-    desktop.act(f"import subprocess; subprocess.Popen(['sh', '-c', {busy!r}])")
-    assert desktop.client.execute("ls ~/worked", shell=True)["returncode"] == 0
+    config = DesktopConfig(screen=SCREEN, timeouts=Timeouts(ready=300), options={"busy_s": 300.0})  # a loaded CI
+    with LocalDesktop(config) as desktop:
+        desktop.reset(infeasible())
+        busy = "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; touch ~/worked"  # CPU only, nothing drawn
+        desktop.act(f"import subprocess; subprocess.Popen(['sh', '-c', {busy!r}])")
+        assert desktop.client.execute("ls ~/worked", shell=True)["returncode"] == 0
 
 
 # ----------------------------------------------------------------------------------------- reset

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from legato_gym.backends.local import vscode
+from legato_gym.backends.local.commands import command_words
 
 __all__ = [
     "CHROME_PROFILE",
@@ -321,15 +322,6 @@ _OFFICE_TITLES = {"--calc": "LibreOffice Calc", "--writer": "LibreOffice Writer"
 _DOCUMENT = (".xlsx", ".xls", ".ods", ".csv", ".docx", ".doc", ".odt", ".rtf", ".pptx", ".ppt", ".odp", ".pdf")
 
 
-def _words(command: str | Sequence[str]) -> list[str]:
-    if isinstance(command, str):
-        try:
-            return shlex.split(command)
-        except ValueError:
-            return command.split()
-    return [str(word) for word in command]
-
-
 def ready_title(command: str | Sequence[str]) -> str | None:
     """What a ``launch`` step's window title shows once the app has loaded (``None``: any window will do).
 
@@ -337,7 +329,7 @@ def ready_title(command: str | Sequence[str]) -> str | None:
     file's name (``report.xlsx - LibreOffice Calc``), or with the component for a new document. Chrome's
     window is titled ``... - Chromium`` once its first page has a title.
     """
-    words = _words(command)
+    words = command_words(command)
     names = [Path(word).name for word in words]
     if not names:
         return None
@@ -394,7 +386,7 @@ WINDOWLESS = frozenset({"socat", "pkill", "killall", "kill", "sleep", "tinyproxy
 
 def opens_window(command: str | Sequence[str]) -> bool:
     """Whether a ``launch`` step's program maps a window (the ready signal waits for one per launch)."""
-    words = [Path(word).name for word in _words(command) if "=" not in word]
+    words = [Path(word).name for word in command_words(command) if "=" not in word]
     program = next((w for w in words if w not in ("env", "sudo")), "")
     if program in ("libreoffice", "soffice") and ("--convert-to" in words or "--headless" in words):
         return False

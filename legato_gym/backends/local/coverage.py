@@ -25,7 +25,6 @@ Example::
 from __future__ import annotations
 
 import re
-import shlex
 import shutil
 import subprocess
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from legato_gym.backends.local import vscode
+from legato_gym.backends.local.commands import command_words
 from legato_gym.backends.local.file_cache import FileCache
 from legato_gym.contract import Task
 from legato_gym.errors import UnsupportedTaskError
@@ -319,18 +319,9 @@ def _as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list) else [value]
 
 
-def _command_words(command: Any) -> list[str]:
-    if isinstance(command, list):
-        return [str(word) for word in command]
-    try:
-        return shlex.split(str(command))
-    except ValueError:
-        return str(command).split()
-
-
 def _program(command: Any) -> str | None:
     """The program a launch command runs (skipping ``VAR=value`` prefixes and ``env``)."""
-    for word in _command_words(command):
+    for word in command_words(command):
         if "=" in word and not word.startswith(("/", ".")):
             continue
         if word == "env":
@@ -354,7 +345,7 @@ def _shell_programs(command: Any) -> set[str]:
         return {program} - _BUILTINS if program else set()
     programs = set()
     for segment in _SEGMENT.split(str(command)):
-        words = [w for w in _command_words(segment.strip().lstrip("({").strip()) if "=" not in w]
+        words = [w for w in command_words(segment.strip().lstrip("({").strip()) if "=" not in w]
         program = words[0] if words else None
         if program and re.fullmatch(r"[A-Za-z0-9_.+-]+", program):
             programs.add(program)
@@ -387,8 +378,12 @@ def task_needs(config: Mapping[str, Any]) -> TaskNeeds:
     for step in steps:
         kind, params = str(step.get("type")), step.get("parameters") or {}
         if kind == "launch":
-            program = _program(params.get("command", ""))
-            if program:
+            command = params.get("command", "")
+            if params.get("shell") and isinstance(command, str):  # a shell line: every program it runs
+                launched = _shell_programs(command)
+            else:
+                launched = {program} if (program := _program(command)) else set()
+            for program in launched:
                 if program in _EXECUTABLE_APP:
                     apps.add(_EXECUTABLE_APP[program])
                 else:
@@ -398,7 +393,7 @@ def task_needs(config: Mapping[str, Any]) -> TaskNeeds:
         elif kind == "upload_file":
             host_files += [str(f.get("local_path")) for f in _as_list(params.get("files")) if isinstance(f, Mapping)]
         elif kind in ("execute", "command"):
-            text = " ".join(_command_words(params.get("command", "")))
+            text = " ".join(command_words(params.get("command", "")))
             if _INSTALL.search(text):
                 impossible.append("installs software from the internet inside the desktop")
         if kind in _SETUP_LIVE_WEB:

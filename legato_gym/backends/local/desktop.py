@@ -679,23 +679,13 @@ class LocalDesktop:
         Options dialog on a loaded machine): keys the agent sends then are lost, and its next screenshot
         is stale. Both signals are read in the same polls, so an app that is done costs no extra wait.
         """
-        display, sandbox = self.display, self._sandbox
-        window = max(self.options.settle_s, 0.1)
+        sandbox = self._sandbox
 
         def ticks() -> int:
             return _cpu_ticks(sandbox.survivors()) if sandbox is not None else 0
 
-        screen, used, since = display.fingerprint(), ticks(), time.monotonic()
-        while True:
-            now = time.monotonic()
-            if now - since >= window:
-                return True
-            if now >= deadline:
-                return False
-            time.sleep(min(self.options.poll_s, max(0.0, deadline - now)))
-            current, spent = display.fingerprint(), ticks()
-            if current != screen or spent - used > IDLE_TICKS:
-                screen, used, since = current, spent, time.monotonic()
+        settle = max(self.options.settle_s, 0.1)
+        return self.display.wait_settled(deadline, settle, self.options.poll_s, work=ticks, allowance=IDLE_TICKS)
 
     def _run_action(self, command: str) -> dict[str, Any]:
         timeout = self.config.timeouts.act

@@ -16,7 +16,7 @@ import signal
 import struct
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -253,9 +253,20 @@ class Display:
         """A cheap digest of the screen (every 4th pixel of every 4th row) to tell whether it changed."""
         return self._framebuffer()[::4, ::4, :3].tobytes()
 
-    def wait_settled(self, deadline: float, settle_s: float, poll_s: float) -> bool:
-        """Wait until the screen stays unchanged for ``settle_s``; False when the deadline passed first."""
-        last = self.fingerprint()
+    def wait_settled(
+        self,
+        deadline: float,
+        settle_s: float,
+        poll_s: float,
+        work: Callable[[], int] | None = None,
+        allowance: int = 0,
+    ) -> bool:
+        """Wait until the screen stays unchanged for ``settle_s``; False when the deadline passed first.
+
+        With ``work`` (a counter that grows while something is busy, such as the CPU ticks of the desktop's
+        processes), it must also grow by at most ``allowance`` over those ``settle_s``, read in the same polls.
+        """
+        last, done = self.fingerprint(), work() if work else 0
         stable_since = time.monotonic()
         while True:
             now = time.monotonic()
@@ -264,9 +275,9 @@ class Display:
             if now >= deadline:
                 return False
             time.sleep(min(poll_s, max(0.0, deadline - now)))
-            current = self.fingerprint()
-            if current != last:
-                last, stable_since = current, time.monotonic()
+            current, spent = self.fingerprint(), work() if work else 0
+            if current != last or spent - done > allowance:
+                last, done, stable_since = current, spent, time.monotonic()
 
     # ------------------------------------------------------------------ windows
     def windows(self) -> list[WindowInfo]:

@@ -34,11 +34,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from legato_gym.backends.local.commands import command_words
 
 __all__ = [
     "APP_NAME",
@@ -139,17 +140,8 @@ def sandbox_paths(prefix: Path | None = None, which: Any = shutil.which) -> tupl
 
 def cli_only(command: str | Sequence[str]) -> bool:
     """Whether a ``code ...`` command only runs code-server's CLI (lists or installs extensions: no window)."""
-    words = _words(command)
+    words = command_words(command)
     return any(word.split("=", 1)[0] in CLI_FLAGS for word in words[1:])
-
-
-def _words(command: str | Sequence[str]) -> list[str]:
-    if isinstance(command, str):
-        try:
-            return shlex.split(command)
-        except ValueError:
-            return command.split()
-    return [str(word) for word in command]
 
 
 def ready_title(command: str | Sequence[str]) -> str | None:
@@ -161,7 +153,7 @@ def ready_title(command: str | Sequence[str]) -> str | None:
     """
     if cli_only(command):
         return None
-    paths = [word for word in _words(command)[1:] if not word.startswith("-")]
+    paths = [word for word in command_words(command)[1:] if not word.startswith("-")]
     if not paths:
         return APP_NAME
     path = paths[0].rstrip("/") or "/"
@@ -232,7 +224,7 @@ def offline_reasons(config: Mapping[str, Any]) -> list[str]:
         has_vsix = has_vsix or ".vsix" in text
         if step.get("type") not in ("execute", "command", "launch"):
             continue
-        words = _words(params.get("command", ""))
+        words = command_words(params.get("command", ""))
         for i, word in enumerate(words[:-1]):
             target = words[i + 1]
             if word == "--install-extension" and not target.endswith(".vsix") and _MARKETPLACE_ID.match(target):
