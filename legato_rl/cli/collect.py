@@ -24,6 +24,7 @@ from legato_gym import DesktopConfig, LegatoError, Task, get_backend
 from legato_gym.backends.local.file_cache import FILE_CACHE_ENV_VAR
 from legato_gym.tasks import load_tasks
 from legato_rl.cli._errors import fail
+from legato_rl.cli._logging import configure_logging
 from legato_rl.collect import Progress, collect
 from legato_rl.groups import Status
 from legato_rl.policy import PolicyConfig
@@ -124,7 +125,7 @@ def collect_command(
 ) -> None:
     """Collect one batch: every task × (group + oversample) attempts, graded, in legato.rollout/v0."""
     console = Console(stderr=True)
-    _configure_logging(console)
+    configure_logging(logging.INFO, console)
     try:
         config = DesktopConfig() if osworld is None else DesktopConfig(osworld_path=osworld.expanduser())
         if file_cache is not None:
@@ -336,14 +337,3 @@ def _line(p: Progress) -> str:
 
 def _fmt(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
-
-
-def _configure_logging(console: Console) -> None:
-    from rich.logging import RichHandler
-
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=logging.INFO,
-            format="%(message)s",
-            handlers=[RichHandler(console=console, show_path=False)],
-        )
