@@ -61,3 +61,29 @@ def run_in_venv(python: str, scenario: str, args: dict[str, Any], timeout: float
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     assert proc.returncode == 0 and lines, f"scenario {scenario} failed:\n{proc.stderr[-4000:]}"
     return json.loads(lines[-1])
+
+
+def refused_tasks_file(tmp_path: Path) -> Path:
+    """Three tasks: one any grader runs, one no local desktop can (the live web), one only desktop-env grades."""
+    tasks = [
+        {"task_id": "fine", "config": {"instruction": "Give up.", "config": [], "evaluator": {"func": "infeasible"}}},
+        {
+            "task_id": "needs-web",
+            "config": {
+                "instruction": "Open the site.",
+                "config": [{"type": "chrome_open_tabs", "parameters": {"urls_to_open": ["https://example.org"]}}],
+                "evaluator": {"func": "infeasible"},
+            },
+        },
+        {
+            "task_id": "odd-metric",
+            "config": {
+                "instruction": "Edit the sheet.",
+                "config": [],
+                "evaluator": {"func": "compare_table", "result": {"type": "vm_file", "path": "/a", "dest": "a"}},
+            },
+        },
+    ]
+    path = tmp_path / "tasks.json"
+    path.write_text(json.dumps(tasks))
+    return path

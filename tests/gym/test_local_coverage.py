@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from osworld_kit import refused_tasks_file
 from typer.testing import CliRunner
 
 from legato_gym.backends.local import LocalDesktop, default_tasks
@@ -120,31 +121,6 @@ def test_needs_files_becomes_runnable_once_cached(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- refusal at load
-
-
-def refused_tasks_file(tmp_path: Path) -> Path:
-    tasks = [
-        {"task_id": "fine", "config": {"instruction": "Give up.", "config": [], "evaluator": {"func": "infeasible"}}},
-        {
-            "task_id": "needs-web",
-            "config": {
-                "instruction": "Open the site.",
-                "config": [{"type": "chrome_open_tabs", "parameters": {"urls_to_open": ["https://example.org"]}}],
-                "evaluator": {"func": "infeasible"},
-            },
-        },
-        {
-            "task_id": "odd-metric",
-            "config": {
-                "instruction": "Edit the sheet.",
-                "config": [],
-                "evaluator": {"func": "compare_table", "result": {"type": "vm_file", "path": "/a", "dest": "a"}},
-            },
-        },
-    ]
-    path = tmp_path / "tasks.json"
-    path.write_text(json.dumps(tasks))
-    return path
 
 
 def test_check_tasks_refuses_all_at_once_one_line_each(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import gymnasium
 import pytest
+from osworld_kit import refused_tasks_file
 from typer.testing import CliRunner
 
 import legato_gym
@@ -52,32 +53,6 @@ def said(result: Any) -> str:
     return " ".join(result.output.replace("│", " ").replace("╭", " ").replace("╰", " ").split())
 
 
-def tasks_file(tmp_path: Path) -> Path:
-    """Three tasks: one any grader runs, one no local desktop can (the live web), one only desktop-env grades."""
-    tasks = [
-        {"task_id": "fine", "config": {"instruction": "Give up.", "config": [], "evaluator": {"func": "infeasible"}}},
-        {
-            "task_id": "needs-web",
-            "config": {
-                "instruction": "Open the site.",
-                "config": [{"type": "chrome_open_tabs", "parameters": {"urls_to_open": ["https://example.org"]}}],
-                "evaluator": {"func": "infeasible"},
-            },
-        },
-        {
-            "task_id": "odd-metric",
-            "config": {
-                "instruction": "Edit the sheet.",
-                "config": [],
-                "evaluator": {"func": "compare_table", "result": {"type": "vm_file", "path": "/a", "dest": "a"}},
-            },
-        },
-    ]
-    path = tmp_path / "tasks.json"
-    path.write_text(json.dumps(tasks))
-    return path
-
-
 @pytest.fixture
 def desktop_env_venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A desktop-env venv as `legato osworld setup` records it, whose python is this interpreter."""
@@ -107,7 +82,7 @@ def no_boot(monkeypatch: pytest.MonkeyPatch) -> None:
 def collect(tmp_path: Path, *extra: str) -> Any:
     return cli(
         "rl", "collect", "--out", str(tmp_path / "run"), "--policy-url", "http://127.0.0.1:9/v1", "--backend", "local",
-        "--tasks", str(tasks_file(tmp_path)), "--file-cache", str(tmp_path / "files"), "--quiet", *extra,
+        "--tasks", str(refused_tasks_file(tmp_path)), "--file-cache", str(tmp_path / "files"), "--quiet", *extra,
     )  # fmt: skip
 
 
@@ -173,7 +148,7 @@ def test_the_summary_records_the_grader(tmp_path: Path) -> None:
 
 
 def test_desktop_env_refuses_all_at_once_before_booting(tmp_path: Path, no_boot: None) -> None:
-    tasks = load_tasks(tasks_file(tmp_path))
+    tasks = load_tasks(refused_tasks_file(tmp_path))
     config = DesktopConfig(options={"grader": "local", "file_cache": str(tmp_path / "c")})
     with pytest.raises(UnsupportedTaskError) as info:
         DesktopEnv("local", config, tasks=tasks)
@@ -185,7 +160,7 @@ def test_desktop_env_refuses_all_at_once_before_booting(tmp_path: Path, no_boot:
 
 
 def test_vector_env_refuses_all_at_once_before_starting_workers(tmp_path: Path, no_boot: None) -> None:
-    tasks = load_tasks(tasks_file(tmp_path))
+    tasks = load_tasks(refused_tasks_file(tmp_path))
     config = DesktopConfig(options={"grader": "local", "file_cache": str(tmp_path / "c")})
     with pytest.raises(UnsupportedTaskError, match="2 of 3 tasks") as info:
         legato_gym.vector.DesktopVectorEnv(2, backend="local", config=config, tasks=tasks)
