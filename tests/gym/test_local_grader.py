@@ -20,7 +20,7 @@ import legato_gym
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, LocalOptions
 from legato_gym.backends.local.coverage import Capabilities, assess, needs_no_download, task_needs
-from legato_gym.backends.local.desktop import resolve_grader
+from legato_gym.backends.local.options import resolve_grader
 from legato_gym.backends.osworld.venv import MARKER, VENV_ENV_VAR
 from legato_gym.env import DesktopEnv
 from legato_gym.errors import ConfigError, UnsupportedTaskError

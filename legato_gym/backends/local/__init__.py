@@ -6,7 +6,8 @@ protocol over a unix socket. Needs the Debian packages ``xvfb openbox bubblewrap
 (plus a text editor such as ``mousepad``) and ``pip install 'legatolabs[local]'`` (pyautogui).
 """
 
-from legato_gym.backends.local.desktop import LocalDesktop, LocalOptions
+from legato_gym.backends.local.desktop import LocalDesktop
+from legato_gym.backends.local.options import LocalOptions
 from legato_gym.backends.local.tasks import default_tasks, osworld_tasks, solution
 
 __all__ = ["LocalDesktop", "LocalOptions", "default_tasks", "osworld_tasks", "solution"]

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import difflib
-import importlib.util
 import logging
 import os
 import shlex
@@ -14,7 +12,6 @@ import tempfile
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,9 +23,9 @@ from legato_gym.backends.local.display import Display, require_tools
 from legato_gym.backends.local.file_cache import FileCache
 from legato_gym.backends.local.forward import UnixForwarder
 from legato_gym.backends.local.limits import Cgroup, Limits
+from legato_gym.backends.local.options import LocalOptions, resolve_grader
 from legato_gym.backends.local.sandbox import (
     DEVTOOLS_PORT,
-    SYSTEM_PATHS,
     VLC_HTTP_PORT,
     Sandbox,
     SandboxSpec,
@@ -40,7 +37,6 @@ from legato_gym.backends.local.xstate import XBaseline
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import SPECIAL_ACTIONS, ActResult, Observation, Task, Waited, task_path
 from legato_gym.errors import (
-    ConfigError,
     DeadlineExceeded,
     DesktopCrashed,
     DesktopError,
@@ -51,7 +47,7 @@ from legato_gym.errors import (
 if TYPE_CHECKING:
     from legato_gym.backends.osworld.session import OSWorldSession
 
-__all__ = ["GRADERS", "LocalDesktop", "LocalOptions", "resolve_grader"]
+__all__ = ["LocalDesktop"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,118 +65,6 @@ ACTION_PREFIX = (
 #: The sandbox counts as idle (its apps done loading) while its processes use at most this many clock
 #: ticks (10 ms each) per ``settle_s`` (at least 0.1 s): browsers keep a little background work going.
 IDLE_TICKS = 2
-#: The local backend's graders: desktop-env's own (``osworld``), the built-in one (``local``), or the first
-#: where desktop-env imports, the second elsewhere (``auto``).
-GRADERS = ("auto", "osworld", "local")
-
-
-def resolve_grader(grader: str, python: str | None = None) -> str:
-    """The grader a desktop run by ``python`` (default: this interpreter) uses for the option ``grader``.
-
-    ``"auto"`` is ``"osworld"`` when that interpreter is desktop-env's (``legato osworld setup`` records it, or
-    ``desktop_env`` imports here) and ``"local"`` otherwise; the others are themselves.
-
-    Example::
-
-        resolve_grader("auto")  # "local" in legato's own interpreter, "osworld" in desktop-env's
-    """
-    if grader != "auto":
-        return grader
-    here = python is None or os.path.realpath(python) == os.path.realpath(sys.executable)
-    if here and importlib.util.find_spec("desktop_env") is not None:
-        return "osworld"
-    if python is not None:
-        from legato_gym.backends.osworld.venv import recorded_python
-
-        recorded = recorded_python()
-        if recorded is not None and os.path.realpath(recorded) == os.path.realpath(python):
-            return "osworld"
-    return "local"
-
-
-@dataclass(frozen=True)
-class LocalOptions:
-    """Options of the local backend, read from ``DesktopConfig.options``.
-
-    Attributes:
-        python: interpreter run inside the sandbox for the server and for actions (``python``); it needs
-            ``pyautogui`` (``pip install 'legatolabs[local]'``). Default: ``DesktopConfig.python`` or the
-            current interpreter.
-        uid_first: when legato is root, each desktop runs as an unprivileged host uid of its own (its X
-            server, window manager, apps and actions), leased from ``uid_first`` on; pick a range that no
-            host user or subordinate-uid range uses.
-        uid_count: how many uids the range has (at most this many desktops at once on the host).
-        system_paths: host folders bound read-only into the sandbox for the apps (the default binds the
-            system folders, not ``/opt``, ``/srv``, ``/home``, ``/root`` or a folder of your own).
-        extra_paths: more host folders bound read-only at the same place (apps installed under ``/opt``).
-        settle_s: the screen counts as settled after this long without a change.
-        busy_s: the longest a ready signal waits for a screen, or apps, that keep changing (a playing video,
-            an animation): after that the desktop is taken as it is, and the wait is reported not ready.
-        poll_s: interval between screen checks.
-        window_timeout: how long to wait for launched windows to map before giving up on that signal.
-        kill_timeout: how long reset waits for the sandbox's processes and windows to be gone before it
-            restarts the whole desktop instead.
-        pyautogui_pause: ``pyautogui.PAUSE`` for actions. 0 (the default) leaves the waiting to the ready
-            signal that follows every action; ``None`` keeps pyautogui's own 0.1 s after every call, as in
-            OSWorld.
-        action_runner: ``"fork"`` (default) runs each action in a fresh child of a fork server inside the
-            sandbox that has already imported pyautogui; ``"exec"`` runs a fresh ``python -c`` through
-            ``/execute``, as OSWorld's ``PythonController`` does (slower: an interpreter start and the
-            import, about 110 ms, per action). Both kill an action (and what it started, with ``"fork"``)
-            that overruns ``timeouts.act``.
-        state_dir: where desktops keep their private files (default: the system temp dir).
-        grader: ``"osworld"`` runs setup, post-config and grading with desktop-env's own
-            ``SetupController``, getters and metrics (:mod:`legato_gym.backends.osworld.session`) over a
-            loopback TCP forwarder into the sandbox; the desktop must then run in desktop-env's interpreter
-            (``DesktopConfig.python`` from ``legato osworld setup``). ``"local"`` grades with
-            :mod:`.grading` (OSWorld's semantics, re-implemented for a few getters and metrics, no extra
-            interpreter). ``"auto"`` (the default) is ``"osworld"`` where desktop-env imports and ``"local"``
-            elsewhere (:func:`resolve_grader`); ``LocalDesktop.grader`` says which one grades.
-        download_cache: with ``grader="osworld"``, the host cache for setup downloads, shared by all
-            desktops and kept across runs (default ``~/.cache/legato/osworld-downloads``).
-        file_cache: the persistent, URL-keyed cache of OSWorld's task files (:mod:`.file_cache`) that setup
-            downloads and ``cloud_file`` gold files are read from first, shared by all desktops and never
-            wiped by a reset (default ``$LEGATO_FILE_CACHE`` or ``~/.cache/legato/files``).
-    """
-
-    python: str | None = None
-    uid_first: int = 1_640_000
-    uid_count: int = 4096
-    system_paths: tuple[str, ...] = SYSTEM_PATHS
-    extra_paths: tuple[str, ...] = ()
-    settle_s: float = 0.1
-    busy_s: float = 3.0
-    poll_s: float = 0.02
-    window_timeout: float = 10.0
-    kill_timeout: float = 5.0
-    pyautogui_pause: float | None = 0.0
-    action_runner: str = "fork"
-    state_dir: str | None = None
-    grader: str = "auto"
-    download_cache: str | None = None
-    file_cache: str | None = None
-
-    @classmethod
-    def from_mapping(cls, options: Mapping[str, Any]) -> LocalOptions:
-        names = [f.name for f in fields(cls)]
-        for key in options:
-            if key not in names:
-                close = difflib.get_close_matches(key, names, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else f"; known options: {', '.join(names)}"
-                raise ConfigError(f"unknown local backend option {key!r}{hint}")
-        values = dict(options)
-        for name in ("system_paths", "extra_paths"):
-            if name in values:
-                values[name] = tuple(values[name])
-        result = cls(**values)
-        if result.action_runner not in ("fork", "exec"):
-            raise ConfigError(f"local backend option action_runner={result.action_runner!r}: choose 'fork' or 'exec'")
-        if result.grader not in GRADERS:
-            raise ConfigError(f"local backend option grader={result.grader!r}: choose {', '.join(map(repr, GRADERS))}")
-        for name in ("settle_s", "busy_s", "poll_s", "window_timeout", "kill_timeout"):
-            if not getattr(result, name) > 0:
-                raise ConfigError(f"local backend option {name}={getattr(result, name)!r} must be > 0 seconds")
-        return result
 
 
 class LocalDesktop:
