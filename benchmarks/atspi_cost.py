@@ -33,7 +33,7 @@ def _atspi(on: bool) -> Iterator[None]:
     if on:
         yield
         return
-    with mock.patch.object(sandbox, "atspi_installed", lambda which=None: False):
+    with mock.patch.object(sandbox.session, "atspi_installed", lambda which=None: False):  # where the entry asks
         yield
 
 
@@ -50,8 +50,8 @@ def round_of(on: bool, app: str) -> dict[str, float]:
             ready = desktop.wait_after_reset().ready
             reset = time.monotonic() - start
             assert ready, f"{app} did not show its window"
-            assert desktop._sandbox is not None and desktop._sandbox.init_pid is not None
-            pss = pss_kib([desktop._sandbox.init_pid]) / 1024
+            assert desktop._processes.sandbox is not None and desktop._processes.sandbox.init_pid is not None
+            pss = pss_kib([desktop._processes.sandbox.init_pid]) / 1024
         finally:
             desktop.close()
     return {"boot": boot, "reset": reset, "pss": pss}

@@ -26,7 +26,7 @@ from legato_gym.backends.fake import FAULT_PHASES, default_tasks
 from legato_rl.collect import collect
 from legato_rl.errors import PolicyUnavailable
 from legato_rl.export import export_steps
-from legato_rl.policy import PolicyConfig
+from legato_rl.policy import Limits, PolicyConfig
 from legato_rl.store import read_record_dicts
 from legato_rl.testing import Faults, HitTasks, ReferencePolicyServer, ScriptedSolver, tally
 from legato_rl.testing.faults import KillDesktopOnCalls
@@ -97,7 +97,7 @@ def reply_faults(tmp: Path) -> Iterator[Row]:
         plan = HitTasks(kind, frozenset(t.instruction for t in hit), steps=steps)
         run = tmp / f"reply-{kind}"
         with ReferencePolicyServer(brain=ScriptedSolver(), faults=Faults(plan=plan, **faults)) as server:
-            _batch(row, tasks, PolicyConfig(server.url, server.model, **policy), run)
+            _batch(row, tasks, PolicyConfig(server.url, server.model, limits=Limits(**policy)), run)
             row.injected = server.stats.faults[kind]
         figures = tally(read_record_dicts(run), plan, task_ids={t.task_id for t in hit})
         row.hit = figures.hit
@@ -169,7 +169,7 @@ def policy_outages(tmp: Path) -> Iterator[Row]:
         run = tmp / f"outage-{kind}"
         row.injected = row.hit = 1
         with ReferencePolicyServer(brain=ScriptedSolver(), faults=Faults(plan=_from_call(3, kind))) as server:
-            policy = PolicyConfig(server.url, server.model, retries=0, step_timeout=1.0)
+            policy = PolicyConfig(server.url, server.model, limits=Limits(retries=0, step_timeout=1.0))
             stopped = _batch(row, tasks, policy, run) is not None
         no_final_error = not [r for r in read_record_dicts(run) if r["status"] == "error"]
         with ReferencePolicyServer(brain=ScriptedSolver(), model=server.model) as healthy:

@@ -201,7 +201,7 @@ def bench_memory(xlsx: Path, apps: Sequence[str] | None) -> dict[str, tuple[int,
             desktop.reset(task)
             ready = desktop.wait_after_reset().ready
             seconds = time.monotonic() - start
-            desktop._wait_idle(time.monotonic() + 30)
+            desktop._waits.wait_idle(time.monotonic() + 30)
             out[name] = (pss_kib(desktop.pids), seconds, ready)
     return out
 

@@ -140,8 +140,8 @@ def bench_memory(max_desktops: int) -> tuple[list[int], int]:
             desktop.reset(task)  # an editor open: a realistic desktop, not an empty screen
             desktop.wait_after_reset()
         for desktop in desktops:
-            assert desktop._sandbox is not None and desktop._sandbox.init_pid is not None
-            per_desktop.append(pss_kib([*desktop.display.pids, desktop._sandbox.init_pid]))
+            assert desktop._processes.sandbox is not None and desktop._processes.sandbox.init_pid is not None
+            per_desktop.append(pss_kib([*desktop.display.pids, desktop._processes.sandbox.init_pid]))
         used = avail_before - _mem_available_kib()
     finally:
         for desktop in desktops:

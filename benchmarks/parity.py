@@ -106,7 +106,7 @@ def _run(desktop: Any, task: Any, actions: list[str]) -> dict[str, Any]:
 def measure(keys: set[str] | None) -> list[dict[str, Any]]:
     """Run the scripted tasks, right and wrong, and grade each end state with both graders."""
     from legato_gym import DesktopConfig, Task, Timeouts
-    from legato_gym.backends.local import LocalDesktop
+    from legato_gym.backends.local import LocalDesktop, LocalOptions
     from legato_gym.backends.local.file_cache import FileCache
     from legato_gym.errors import LegatoError
 
@@ -117,7 +117,9 @@ def measure(keys: set[str] | None) -> list[dict[str, Any]]:
             screen=SCREEN,
             python=sys.executable,
             timeouts=Timeouts(reset=180, ready=60),
-            options={"grader": "osworld", "download_cache": str(Path(tmp) / "downloads"), "file_cache": files.root},
+            options=LocalOptions(
+                grader="osworld", download_cache=str(Path(tmp) / "downloads"), file_cache=str(files.root)
+            ),
         )
         with LocalDesktop(config) as desktop:
             for key, task_config, right, wrong in scenarios(files, keys):

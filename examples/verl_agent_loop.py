@@ -37,7 +37,7 @@ from legato_gym import ConfigError
 from legato_rl.harness import QwenHarness
 from legato_rl.integrations.sequence import play_sequence
 from legato_rl.integrations.verl import DesktopPool, ServerManagerPolicy, agent_loop_fields, extra_fields, task_of_row
-from legato_rl.policy import PolicyClient, PolicyConfig
+from legato_rl.policy import PolicyClient, PolicyConfig, Sampling
 from legato_rl.rollout import Policy
 
 __all__ = ["LegatoDesktopAgentLoop"]
@@ -122,7 +122,9 @@ class LegatoDesktopAgentLoop(AgentLoopBase):  # type: ignore[misc]
         return PolicyConfig(
             self.policy_url,
             self.policy_model,
-            temperature=float(sampling_params.get("temperature", 1.0)),
-            top_p=float(sampling_params.get("top_p", 1.0)),
-            max_tokens=int(sampling_params.get("max_tokens") or response_length),
+            sampling=Sampling(
+                temperature=float(sampling_params.get("temperature", Sampling.temperature)),
+                top_p=float(sampling_params.get("top_p", Sampling.top_p)),
+                max_tokens=int(sampling_params.get("max_tokens") or response_length),
+            ),
         )

@@ -12,7 +12,7 @@ built) with Gymnasium::
 
 from typing import TYPE_CHECKING
 
-from legato_gym.backends import backend_names, get_backend, make_desktop
+from legato_gym.backends import Backend, backend_names, get_backend, make_desktop, resolve_backend
 from legato_gym.config import DesktopConfig, Timeouts
 from legato_gym.contract import SPECIAL_ACTIONS, ActResult, Desktop, Observation, Task, Waited
 from legato_gym.episode import Episode
@@ -32,6 +32,7 @@ from legato_gym.errors import (
     UnknownTaskError,
     UnsupportedTaskError,
 )
+from legato_gym.options import BackendOptions
 
 if TYPE_CHECKING:
     from legato_gym.conformance import check_desktop
@@ -71,6 +72,8 @@ __all__ = [
     "SPECIAL_ACTIONS",
     "ActResult",
     "ActionError",
+    "Backend",
+    "BackendOptions",
     "BackendUnavailableError",
     "ConfigError",
     "ConformanceError",
@@ -98,4 +101,5 @@ __all__ = [
     "get_backend",
     "load_tasks",
     "make_desktop",
+    "resolve_backend",
 ]

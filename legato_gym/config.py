@@ -1,4 +1,4 @@
-"""Typed settings for desktops: what every backend understands, plus backend-specific options."""
+"""Typed settings for desktops: what every backend understands, plus the backend's own typed options."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from legato_gym.errors import ConfigError
+from legato_gym.options import BackendOptions
 
 __all__ = ["OSWORLD_ENV_VAR", "DesktopConfig", "Timeouts", "default_osworld_path"]
 
@@ -67,13 +68,16 @@ class DesktopConfig:
             ``osworld`` backend. Defaults to ``$LEGATO_OSWORLD``.
         python: the interpreter that runs each desktop's worker process (the ``osworld`` backend needs
             desktop-env's own interpreter). ``None``: the current interpreter.
-        provider: OSWorld's VM provider (``docker``, ``vmware``, ...), for the ``osworld`` backend.
-        options: backend-specific options (e.g. the fake backend's latencies and faults).
-        memory_mb: memory bound of each desktop, in MiB: its processes and the files its apps write to
-            memory (``/tmp``, the home), for backends that run desktops on this host (``local``).
-        max_processes: bound on the processes (threads included) of each desktop (``local``).
-        tmpfs_mb: size bound of each of a desktop's in-memory folders (home, ``/tmp``, ``/dev/shm``), in
-            MiB (``local``).
+        options: the backend's own options, a frozen dataclass: ``FakeOptions`` (latencies, faults),
+            ``LocalOptions`` (sandbox bounds, waits, grader), ``OSWorldOptions`` (provider, VM settings);
+            ``None``: the backend's defaults. A plain mapping (a YAML or JSON config) is read into the
+            backend's class once, where the backend is resolved (:mod:`legato_gym.options`).
+
+    Example::
+
+        from legato_gym.backends.local import LocalOptions
+
+        DesktopConfig(screen=(1280, 720), options=LocalOptions(memory_mb=2048, grader="local"))
     """
 
     screen: tuple[int, int] = (1920, 1080)
@@ -83,19 +87,12 @@ class DesktopConfig:
     timeouts: Timeouts = field(default_factory=Timeouts)
     osworld_path: Path | None = field(default_factory=default_osworld_path)
     python: str | None = None
-    provider: str = "docker"
-    options: Mapping[str, Any] = field(default_factory=dict)
-    memory_mb: int = 4096
-    max_processes: int = 1024
-    tmpfs_mb: int = 2048
+    options: BackendOptions | Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         width, height = self.screen
         if width < 64 or height < 64:
             raise ConfigError(f"screen={self.screen!r} is too small; give (width, height), e.g. (1920, 1080)")
-        for name, least in (("memory_mb", 64), ("max_processes", 16), ("tmpfs_mb", 1)):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < least:
-                raise ConfigError(f"{name}={getattr(self, name)!r} must be an integer >= {least}")
         if self.fixed_wait < 0:
             raise ConfigError(f"fixed_wait={self.fixed_wait!r} must be >= 0 seconds")
         if self.osworld_path is not None and not isinstance(self.osworld_path, Path):

@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium import spaces
 
-from legato_gym.backends import get_backend
+from legato_gym.backends import Backend, resolve_backend
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import Desktop, Observation, Task
 from legato_gym.episode import Episode
@@ -102,8 +102,10 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
     requires for ``TimeLimit`` anyway.
 
     Args:
-        backend: a backend name (``"fake"``, ...) or ``"package.module:Class"``.
-        config: desktop settings (screen size, waits, deadlines, backend options).
+        backend: a backend name (``"fake"``, ...), ``"package.module:Class"``, or a resolved
+            :class:`~legato_gym.backends.Backend`.
+        config: desktop settings (screen size, waits, deadlines, the backend's options: its options class,
+            or a mapping read into it once here).
         max_steps: steps after which an episode is truncated (and graded); default: the ``TimeLimit``'s
             limit, or :data:`DEFAULT_MAX_STEPS` without one.
         tasks: the tasks ``reset()`` picks from when it is given none; default: the backend's own suite.
@@ -112,7 +114,8 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
         seed: seed for the desktop's own randomness (the fake backend's latencies and faults).
 
     Raises:
-        ConfigError: bad arguments; UnsupportedTaskError when a task in ``tasks`` cannot run on the backend.
+        ConfigError: bad arguments or options; UnsupportedTaskError when a task in ``tasks`` cannot run on the
+            backend; BackendUnavailableError for an unknown backend.
 
     Example::
 
@@ -127,7 +130,7 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
 
     def __init__(
         self,
-        backend: str = "fake",
+        backend: str | Backend = "fake",
         config: DesktopConfig | None = None,
         *,
         max_steps: int | None = None,
@@ -139,16 +142,17 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ConfigError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
         self.render_mode = render_mode
-        self.config = config or DesktopConfig()
-        self.backend = backend
         self._closed = False
         self._desktop: Desktop | None = None
-        cls, default_tasks = get_backend(backend)
-        self._default_tasks = default_tasks
-        check_tasks = getattr(cls, "check_tasks", None)
+        resolved = resolve_backend(backend)
+        #: The backend's name (``"fake"``, ``"package.module:Class"``).
+        self.backend = resolved.name
+        self.config = resolved.configure(config)
+        self._default_tasks = resolved.default_tasks
+        check_tasks = getattr(resolved.desktop_class, "check_tasks", None)
         if desktop is None and tasks is not None and callable(check_tasks):  # refuse all at once, before a boot
             check_tasks([t for t in tasks if isinstance(t, Task)], self.config)
-        self._desktop = desktop if desktop is not None else cls(self.config, seed=seed)
+        self._desktop = desktop if desktop is not None else resolved.make(self.config, seed=seed)
         self._max_steps = max_steps
         self._episode = Episode(self._desktop, max_steps=DEFAULT_MAX_STEPS if max_steps is None else max_steps)
         self._tasks: list[Task] | None = None

@@ -8,14 +8,16 @@ writes trajectories (token ids, logprobs, rewards, group advantages, policy vers
 from legato_gym import DesktopConfig
 from legato_rl.collect import collect
 from legato_rl.export import export_steps
-from legato_rl.policy import ChatResult, PolicyClient, PolicyConfig
+from legato_rl.policy import ChatResult, Limits, PolicyClient, PolicyConfig, Sampling
 from legato_rl.store import load_request
 
 __all__ = [
     "ChatResult",
     "DesktopConfig",
+    "Limits",
     "PolicyClient",
     "PolicyConfig",
+    "Sampling",
     "collect",
     "export_steps",
     "load_request",

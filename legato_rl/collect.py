@@ -1,10 +1,15 @@
 """The rollout scheduler behind ``legato rl collect``.
 
 One asyncio task per desktop pulls attempts from the :class:`~legato_rl.groups.GroupBook` and plays them:
-reset the desktop to the task, then alternate a policy call (bounded by ``max_inflight`` across all
-desktops) and the reply's actions until the episode ends, then record the attempt. Every phase has a
-deadline: desktop phases are bounded by the vector env (a hung worker is killed and replaced), model calls
-by ``step_timeout`` × ``retries``, and the whole attempt by ``rollout_timeout``.
+reset the desktop to the task, then alternate a policy call (bounded by ``policy.limits.max_inflight``
+across all desktops) and the reply's actions until the episode ends, then record the attempt. Every phase
+has a deadline: desktop phases are bounded by the vector env (a hung worker is killed and replaced), model
+calls by ``policy.limits`` (``step_timeout`` × ``retries``), and the whole attempt by ``rollout_timeout``.
+
+Each setting has one owner, with its default: the policy's sampling and limits are
+:class:`~legato_rl.policy.PolicyConfig`'s (``sampling=Sampling(...)``, ``limits=Limits(...)``), how desktops
+wait and reset is :class:`~legato_gym.DesktopConfig`'s, and the batch's own knobs are
+:class:`CollectOptions`' (which :func:`collect`'s keyword arguments default to).
 
 Failures stay with the attempt they hit:
 
@@ -31,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from legato_gym import ConfigError, DesktopConfig, DesktopError, LegatoError, Task, get_backend
+from legato_gym import Backend, ConfigError, DesktopConfig, DesktopError, LegatoError, Task, resolve_backend
 from legato_gym.tasks import load_tasks
 from legato_gym.vector import DesktopVectorEnv, RayPlacement, make_vector_env
 from legato_rl.errors import PolicyError, PolicyUnavailable
@@ -66,7 +71,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class CollectOptions:
-    """The knobs of one batch (see ``legato rl collect --help``)."""
+    """The knobs of one batch, and the one place that holds their defaults.
+
+    Each field is the :func:`collect` argument of the same name (described there), whose default it is; the
+    CLI's ``legato rl collect`` options default to them too.
+    """
 
     desktops: int = 4
     group: int = 4
@@ -160,12 +169,13 @@ class Collector:
 
     Args:
         tasks: one GRPO group per task.
-        policy: the policy server and sampling settings.
+        policy: the policy server, its sampling and its limits.
         out: the run directory (``legato.rollout/v0``); an existing run with the same arguments resumes.
         options: the batch's knobs.
         desktop: how to build desktops.
         harness: the prompt format; OSWorld's Qwen3-VL computer-use format by default.
         ray: place the desktops on this Ray cluster (an address or a ``RayPlacement``); ``None``: this host.
+        backend: the resolved backend (default: ``resolve_backend(options.backend)``).
     """
 
     def __init__(
@@ -178,6 +188,7 @@ class Collector:
         harness: Harness | None = None,
         ray: RayPlacement | str | None = None,
         progress: Progress | None = None,
+        backend: Backend | None = None,
     ) -> None:
         if not tasks:
             raise ConfigError("no tasks to collect: give a tasks file with at least one entry")
@@ -187,6 +198,7 @@ class Collector:
         self.options = options
         self.desktop_config = desktop
         self.ray = ray
+        self.backend = backend or resolve_backend(options.backend)  # resolved once, passed to the vector env
         self.harness: Harness = harness or QwenHarness(image_max=options.image_max)
         self.book = GroupBook(self.tasks, group=options.group, oversample=options.oversample)
         self.progress = progress if progress is not None else Progress()
@@ -217,9 +229,9 @@ class Collector:
             backend=self.options.backend,
             harness=self.harness.name,
             image_max=self.options.image_max,
-            temperature=self.policy_config.temperature,
-            top_p=self.policy_config.top_p,
-            max_tokens=self.policy_config.max_tokens,
+            temperature=self.policy_config.sampling.temperature,
+            top_p=self.policy_config.sampling.top_p,
+            max_tokens=self.policy_config.sampling.max_tokens,
         )
 
     async def run(self) -> Summary:
@@ -266,7 +278,7 @@ class Collector:
         env = make_vector_env(
             opts.desktops,
             ray=self.ray,
-            backend=opts.backend,
+            backend=self.backend,
             config=self.desktop_config,
             # collect counts policy calls itself; the env's own step limit only guards runaway replies
             max_steps=opts.max_steps * 16,
@@ -515,23 +527,17 @@ def collect(
     policy: PolicyConfig,
     *,
     out: str | Path,
-    desktops: int = 4,
-    group: int = 4,
-    oversample: float = 0.0,
-    max_steps: int = 15,
-    max_inflight: int | None = None,
-    step_timeout: float | None = None,
-    retries: int | None = None,
-    rollout_timeout: float | None = None,
-    env_retries: int = 1,
-    ready_signal: bool | None = None,
-    fixed_wait: float | None = None,
-    fast_reset: bool | None = None,
-    image_max: int = 20,
+    desktops: int = CollectOptions.desktops,
+    group: int = CollectOptions.group,
+    oversample: float = CollectOptions.oversample,
+    max_steps: int = CollectOptions.max_steps,
+    rollout_timeout: float | None = CollectOptions.rollout_timeout,
+    env_retries: int = CollectOptions.env_retries,
+    image_max: int = CollectOptions.image_max,
     desktop: DesktopConfig | None = None,
-    backend: str = "osworld",
+    backend: str | Backend = CollectOptions.backend,
     harness: Harness | None = None,
-    seed: int = 0,
+    seed: int = CollectOptions.seed,
     ray: RayPlacement | str | None = None,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
@@ -539,7 +545,8 @@ def collect(
 
     Args:
         tasks: the tasks (one GRPO group each), or the path of a tasks file.
-        policy: the policy server; ``max_inflight``, ``step_timeout`` and ``retries`` given here override it.
+        policy: the policy server, its sampling and its limits (``limits=Limits(max_inflight=...,
+            step_timeout=..., retries=...)``).
         out: the run directory. Running again with the same arguments resumes an interrupted run.
         desktops: desktops run at once.
         group: completed attempts per task (one GRPO group).
@@ -547,38 +554,28 @@ def collect(
         max_steps: policy calls per attempt; the attempt is graded when it reaches them.
         rollout_timeout: wall-clock cap per attempt; graded and marked ``truncated`` when it hits.
         env_retries: times an attempt is queued again after a desktop failure.
-        ready_signal, fixed_wait, fast_reset: desktop waiting and reset behaviour (see ``DesktopConfig``); given
-            here they override ``desktop``'s, else ``desktop``'s hold.
         image_max: screenshots kept in the prompt.
-        desktop: how to build desktops (screen size, OSWorld checkout, interpreter, ...).
-        backend: ``osworld``, ``local``, ``fake`` or ``package.module:Class``.
+        desktop: how to build desktops: screen size, waiting (``ready_signal``, ``fixed_wait``), resets
+            (``fast_reset``), OSWorld checkout, interpreter, ... (default ``DesktopConfig()``).
+        backend: ``osworld``, ``local``, ``fake``, ``package.module:Class``, or a resolved ``Backend``.
         harness: the prompt format (OSWorld's Qwen3-VL computer-use format by default).
         seed: seeds the desktops.
         ray: run the desktops on a Ray cluster: its address (``"auto"``, ``"HEAD:6379"``) or a ``RayPlacement``.
         progress: a :class:`Progress` that the run keeps up to date, for a display in another thread.
 
     Example:
-        >>> from legato.rl import collect, PolicyConfig  # doctest: +SKIP
-        >>> collect("tasks.json", PolicyConfig("http://localhost:8000/v1", "Qwen/Qwen3-VL-8B-Instruct"),
-        ...         out="runs/step-1", backend="fake")  # doctest: +SKIP
+        >>> from legato.rl import DesktopConfig, Limits, PolicyConfig, collect  # doctest: +SKIP
+        >>> policy = PolicyConfig("http://localhost:8000/v1", "Qwen/Qwen3-VL-8B-Instruct",
+        ...                       limits=Limits(max_inflight=8, step_timeout=120.0))  # doctest: +SKIP
+        >>> collect("tasks.json", policy, out="runs/step-1", backend="fake",
+        ...         desktop=DesktopConfig(ready_signal=False, fixed_wait=2.0))  # doctest: +SKIP
     """
-    config = desktop or DesktopConfig()
-    waits: dict[str, Any] = {"ready_signal": ready_signal, "fixed_wait": fixed_wait, "fast_reset": fast_reset}
-    if given := {name: value for name, value in waits.items() if value is not None}:
-        config = replace(config, **given)
-    if backend == "osworld":  # its workers run in desktop-env's own interpreter (`legato osworld setup`)
+    resolved = resolve_backend(backend)  # an unknown or unbuilt backend fails here, before anything is written
+    config = resolved.configure(desktop)  # options given as a mapping become the backend's options class
+    if resolved.name == "osworld":  # its workers run in desktop-env's own interpreter (`legato osworld setup`)
         from legato_gym.backends.osworld.remote import resolve_python
 
         config = replace(config, python=resolve_python(config))
-    overrides: dict[str, Any] = {}
-    if max_inflight is not None:
-        overrides["max_inflight"] = max_inflight
-    if step_timeout is not None:
-        overrides["step_timeout"] = step_timeout
-    if retries is not None:
-        overrides["retries"] = retries
-    if overrides:
-        policy = replace(policy, **overrides)
     task_list = load_tasks(tasks, osworld_path=config.osworld_path) if isinstance(tasks, (str, Path)) else list(tasks)
     options = CollectOptions(
         desktops=desktops,
@@ -588,9 +585,10 @@ def collect(
         rollout_timeout=rollout_timeout,
         env_retries=env_retries,
         image_max=image_max,
-        backend=backend,
+        backend=resolved.name,
         seed=seed,
     )
-    get_backend(backend)  # an unknown or unbuilt backend fails here, before anything is written
-    collector = Collector(task_list, policy, out, options, config, harness, ray=ray, progress=progress)
+    collector = Collector(
+        task_list, policy, out, options, config, harness, ray=ray, progress=progress, backend=resolved
+    )
     return asyncio.run(collector.run()).to_json()

@@ -98,7 +98,7 @@ def _rebuild(cls: type[PolicyError], args: tuple[object, ...], state: dict[str, 
 
 
 class PolicyTimeout(PolicyError, TimeoutError):
-    """The server gave no complete answer within the per-call deadline (``PolicyConfig.step_timeout``)."""
+    """The server gave no complete answer within the per-call deadline (``Limits.step_timeout``)."""
 
     retryable = True
 

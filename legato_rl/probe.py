@@ -30,9 +30,12 @@ import numpy as np
 from legato_gym.png import encode_png
 from legato_rl.errors import PolicyError, PolicyHTTPError, redact
 from legato_rl.images import PngDataURL
-from legato_rl.policy import KEY_ENV_VAR, ChatResult, PolicyClient, PolicyConfig
+from legato_rl.policy import KEY_ENV_VAR, ChatResult, Limits, PolicyClient, PolicyConfig, Sampling
 
-__all__ = ["STATUSES", "Check", "run_probe"]
+__all__ = ["PROBE_TIMEOUT", "STATUSES", "Check", "run_probe"]
+
+#: Default seconds allowed per probe request (``run_probe(timeout=...)``, ``legato rl probe --timeout``).
+PROBE_TIMEOUT = 30.0
 
 #: Statuses: ``ok``; ``warn`` (legato works around it; the fix is advised); ``fail`` (training cannot use
 #: this server: exit 1); ``info``; ``skip`` (not run because an earlier check failed).
@@ -114,7 +117,9 @@ async def _probe_replica(url: str, model: str, timeout: float, key: str | None) 
         return checks
 
     later = ("model served", "chat with an image", "logprobs", "token ids", "cached tokens", "reasoning", "latency")
-    config = PolicyConfig(url, model, api_key=key, step_timeout=timeout, retries=0, max_tokens=128)
+    config = PolicyConfig(
+        url, model, api_key=key, sampling=Sampling(max_tokens=128), limits=Limits(step_timeout=timeout, retries=0)
+    )
     async with PolicyClient(config) as client:
         try:
             served = await client.models(url)
@@ -229,7 +234,7 @@ def _logprob_checks(result: ChatResult, refused: bool, add: Any) -> None:
 
 
 async def run_probe(
-    urls: Sequence[str], model: str, *, timeout: float = 30.0, api_key: str | None = None
+    urls: Sequence[str], model: str, *, timeout: float = PROBE_TIMEOUT, api_key: str | None = None
 ) -> list[Check]:
     """Run every check against every replica; ``api_key`` defaults to ``$LEGATO_POLICY_KEY``.
 

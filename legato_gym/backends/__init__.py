@@ -1,10 +1,21 @@
-"""Desktop backends, looked up by name.
+"""Desktop backends, resolved once by name.
 
 A backend is a class implementing :class:`legato_gym.contract.Desktop`, built as
 ``cls(config: DesktopConfig, *, seed: int | None = None)``, whose module also defines
 ``default_tasks(config: DesktopConfig) -> list[Task]``: the suite ``DesktopEnv.reset()`` picks from when it
-is given no task. Modules are imported only when their backend is asked for, so a backend's heavy
-dependencies cost nothing to users of another.
+is given no task, and whose options are a frozen dataclass (:class:`~legato_gym.options.BackendOptions`)
+named by its :class:`BackendSpec`. Modules are imported only when their backend is asked for, so a backend's
+heavy dependencies cost nothing to users of another.
+
+Each public entry point (``DesktopEnv``, ``DesktopVectorEnv``, ``legato_rl.collect``, ``legato rl collect``)
+calls :func:`resolve_backend` once and passes the :class:`Backend` down; :meth:`Backend.configure` reads
+``DesktopConfig.options`` given as a mapping into the backend's options class there, once. A worker process
+resolves the backend again by its :attr:`Backend.name` (a class does not cross a process boundary)::
+
+    backend = resolve_backend("fake")
+    config = backend.configure(DesktopConfig(options={"faults": {"crash": 0.01}}))
+    config.options  # FakeOptions(latency={}, faults=Faults(crash=0.01, ...))
+    desktop = backend.make(config, seed=0)
 """
 
 from __future__ import annotations
@@ -14,22 +25,32 @@ import importlib.util
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import Desktop, Task
 from legato_gym.errors import BackendUnavailableError
+from legato_gym.options import BackendOptions, typed_options, wrong_options
 
-__all__ = ["BACKENDS", "BackendSpec", "backend_names", "get_backend", "make_desktop"]
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "BackendSpec",
+    "backend_names",
+    "get_backend",
+    "make_desktop",
+    "resolve_backend",
+]
 
 
 @dataclass(frozen=True)
 class BackendSpec:
-    """Where a backend lives: ``module:Class``."""
+    """Where a backend lives: ``module:Class``, and its options class, ``module:Class`` (``None``: none)."""
 
     name: str
     target: str
+    options: str | None = None
 
     @property
     def module(self) -> str:
@@ -44,11 +65,84 @@ class BackendSpec:
 BACKENDS: dict[str, BackendSpec] = {
     spec.name: spec
     for spec in (
-        BackendSpec("fake", "legato_gym.backends.fake:FakeDesktop"),
-        BackendSpec("local", "legato_gym.backends.local:LocalDesktop"),
-        BackendSpec("osworld", "legato_gym.backends.osworld:OSWorldDesktop"),
+        BackendSpec("fake", "legato_gym.backends.fake:FakeDesktop", "legato_gym.backends.fake.options:FakeOptions"),
+        BackendSpec(
+            "local", "legato_gym.backends.local:LocalDesktop", "legato_gym.backends.local.options:LocalOptions"
+        ),
+        BackendSpec(
+            "osworld",
+            "legato_gym.backends.osworld:OSWorldDesktop",
+            "legato_gym.backends.osworld.options:OSWorldOptions",
+        ),
     )
 }
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A resolved backend: its desktop class, its default tasks and its options class.
+
+    Attributes:
+        name: the name it was resolved from (``"fake"``, ``"package.module:Class"``): what a worker process
+            resolves again, and what records and Ray placement name.
+        desktop_class: the class implementing :class:`~legato_gym.contract.Desktop`.
+        default_tasks: ``default_tasks(config)``, the backend's own suite (``[]`` when its module has none).
+        options_class: its options dataclass, a :class:`~legato_gym.options.BackendOptions` (a backend of your
+            own names it as its desktop class's ``options_class``; ``None``: it has none, and
+            ``DesktopConfig.options`` stays a mapping of JSON values).
+    """
+
+    name: str
+    desktop_class: type[Any]
+    default_tasks: Callable[[DesktopConfig], Sequence[Task]]
+    options_class: type[BackendOptions] | None = None
+
+    def configure(self, config: DesktopConfig | None = None) -> DesktopConfig:
+        """``config`` (default: ``DesktopConfig()``) with its ``options`` as this backend's options class.
+
+        A mapping is read into the class once, here (:meth:`~legato_gym.options.BackendOptions.from_mapping`);
+        typed options and ``None`` are kept as they are.
+
+        Raises:
+            ConfigError: another backend's options (the message names both and the fix), or an unknown key
+                or bad value in a mapping (the message names the key path).
+        """
+        config = config or DesktopConfig()
+        options = config.options
+        if options is None:
+            return config
+        if self.options_class is None:
+            if isinstance(options, BackendOptions):
+                wrong_options(options, None, self.name)
+            return config
+        typed = typed_options(options, self.options_class, self.name)
+        return config if typed is options else replace(config, options=typed)
+
+    def make(self, config: DesktopConfig | None = None, *, seed: int | None = None) -> Desktop:
+        """One desktop of this backend, built from :meth:`configure`'s config."""
+        return cast(Desktop, self.desktop_class(self.configure(config), seed=seed))
+
+
+def resolve_backend(backend: str | Backend) -> Backend:
+    """The backend of a name (``"fake"``, ``"local"``, ``"osworld"``) or ``"package.module:Class"``; a
+    :class:`Backend` is itself. Call it once, at the entry point, and pass the result down.
+
+    Raises:
+        BackendUnavailableError: an unknown name (with the closest known one), a backend that is not built in
+            this installation, or a ``module:Class`` whose module cannot be imported (the message says why)
+            or has no such class.
+    """
+    if isinstance(backend, Backend):
+        return backend
+    cls, default_tasks, spec = _load(backend)
+    if spec.options is not None:
+        module, _, attr = spec.options.partition(":")
+        options_class = getattr(importlib.import_module(module), attr)
+    else:  # a backend of your own names its options class on its desktop class
+        options_class = getattr(cls, "options_class", None)
+    if not (isinstance(options_class, type) and issubclass(options_class, BackendOptions)):
+        options_class = None
+    return Backend(backend, cls, default_tasks, options_class)
 
 
 def backend_names() -> list[str]:
@@ -61,19 +155,28 @@ def backend_names() -> list[str]:
 
 
 def get_backend(name: str) -> tuple[type[Any], Callable[[DesktopConfig], Sequence[Task]]]:
-    """The backend class and its ``default_tasks`` function, by name or ``module:Class``.
+    """The backend class and its ``default_tasks`` function, by name or ``module:Class``
+    (:func:`resolve_backend` gives them with the options class, as one :class:`Backend`).
 
     Raises:
-        BackendUnavailableError: unknown name, a backend that is not built in this installation, or a
-            ``module:Class`` whose module cannot be imported (the message says why) or has no such class.
+        BackendUnavailableError: as :func:`resolve_backend`.
     """
+    resolved = resolve_backend(name)
+    return resolved.desktop_class, resolved.default_tasks
+
+
+def _load(name: str) -> tuple[type[Any], Callable[[DesktopConfig], Sequence[Task]], BackendSpec]:
+    """The class, ``default_tasks`` and spec of a backend name or ``module:Class``; see :func:`resolve_backend`."""
     spec = BACKENDS.get(name)
     custom = spec is None
-    if spec is None and ":" in name:
+    if spec is None and isinstance(name, str) and ":" in name:
         spec = BackendSpec(name, name)
     if spec is None or not spec.module or not spec.attr:
+        from legato_gym.tasks import suggest
+
+        hint = suggest(str(name), list(BACKENDS)).lstrip("; ")
         raise BackendUnavailableError(
-            f"unknown backend {name!r}; choose one of {', '.join(backend_names())} "
+            f"unknown backend {name!r}; {hint + ' ' if hint else ''}choose one of {', '.join(backend_names())} "
             "or give your own as 'package.module:Class'"
         )
     try:
@@ -106,7 +209,7 @@ def get_backend(name: str) -> tuple[type[Any], Callable[[DesktopConfig], Sequenc
         def default_tasks(config: DesktopConfig) -> Sequence[Task]:
             return []
 
-    return cast(type[Any], cls), default_tasks
+    return cast(type[Any], cls), default_tasks, spec
 
 
 def _import_failure(spec: BackendSpec, exc: BaseException) -> str:
@@ -134,7 +237,6 @@ def _import_failure(spec: BackendSpec, exc: BaseException) -> str:
     )
 
 
-def make_desktop(name: str, config: DesktopConfig | None = None, *, seed: int | None = None) -> Desktop:
-    """Build one desktop of the named backend."""
-    cls, _ = get_backend(name)
-    return cast(Desktop, cls(config or DesktopConfig(), seed=seed))
+def make_desktop(name: str | Backend, config: DesktopConfig | None = None, *, seed: int | None = None) -> Desktop:
+    """Build one desktop of the named (or resolved) backend."""
+    return resolve_backend(name).make(config, seed=seed)

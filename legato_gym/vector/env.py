@@ -41,7 +41,7 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from legato_gym.backends import get_backend
+from legato_gym.backends import Backend, resolve_backend
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import Task
 from legato_gym.env import ACTION_MAX_LENGTH, INSTRUCTION_MAX_LENGTH, TEXT_CHARSET
@@ -67,8 +67,10 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
 
     Args:
         num_envs: number of desktops.
-        backend: backend name (``"fake"``, ``"local"``, ``"osworld"``) or ``"package.module:Class"``.
-        config: how to build each desktop; ``config.python`` is the workers' interpreter.
+        backend: backend name (``"fake"``, ``"local"``, ``"osworld"``), ``"package.module:Class"``, or a
+            resolved :class:`~legato_gym.backends.Backend`; the workers resolve it again by its name.
+        config: how to build each desktop; ``config.python`` is the workers' interpreter. Its ``options``
+            are the backend's options class (a mapping is read into it once, here), sent to the workers typed.
         max_steps: steps after which an episode is truncated (and graded).
         tasks: the tasks ``reset()`` picks from when not given one (default: the backend's suite).
         seed: seeds the task choice (env ``i`` uses ``seed + i``) and each desktop (``seed + i``).
@@ -110,7 +112,7 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
     def __init__(
         self,
         num_envs: int,
-        backend: str = "fake",
+        backend: str | Backend = "fake",
         config: DesktopConfig | None = None,
         *,
         max_steps: int = 15,
@@ -133,8 +135,10 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
             raise ConfigError(f"pixels={pixels!r}; choose 'eager' (decode at once) or 'lazy' (when read)")
         self.closed = True  # until the workers are up; close() is then a no-op
         self.num_envs = num_envs
-        self.backend = backend
-        self.config = config or DesktopConfig()
+        resolved = resolve_backend(backend)
+        #: The backend's name (``"fake"``, ``"package.module:Class"``): what the workers resolve.
+        self.backend = resolved.name
+        self.config = resolved.configure(config)
         self.max_steps = max_steps
         self.deadlines = deadlines or Deadlines.from_timeouts(self.config.timeouts)
         self.worker_env = dict(worker_env or {})
@@ -142,9 +146,8 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         self.png = bool(png)
         self.copy = bool(copy)
         self.pixels = pixels
-        backend_class, default_tasks = get_backend(backend)
-        self.tasks: list[Task] = list(tasks) if tasks is not None else list(default_tasks(self.config))
-        check_tasks = getattr(backend_class, "check_tasks", None)
+        self.tasks: list[Task] = list(tasks) if tasks is not None else list(resolved.default_tasks(self.config))
+        check_tasks = getattr(resolved.desktop_class, "check_tasks", None)
         if tasks is not None and callable(check_tasks):  # refuse all at once, before a worker boots a desktop
             check_tasks([t for t in self.tasks if isinstance(t, Task)], self.config, python=self.config.python)
         self._seed = seed
@@ -163,7 +166,7 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         self._observation_space: spaces.Space[Any] | None = None
         self._action_space: spaces.Space[Any] | None = None
 
-        init = {"backend": backend, "config": config_to_json(self.config), "max_steps": max_steps, "png": self.png}
+        init = {"backend": self.backend, "config": config_to_json(self.config), "max_steps": max_steps, "png": self.png}
         pool = WorkerPool(
             num_envs,
             self._launcher(),

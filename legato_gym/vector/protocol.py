@@ -49,15 +49,16 @@ socket closes (the parent died) or, on Linux, when the parent dies (``PR_SET_PDE
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 from collections.abc import Mapping
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from legato_gym.config import DesktopConfig, Timeouts
 from legato_gym.errors import ConfigError
+from legato_gym.options import options_from_json, options_to_json
 
 __all__ = [
     "HEADER",
@@ -188,20 +189,22 @@ class FrameReader:
 
 
 def config_to_json(config: DesktopConfig) -> dict[str, Any]:
-    """A :class:`DesktopConfig` as JSON for the worker.
+    """A :class:`DesktopConfig` as JSON for the worker; typed options travel with their kind
+    (:func:`~legato_gym.options.options_to_json`) and are rebuilt as the same class there.
 
     Raises:
-        ConfigError: ``config.options`` holds values that cannot cross a process boundary as JSON.
+        ConfigError: ``config.options`` is a mapping holding values that cannot cross a process boundary as JSON.
     """
-    data = asdict(config)
+    data = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    data["timeouts"] = dataclasses.asdict(config.timeouts)
     data["screen"] = list(config.screen)
     data["osworld_path"] = str(config.osworld_path) if config.osworld_path is not None else None
-    data["options"] = dict(config.options)
+    data["options"] = options_to_json(config.options)
     try:
         json.dumps(data, default=to_jsonable)
     except TypeError as exc:
         raise ConfigError(
-            f"DesktopConfig.options={dict(config.options)!r} cannot be sent to a worker process ({exc}); "
+            f"DesktopConfig.options={config.options!r:.200} cannot be sent to a worker process ({exc}); "
             "use JSON values (str, numbers, bools, lists, dicts)"
         ) from exc
     return data
@@ -214,4 +217,5 @@ def config_from_json(data: Mapping[str, Any]) -> DesktopConfig:
     fields["timeouts"] = Timeouts(**fields["timeouts"])
     path = fields.get("osworld_path")
     fields["osworld_path"] = Path(path) if path else None
+    fields["options"] = options_from_json(fields.get("options"))
     return DesktopConfig(**fields)

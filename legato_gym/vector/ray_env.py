@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from legato_gym.backends import resolve_backend
 from legato_gym.vector.env import DesktopVectorEnv
 from legato_gym.vector.handles import WorkerLauncher
 from legato_gym.vector.ray_cluster import Fit, RayPlacement, check_fit, desktops_per_node, import_ray, init_ray
@@ -83,9 +84,13 @@ class RayDesktopVectorEnv(DesktopVectorEnv):
                 init["namespace"] = self.placement.namespace
             init_ray(ray, init, self.placement.connect_timeout)
             self._owns_ray = True
-        backend = str(args[0] if args else kwargs.get("backend", "fake"))
         try:
-            self._fits = check_fit(ray, self.placement, backend, num_envs)
+            backend = resolve_backend(args[0] if args else kwargs.get("backend", "fake"))  # once, passed down
+            if args:
+                args = (backend, *args[1:])
+            else:
+                kwargs["backend"] = backend
+            self._fits = check_fit(ray, self.placement, backend.name, num_envs)
         except BaseException:
             self._shutdown_ray()
             raise

@@ -137,12 +137,11 @@ class _Worker:
         raise ProtocolError(f"unknown op {op!r}")
 
     def _init(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        from legato_gym.backends import get_backend
+        from legato_gym.backends import resolve_backend
         from legato_gym.episode import Episode
 
-        cls, _ = get_backend(str(args["backend"]))
-        config = config_from_json(args["config"])
-        self.desktop = cls(config, seed=args.get("seed"))
+        backend = resolve_backend(str(args["backend"]))  # again, in this process: a class does not cross
+        self.desktop = backend.make(config_from_json(args["config"]), seed=args.get("seed"))
         self.episode = Episode(self.desktop, max_steps=int(args["max_steps"]))
         if args.get("shm_fd") is not None:
             self.screens = ScreenBuffer(int(args["shm_size"]), fd=int(args["shm_fd"]))

@@ -20,14 +20,15 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from legato_gym import DesktopConfig, LegatoError, Task, get_backend
+from legato_gym import DesktopConfig, LegatoError, Task, resolve_backend
 from legato_gym.backends.local.file_cache import FILE_CACHE_ENV_VAR
+from legato_gym.backends.local.options import LocalOptions
 from legato_gym.tasks import load_tasks
 from legato_rl.cli._errors import fail
 from legato_rl.cli._logging import configure_logging
-from legato_rl.collect import Progress, collect
+from legato_rl.collect import CollectOptions, Progress, collect
 from legato_rl.groups import Status
-from legato_rl.policy import PolicyConfig
+from legato_rl.policy import Limits, PolicyConfig, Sampling
 from legato_rl.store import write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -62,41 +63,47 @@ def collect_command(
     version: Annotated[str | None, typer.Option("--version", help="Policy version stamped on every record.")] = None,
     backend: Annotated[
         str, typer.Option("--backend", help="osworld, local, fake, or package.module:Class.")
-    ] = "osworld",
+    ] = CollectOptions.backend,
     osworld: Annotated[
         Path | None, typer.Option("--osworld", help="OSWorld checkout (holds evaluation_examples/).")
     ] = None,
-    desktops: Annotated[int, typer.Option("--desktops", help="Desktops run at once.")] = 4,
-    group: Annotated[int, typer.Option("--group", help="Attempts per task: one GRPO group.")] = 4,
+    # Every default below is read from the value that owns the setting (CollectOptions, Limits, Sampling,
+    # DesktopConfig): tests/rl/test_cli_defaults.py fails when one is written here instead.
+    desktops: Annotated[int, typer.Option("--desktops", help="Desktops run at once.")] = CollectOptions.desktops,
+    group: Annotated[int, typer.Option("--group", help="Attempts per task: one GRPO group.")] = CollectOptions.group,
     oversample: Annotated[
         float, typer.Option("--oversample", help="Extra attempts per group, as a fraction of --group.")
-    ] = 0.0,
-    max_steps: Annotated[int, typer.Option("--max-steps", help="Policy calls per attempt.")] = 15,
+    ] = CollectOptions.oversample,
+    max_steps: Annotated[int, typer.Option("--max-steps", help="Policy calls per attempt.")] = CollectOptions.max_steps,
     max_inflight: Annotated[
         int | None, typer.Option("--max-inflight", help="Cap on concurrent model requests across desktops.")
-    ] = None,
-    step_timeout: Annotated[float, typer.Option("--step-timeout", help="Seconds per model call.")] = 60.0,
-    retries: Annotated[int, typer.Option("--retries", help="Retries of a failed model call.")] = 1,
+    ] = Limits.max_inflight,
+    step_timeout: Annotated[
+        float, typer.Option("--step-timeout", help="Seconds per model call.")
+    ] = Limits.step_timeout,
+    retries: Annotated[int, typer.Option("--retries", help="Retries of a failed model call.")] = Limits.retries,
     rollout_timeout: Annotated[
         float | None, typer.Option("--rollout-timeout", help="Wall-clock cap per attempt (graded, 'truncated').")
-    ] = None,
+    ] = CollectOptions.rollout_timeout,
     env_retries: Annotated[
         int, typer.Option("--env-retries", help="Re-queues of an attempt after a desktop failure.")
-    ] = 1,
+    ] = CollectOptions.env_retries,
     ready_signal: Annotated[
         bool, typer.Option("--ready-signal/--no-ready-signal", help="Wait on ready signals, not fixed sleeps.")
-    ] = True,
+    ] = DesktopConfig.ready_signal,
     fixed_wait: Annotated[
         float, typer.Option("--fixed-wait", help="With --no-ready-signal: seconds slept after each action.")
-    ] = 0.0,
+    ] = DesktopConfig.fixed_wait,
     fast_reset: Annotated[
         bool, typer.Option("--fast-reset/--no-fast-reset", help="Reset in place; off: full revert every rollout.")
-    ] = True,
-    image_max: Annotated[int, typer.Option("--image-max", help="Screenshots kept in the prompt.")] = 20,
-    temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature.")] = 1.0,
-    top_p: Annotated[float, typer.Option("--top-p", help="Nucleus sampling.")] = 1.0,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Generated tokens per call.")] = 2048,
-    seed: Annotated[int, typer.Option("--seed", help="Seeds the desktops.")] = 0,
+    ] = DesktopConfig.fast_reset,
+    image_max: Annotated[
+        int, typer.Option("--image-max", help="Screenshots kept in the prompt.")
+    ] = CollectOptions.image_max,
+    temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature.")] = Sampling.temperature,
+    top_p: Annotated[float, typer.Option("--top-p", help="Nucleus sampling.")] = Sampling.top_p,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Generated tokens per call.")] = Sampling.max_tokens,
+    seed: Annotated[int, typer.Option("--seed", help="Seeds the desktops.")] = CollectOptions.seed,
     ray: Annotated[
         str | None,
         typer.Option(
@@ -121,25 +128,27 @@ def collect_command(
             help="--backend local: osworld (desktop-env's getters and metrics, in its interpreter from "
             "`legato osworld setup`), local (built in), or auto: osworld when that interpreter exists.",
         ),
-    ] = "auto",
+    ] = LocalOptions.grader,
 ) -> None:
     """Collect one batch: every task × (group + oversample) attempts, graded, in legato.rollout/v0."""
     console = Console(stderr=True)
     configure_logging(logging.INFO, console)
     try:
-        config = DesktopConfig() if osworld is None else DesktopConfig(osworld_path=osworld.expanduser())
+        config = DesktopConfig(ready_signal=ready_signal, fixed_wait=fixed_wait, fast_reset=fast_reset)
+        if osworld is not None:
+            config = replace(config, osworld_path=osworld.expanduser())
         if file_cache is not None:
             os.environ[FILE_CACHE_ENV_VAR] = str(file_cache.expanduser().resolve())
-        config, grader_name = _grader_config(grader, backend, config)
-        backend_class, default_tasks = get_backend(backend)
+        resolved = resolve_backend(backend)  # once, here; collect() gets the resolved backend
+        config, grader_name = _grader_config(grader, backend, resolved.configure(config))
         task_list: list[Task]
         if tasks is not None:
             task_list = load_tasks(tasks, osworld_path=config.osworld_path)
         else:
-            task_list = list(default_tasks(config))
+            task_list = list(resolved.default_tasks(config))
             if not task_list:
                 raise typer.BadParameter(f"backend {backend!r} has no task suite of its own; give --tasks FILE")
-        check_tasks = getattr(backend_class, "check_tasks", None)
+        check_tasks = getattr(resolved.desktop_class, "check_tasks", None)
         if callable(check_tasks):  # refuse what the backend cannot run now, all at once, not at a reset
             check_tasks(task_list, config, **({"python": config.python} if grader_name else {}))
         if grader_name:
@@ -150,15 +159,14 @@ def collect_command(
             _show(progress, console, live=sys.stderr.isatty() and not quiet),
         ):
             policy = PolicyConfig(
-                url=urls, model=served_model, version=version, temperature=temperature, top_p=top_p,
-                max_tokens=max_tokens,
+                urls, served_model, version=version,
+                sampling=Sampling(temperature=temperature, top_p=top_p, max_tokens=max_tokens),
+                limits=Limits(max_inflight=max_inflight, step_timeout=step_timeout, retries=retries),
             )  # fmt: skip
             data = collect(
                 task_list, policy, out=out, desktops=desktops, group=group, oversample=oversample,
-                max_steps=max_steps, max_inflight=max_inflight, step_timeout=step_timeout, retries=retries,
-                rollout_timeout=rollout_timeout, env_retries=env_retries, ready_signal=ready_signal,
-                fixed_wait=fixed_wait, fast_reset=fast_reset, image_max=image_max, desktop=config,
-                backend=backend, seed=seed, ray=ray, progress=progress,
+                max_steps=max_steps, rollout_timeout=rollout_timeout, env_retries=env_retries,
+                image_max=image_max, desktop=config, backend=resolved, seed=seed, ray=ray, progress=progress,
             )  # fmt: skip
     except (LegatoError, OSError) as exc:  # a full disk or a read-only --out: one line, no traceback
         fail(console, exc)
@@ -202,7 +210,7 @@ def _grader_config(grader: str, backend: str, config: DesktopConfig) -> tuple[De
             f"up at {default_venv()}: run `legato osworld setup`, or use --grader local"
         )
     chosen = "local" if grader == "local" or python is None else "osworld"
-    options = {**config.options, "grader": chosen}
+    options = replace(config.options if isinstance(config.options, LocalOptions) else LocalOptions(), grader=chosen)
     return replace(config, python=python if chosen == "osworld" else config.python, options=options), chosen
 
 

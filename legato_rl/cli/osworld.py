@@ -35,7 +35,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from legato_gym.backends.local.coverage import Capabilities, Verdict, assess, task_needs
-from legato_gym.backends.local.file_cache import FILE_CACHE_ENV_VAR, FileCache, default_file_cache_dir
+from legato_gym.backends.local.file_cache import (
+    FETCH_CONNECT_TIMEOUT,
+    FETCH_TIMEOUT,
+    FILE_CACHE_ENV_VAR,
+    FileCache,
+    default_file_cache_dir,
+)
 from legato_gym.backends.osworld.venv import LEFT_OUT, check_venv, default_venv, setup_venv
 from legato_gym.config import OSWORLD_ENV_VAR, default_osworld_path
 from legato_gym.contract import Task
@@ -134,10 +140,10 @@ def cache_command(
     tasks: Annotated[Path | None, typer.Option("--tasks", help=_TASKS_HELP)] = None,
     osworld: Annotated[Path | None, typer.Option("--osworld", help=_OSWORLD_HELP)] = None,
     cache_dir: Annotated[Path | None, typer.Option("--dir", help=_CACHE_HELP)] = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds allowed per file.")] = 300.0,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds allowed per file.")] = FETCH_TIMEOUT,
     connect_timeout: Annotated[
         float, typer.Option("--connect-timeout", help="Seconds to connect (and per stalled read).")
-    ] = 10.0,
+    ] = FETCH_CONNECT_TIMEOUT,
 ) -> None:
     """Download every file the tasks need into the file cache; list what is missing (exit 1 if any)."""
     console = Console()
@@ -193,7 +199,7 @@ def coverage_command(
     file_cache: Annotated[Path | None, typer.Option("--file-cache", metavar="DIR", help=_CACHE_HELP)] = None,
     grader: Annotated[
         str, typer.Option("--grader", help="The local backend's grader: local (built in) or osworld (desktop-env).")
-    ] = "local",
+    ] = Capabilities.grader,
     show_all: Annotated[bool, typer.Option("--list", help="Also list every refused task with its reasons.")] = False,
 ) -> None:
     """Per domain: how many tasks this machine's local desktop runs now, once files are cached, or refuses (why)."""

@@ -27,7 +27,7 @@ from rich.table import Table
 from legato_gym.errors import LegatoError
 from legato_rl.cli._errors import fail
 from legato_rl.cli._logging import configure_logging
-from legato_rl.probe import Check, run_probe
+from legato_rl.probe import PROBE_TIMEOUT, Check, run_probe
 
 __all__ = ["app", "probe_command"]
 
@@ -59,7 +59,7 @@ def probe_command(
     ],
     model: Annotated[str, typer.Option("--model", help="The served model name.")],
     json_output: Annotated[bool, typer.Option("--json", help="Print the checks as JSON, for scripts.")] = False,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds allowed per request.", min=0.1)] = 30.0,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds allowed per request.", min=0.1)] = PROBE_TIMEOUT,
 ) -> None:
     """Check a policy server: logprobs, token ids, cached-token reporting. The key comes from $LEGATO_POLICY_KEY."""
     configure_logging(logging.ERROR)  # the table reports what the client would log

@@ -15,7 +15,7 @@ from legato_gym import ConfigError, DesktopConfig, Task
 from legato_rl.harness import Harness, QwenHarness
 from legato_rl.integrations.sequence import Trajectory, play_sequences
 from legato_rl.integrations.trl_tasks import TaskIndex
-from legato_rl.policy import PolicyClient, PolicyConfig
+from legato_rl.policy import PolicyClient, PolicyConfig, Sampling
 
 __all__ = ["LegatoRollout", "env_reward", "policy_from_trainer"]
 
@@ -133,6 +133,5 @@ def policy_from_trainer(trainer: Any) -> PolicyConfig:
         f"{base.rstrip('/')}/v1",
         client.model,
         version=f"step-{trainer.state.global_step}",
-        temperature=float(args.temperature),
-        top_p=float(args.top_p),
+        sampling=Sampling(temperature=float(args.temperature), top_p=float(args.top_p)),
     )

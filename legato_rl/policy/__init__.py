@@ -1,16 +1,24 @@
 """The policy client: asks an OpenAI-compatible server (vLLM, SGLang, OpenAI) for the next reply.
 
-One :class:`PolicyClient` serves every desktop of a run. It keeps one pool of keep-alive connections, caps the
-model calls in flight across all callers (``max_inflight``), bounds each HTTP attempt by ``step_timeout``
-and retries timeouts, connection errors, 5xx and 429 with bounded exponential backoff and jitter (never
-other 4xx). Every call asks for what a trainer needs (``logprobs``, and vLLM's ``return_token_ids`` and
+One :class:`PolicyClient` serves every desktop of a run. Its :class:`PolicyConfig` names the endpoint and
+holds two values of their own, as httpx's client takes ``Timeout`` and ``Limits``: :class:`Sampling`
+(temperature, top_p, max_tokens, extra request fields) and :class:`Limits` (caps, deadlines, retries). The
+client keeps one pool of keep-alive connections, caps the model calls in flight across all callers
+(``Limits.max_inflight``), bounds each HTTP attempt by ``Limits.step_timeout`` and retries timeouts,
+connection errors, 5xx and 429 with bounded exponential backoff and jitter (never other 4xx). Every call
+asks for what a trainer needs (``logprobs``, and vLLM's ``return_token_ids`` and
 ``return_weight_versions``) and reads what the server actually returned::
 
     import asyncio
-    from legato_rl.policy import PolicyClient, PolicyConfig
+    from legato_rl.policy import Limits, PolicyClient, PolicyConfig, Sampling
 
     async def main() -> None:
-        config = PolicyConfig("http://127.0.0.1:8000/v1", "Qwen/Qwen3-VL-8B-Instruct")
+        config = PolicyConfig(
+            "http://127.0.0.1:8000/v1",
+            "Qwen/Qwen3-VL-8B-Instruct",
+            sampling=Sampling(temperature=1.0, max_tokens=1024),
+            limits=Limits(max_inflight=16, step_timeout=60.0),
+        )
         async with PolicyClient(config) as client:
             result = await client.chat([{"role": "user", "content": "hi"}], rollout_id="r0")
             print(result.content, result.token_ids, result.logprobs)
@@ -28,7 +36,7 @@ from servers that report none.
 
 Replicas: ``PolicyConfig.url`` may name several servers of one model. A rollout's calls stick to one
 replica (its prefix cache is reused), a new rollout goes to the replica with the fewest calls in flight,
-and a replica that fails is avoided for ``replica_cooldown`` seconds, then tried again; the first answer
+and a replica that fails is avoided for ``Limits.replica_cooldown`` seconds, then tried again; the first answer
 clears it.
 
 The API key comes from ``api_key=`` or ``$LEGATO_POLICY_KEY`` and is sent only as
@@ -42,7 +50,7 @@ be copied into every error message). Desktop workers are started without ``$LEGA
 TLS: certificates are verified against ``PolicyConfig.ca_bundle`` when given, else ``$SSL_CERT_FILE`` /
 ``$SSL_CERT_DIR`` when set, else certifi's bundle (or the system's).
 
-Hostile replies (docs/reliability.md, "Hostile replies"): a reply costs at most ``max_reply_bytes`` of body
+Hostile replies (docs/reliability.md, "Hostile replies"): a reply costs at most ``Limits.max_reply_bytes`` of body
 (default 8 MiB; a larger one is dropped unread as soon as its ``Content-Length`` or its bytes pass the bound)
 and at most :data:`MAX_REPLY_DEPTH` levels of JSON nesting (deeper is refused by the parser, never recursed
 into). A reply that is larger or deeper, or whose JSON holds a lone surrogate (``"\\ud800"``: text that is
@@ -51,9 +59,9 @@ scheduler records that attempt as ``error`` kind ``policy`` and the batch goes o
 
 The package, one concern a module (every name below is importable from ``legato_rl.policy``)::
 
-    config.py    PolicyConfig (endpoint, sampling, limits) and its checks, KEY_ENV_VAR, ssl_context
+    config.py    PolicyConfig (the endpoint), Sampling, Limits and their checks, KEY_ENV_VAR, ssl_context
     reply.py     the reply contract: ChatResult, parse_chat_completion, read_reply_json, MAX_REPLY_DEPTH
-    client.py    PolicyClient: the connection pool, max_inflight, deadlines, errors, the vLLM extras
+    client.py    PolicyClient: the connection pool, the limits, deadlines, errors, the vLLM extras
     retry.py     backoff_delay, retry_policy_call: bounded exponential backoff with jitter
     replicas.py  Replicas: sticky per rollout, least loaded for new rollouts, failing replicas cooled down
 
@@ -61,7 +69,7 @@ The errors are :mod:`legato_rl.errors`' ``PolicyError`` tree; every module logs 
 """
 
 from legato_rl.policy.client import VLLM_EXTRAS, ClientState, PolicyClient
-from legato_rl.policy.config import KEY_ENV_VAR, MAX_REPLY_BYTES, PolicyConfig, ssl_context
+from legato_rl.policy.config import KEY_ENV_VAR, MAX_REPLY_BYTES, Limits, PolicyConfig, Sampling, ssl_context
 from legato_rl.policy.reply import MAX_REPLY_DEPTH, ChatResult, parse_chat_completion, read_reply_json
 from legato_rl.policy.retry import backoff_delay, retry_policy_call
 
@@ -72,8 +80,10 @@ __all__ = [
     "VLLM_EXTRAS",
     "ChatResult",
     "ClientState",
+    "Limits",
     "PolicyClient",
     "PolicyConfig",
+    "Sampling",
     "backoff_delay",
     "parse_chat_completion",
     "read_reply_json",

@@ -68,8 +68,9 @@ class PolicyClient:
         if any(u.startswith("https://") for u in config.urls):
             self._ssl = ssl_context(config.ca_bundle)
         self._http: _http.HTTPPool | None = None
-        self._slots = asyncio.Semaphore(config.max_inflight) if config.max_inflight else None
-        self._replicas = Replicas(config.urls, config.replica_cooldown)
+        limits = config.limits
+        self._slots = asyncio.Semaphore(limits.max_inflight) if limits.max_inflight else None
+        self._replicas = Replicas(config.urls, limits.replica_cooldown)
         self._no_extras: set[str] = set()
         self._rng = random.Random(seed)
         self._state = ClientState.OPEN
@@ -114,7 +115,8 @@ class PolicyClient:
         """The connection pool (legato's own small HTTP/1.1 client: see ``legato_rl/_http.py`` for why)."""
         if self._http is None:
             headers = {"Authorization": f"Bearer {self._key}"} if self._key else None
-            self._http = _http.HTTPPool(headers, ssl_context=self._tls_context, max_body=self.config.max_reply_bytes)
+            max_body = self.config.limits.max_reply_bytes
+            self._http = _http.HTTPPool(headers, ssl_context=self._tls_context, max_body=max_body)
         return self._http
 
     def _tls_context(self) -> ssl.SSLContext:
@@ -128,20 +130,20 @@ class PolicyClient:
 
     def build_request(self, messages: Sequence[Mapping[str, Any]], *, extras: bool = True) -> dict[str, Any]:
         """The JSON body for ``messages``: model, sampling, logprobs and (when ``extras``) vLLM's extras."""
-        cfg = self.config
+        cfg, sampling = self.config, self.config.sampling
         body: dict[str, Any] = {
             "model": cfg.model,
             "messages": list(messages),
-            "temperature": cfg.temperature,
-            "top_p": cfg.top_p,
-            "max_tokens": cfg.max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "max_tokens": sampling.max_tokens,
             "logprobs": True,
             "top_logprobs": 0,
         }
         if extras and cfg.vllm_extras:
             body["return_token_ids"] = True
             body["return_weight_versions"] = True
-        body.update(cfg.extra_body)
+        body.update(sampling.extra_body)
         return body
 
     async def models(self, url: str | None = None) -> list[str]:
@@ -169,7 +171,7 @@ class PolicyClient:
             rollout_id: the rollout this call belongs to; its calls stick to one replica.
 
         Raises:
-            PolicyTimeout: every attempt overran ``step_timeout``.
+            PolicyTimeout: every attempt overran ``limits.step_timeout``.
             PolicyUnreachable: no connection to any replica.
             PolicyHTTPError: an HTTP error status (4xx at once; 5xx/429 after the retries).
             PolicyResponseError: the answer is not a chat completion.
@@ -226,11 +228,12 @@ class PolicyClient:
             self._replicas.answered(url)
             return fields, url
 
+        limits = self.config.limits
         fields, url = await retry_policy_call(
             attempt,
-            retries=self.config.retries,
-            backoff=self.config.backoff,
-            backoff_max=self.config.backoff_max,
+            retries=limits.retries,
+            backoff=limits.backoff,
+            backoff_max=limits.backoff_max,
             rng=self._rng,
             what=f"policy call of rollout {rollout_id}",
         )
@@ -246,7 +249,7 @@ class PolicyClient:
     async def _send(self, url: str, method: str, path: str, body: dict[str, Any] | None) -> _http.Answer:
         """One HTTP request, bounded by ``step_timeout``; failures become :class:`PolicyError`."""
         target = url + path
-        timeout = self.config.step_timeout
+        timeout = self.config.limits.step_timeout
         data, headers = (None, None) if body is None else (_json.dumps(body), _JSON_HEADERS)
         try:
             answer = await self._pool().request(method, target, data, headers=headers, timeout=timeout)
@@ -258,8 +261,8 @@ class PolicyClient:
             ) from exc
         except _http.HTTPBodyTooLarge as exc:
             raise PolicyResponseError(
-                f"{target}: the answer is larger than max_reply_bytes={self.config.max_reply_bytes}; it was "
-                "dropped unread. Raise PolicyConfig.max_reply_bytes if the server is right to send that much "
+                f"{target}: the answer is larger than max_reply_bytes={self.config.limits.max_reply_bytes}; it "
+                "was dropped unread. Raise Limits.max_reply_bytes if the server is right to send that much "
                 "(e.g. prompt logprobs)",
                 url=url,
             ) from exc

@@ -1,6 +1,6 @@
 """Routing calls to replicas of one model: sticky per rollout, least loaded for new ones, failing ones avoided.
 
-A replica that fails is avoided for ``PolicyConfig.replica_cooldown`` seconds, then tried again; its first
+A replica that fails is avoided for ``Limits.replica_cooldown`` seconds, then tried again; its first
 answer clears it.
 """
 

@@ -56,7 +56,7 @@ def local_grader(args: dict[str, Any]) -> dict[str, Any]:
 
 def lifecycle(args: dict[str, Any]) -> dict[str, Any]:
     """The osworld backend on a local stand-in VM: dead VM replaced, unverifiable reset reverted."""
-    config = _config(args, provider="local", options={"local": {"python": sys.executable}})
+    config = _config(args, options={"provider": "local", "local": {"python": sys.executable}})
     task = next(t for t in default_tasks(config) if t.task_id == "local-files-rename")
     out: dict[str, Any] = {}
     with OSWorldDesktop(config) as desktop:
@@ -82,9 +82,8 @@ def _docker_config(args: dict[str, Any], **extra: Any) -> DesktopConfig:
     return DesktopConfig(
         screen=SCREEN,
         python=sys.executable,
-        provider="docker",
         timeouts=Timeouts(reset=90, ready=30),
-        options={"download_cache": args["cache"], "docker": docker},
+        options={"provider": "docker", "download_cache": args["cache"], "docker": docker},
         **extra,
     )
 

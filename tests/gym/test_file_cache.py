@@ -193,7 +193,7 @@ def test_cloud_file_gold_is_read_from_the_cache(tmp_path: Path, server: Server) 
 
 def test_osworld_grader_finds_cached_files_where_desktop_env_looks(tmp_path: Path) -> None:
     """desktop-env skips a download whose ``<uuid5(url)>_<basename(path)>`` exists, and a cloud_file at ``dest``."""
-    from legato_gym.backends.local.desktop import _prefill_osworld
+    from legato_gym.backends.local.graders import prefill_osworld
 
     cache = FileCache(tmp_path / "files")
     setup_url, gold_url, absent = "https://h.example/in.docx", "https://h.example/gold.docx", "https://h.example/no"
@@ -213,7 +213,7 @@ def test_osworld_grader_finds_cached_files_where_desktop_env_looks(tmp_path: Pat
             ],
         },
     }
-    _prefill_osworld(cache, config, tmp_path / "downloads", tmp_path / "work")
+    prefill_osworld(cache, config, tmp_path / "downloads", tmp_path / "work")
     name = f"{uuid.uuid5(uuid.NAMESPACE_URL, setup_url)}_in.docx"
     assert (tmp_path / "downloads" / "t1" / name).read_bytes() == b"input"
     assert (tmp_path / "work" / "t1" / "gold.docx").read_bytes() == b"gold"

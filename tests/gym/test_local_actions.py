@@ -60,9 +60,9 @@ def probe(desktop: LocalDesktop, name: str) -> dict[str, object]:
 
 def cmdlines(desktop: LocalDesktop) -> list[str]:
     """Command lines of every process in the desktop's sandbox, read from the host."""
-    assert desktop._sandbox is not None
+    assert desktop._processes.sandbox is not None
     lines = []
-    for pid in desktop._sandbox.survivors():
+    for pid in desktop._processes.sandbox.survivors():
         try:
             raw = Path(f"/proc/{pid}/cmdline").read_bytes()
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][:1]

@@ -1,6 +1,6 @@
 """OSWorld's apps on local desktops: set up as the VM has them, ready when loaded, graded by desktop-env.
 
-The per-app knowledge (apps.py) is checked without a desktop; the rest runs real LibreOffice and Chromium
+The per-app knowledge (the apps package) is checked without a desktop; the rest runs real LibreOffice and Chromium
 in the sandbox. The task suite with scripted right and wrong solutions lives in app_scenarios.py and runs
 in desktop-env's interpreter, which makes the documents and grades them.
 """
@@ -164,7 +164,7 @@ def test_an_xlsx_opens_in_calc_maximized_without_first_run_dialogs(desktop: Loca
 def test_impress_starts_on_an_empty_presentation_without_the_template_dialog(desktop: LocalDesktop) -> None:
     desktop.reset(_task([{"type": "launch", "parameters": {"command": ["libreoffice", "--impress"]}}]))
     assert desktop.wait_after_reset().ready
-    assert desktop._wait_idle(time.monotonic() + 60)  # done starting: a dialog would be up by now
+    assert desktop._waits.wait_idle(time.monotonic() + 60)  # done starting: a dialog would be up by now
     assert [w.title for w in desktop.display.windows()] == ["Untitled 1 - LibreOffice Impress"]
 
 
@@ -222,9 +222,9 @@ def test_google_chrome_answers_on_the_devtools_port_from_outside_the_sandbox(des
 @pytest.mark.desktop
 def test_an_app_still_computing_is_not_idle(desktop: LocalDesktop) -> None:
     desktop.reset(_task([{"type": "launch", "parameters": {"command": "while :; do :; done", "shell": True}}]))
-    assert not desktop._wait_idle(time.monotonic() + 1.0)  # a busy loop inside: never idle
+    assert not desktop._waits.wait_idle(time.monotonic() + 1.0)  # a busy loop inside: never idle
     desktop.reset(_task([]))
-    assert desktop._wait_idle(time.monotonic() + 30)
+    assert desktop._waits.wait_idle(time.monotonic() + 30)
 
 
 @pytest.mark.desktop

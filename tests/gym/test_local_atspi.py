@@ -22,8 +22,9 @@ import pytest
 from osworld_kit import ROOT, desktop_env_python, needs_local_tools
 
 from legato_gym import DesktopConfig, Task
-from legato_gym.backends.local import LocalDesktop, apps, sandbox, server
+from legato_gym.backends.local import LocalDesktop, apps, sandbox
 from legato_gym.backends.local.coverage import Capabilities
+from legato_gym.desktop_server import atspi
 
 SCREEN = (1280, 720)
 ST = "{https://accessibility.ubuntu.example.org/ns/state}"
@@ -162,7 +163,7 @@ def test_the_tree_has_osworlds_elements_attributes_and_namespaces() -> None:
     slider = FakeNode("slider", "Volume", value=FakeValue(), selection=object())
     frame = FakeNode("frame", "Editor", None, button, text, slider, states=["STATE_ACTIVE"])
     pyatspi = fake_pyatspi(FakeNode("application", "mousepad", frame), FakeNode("application", "Chromium"))
-    xml = server.atspi_tree(pyatspi)
+    xml = atspi.atspi_tree(pyatspi)
     assert xml.startswith('<desktop-frame xmlns:st="https://accessibility.ubuntu.example.org/ns/state"')
     root = ET.fromstring(xml)
     assert root.tag == "desktop-frame"
@@ -193,7 +194,7 @@ def test_a_calc_sheet_gives_only_the_cells_on_screen() -> None:
     ]
     table = FakeNode("table", "Sheet1", *cells, table=type("T", (), {"nColumns": columns})())
     app = FakeNode("application", "soffice", FakeNode("document spreadsheet", "", table))
-    root = ET.fromstring(server.atspi_tree(fake_pyatspi(app)))
+    root = ET.fromstring(atspi.atspi_tree(fake_pyatspi(app)))
     assert [cell.get("name") for cell in root.iter("table-cell")] == ["B3", "C3", "B4", "C4"]
 
 
@@ -204,10 +205,10 @@ def test_terminal_is_the_focused_terminal_of_the_active_window_only() -> None:
             "application", "gnome-terminal-server", FakeNode("frame", "user@desk", term, states=window_states)
         )
 
-    assert server.atspi_terminal(fake_pyatspi(terminal_app(["STATE_ACTIVE"], "$ ls\nfile"))) == "$ ls\nfile"
-    assert server.atspi_terminal(fake_pyatspi(terminal_app([], "$ ls"))) is None  # the window is not active
+    assert atspi.atspi_terminal(fake_pyatspi(terminal_app(["STATE_ACTIVE"], "$ ls\nfile"))) == "$ ls\nfile"
+    assert atspi.atspi_terminal(fake_pyatspi(terminal_app([], "$ ls"))) is None  # the window is not active
     both = fake_pyatspi(terminal_app(["STATE_ACTIVE"], "a"), terminal_app(["STATE_ACTIVE"], "b"))
-    assert server.atspi_terminal(both) is None  # OSWorld's xpath must match exactly one
+    assert atspi.atspi_terminal(both) is None  # OSWorld's xpath must match exactly one
 
 
 def test_coverage_reports_at_spi_only_where_the_desktop_runs_it() -> None:

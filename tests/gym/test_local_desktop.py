@@ -216,7 +216,7 @@ def test_fast_reset_kills_every_app_and_restores_the_home(desktop: LocalDesktop)
     c.post_json("/setup/launch", {"command": "setsid nohup sleep 1000 & xterm", "shell": True})
     assert desktop.display.wait_windows(1, time.monotonic() + 10)
     c.execute("echo junk > ~/junk.txt; rm -r ~/Desktop; echo tmp > /tmp/t", shell=True)
-    sandbox = desktop._sandbox
+    sandbox = desktop._processes.sandbox
     assert sandbox is not None
     old_init = sandbox.init_pid
     assert len(sandbox.survivors()) >= 4  # init, shell, server, sleep, xterm...
@@ -270,7 +270,7 @@ def test_nothing_survives_when_the_parent_is_killed(tmp_path: Path) -> None:
         "d.client.post_json('/setup/launch', {'command': ['xterm']})\n"
         "d.client.post_json('/setup/launch', {'command': 'setsid nohup sleep 1000 &', 'shell': True})\n"
         "d.display.wait_windows(1, time.monotonic() + 10)\n"
-        "print(' '.join(map(str, d.pids + d._sandbox.survivors())), flush=True)\n"
+        "print(' '.join(map(str, d.pids + d._processes.sandbox.survivors())), flush=True)\n"
         "time.sleep(600)\n"
     )
     child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)

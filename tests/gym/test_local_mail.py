@@ -1,6 +1,6 @@
 """Thunderbird, the file manager, the PDF viewer and the terminal on local desktops, as OSWorld's VM has them.
 
-The per-app knowledge (apps.py) is checked without a desktop; the rest runs the real apps in the sandbox:
+The per-app knowledge (the apps package) is checked without a desktop; the rest runs the real apps in the sandbox:
 Thunderbird on its baseline profile, nautilus and evince by MIME type, gnome-terminal on the sandbox's
 session bus and on ctrl+alt+t. The graded tasks (Thunderbird, the terminal, the text editor) live in
 app_scenarios.py and run in desktop-env's interpreter, which grades them.

@@ -1,6 +1,6 @@
 """GIMP and VLC on local desktops: set up as OSWorld's VM has them, ready when loaded, graded by desktop-env.
 
-The per-app knowledge (apps.py), the port relay and the coverage check run without a desktop; the rest runs
+The per-app knowledge (the apps package), the port relay and the coverage check run without a desktop; the rest runs
 real GIMP and VLC in the sandbox. The task suite with scripted right and wrong solutions is in
 app_scenarios.py (``gimp``, ``vlc``), run in desktop-env's interpreter, which grades it.
 """
@@ -15,12 +15,10 @@ import os
 import shutil
 import socket
 import socketserver
-import struct
 import subprocess
 import threading
 import time
 import wave
-import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +31,7 @@ from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, apps, relay
 from legato_gym.backends.local.coverage import Capabilities, assess
 from legato_gym.backends.local.forward import UnixForwarder
+from legato_gym.desktop_server.image import png_from_rows
 
 SCREEN = (1280, 720)
 VLC = "VLC_VERBOSE=-1 vlc --no-audio --no-video-title-show"  # as OSWorld's vlc tasks launch it
@@ -204,15 +203,9 @@ def test_the_relay_closes_a_connection_whose_first_line_is_no_port() -> None:
 
 
 def _png(width: int = 320, height: int = 200) -> bytes:
-    """A PNG (standard library only): a red left half and a blue right half."""
+    """A PNG (legato's stdlib writer, unfiltered rows): a red left half and a blue right half."""
     row = b"\x00" + (b"\xc8\x1e\x1e" * (width // 2)) + (b"\x1e\x1e\xc8" * (width - width // 2))
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    body = zlib.compress(row * height)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", body) + chunk(b"IEND", b"")
+    return png_from_rows(width, height, row * height, level=6)
 
 
 def _wav(seconds: int = 120) -> bytes:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from legato_gym import DesktopConfig, Task
-from legato_gym.backends.local import LocalDesktop
+from legato_gym.backends.local import LocalDesktop, LocalOptions
 from legato_gym.backends.local.limits import Cgroup, Limits, seccomp_filter, write_to_pipe
 from legato_gym.backends.local.sandbox import ACTION_MODULES, UidLease, interpreter_paths, joined_cgroup
 from legato_gym.errors import ConfigError, MissingDependencyError
@@ -168,14 +168,14 @@ def test_seccomp_filter_blocks_unshare_but_not_fork_or_threads() -> None:
 # ------------------------------------------------------------------------------------------ bounds
 
 
-def test_limits_come_from_the_config_and_are_checked() -> None:
-    config = DesktopConfig(memory_mb=512, max_processes=64, tmpfs_mb=32)
-    limits = Limits.from_mb(config.memory_mb, config.max_processes, config.tmpfs_mb)
+def test_limits_come_from_the_options_and_are_checked() -> None:
+    options = LocalOptions(memory_mb=512, max_processes=64, tmpfs_mb=32)
+    limits = Limits.from_mb(options.memory_mb, options.max_processes, options.tmpfs_mb)
     assert limits == Limits(512 << 20, 64, 32 << 20)
     with pytest.raises(ConfigError, match="max_processes"):
-        DesktopConfig(max_processes=0)
-    with pytest.raises(ConfigError, match="memory_mb"):
-        DesktopConfig(memory_mb=1)
+        LocalOptions(max_processes=0)
+    with pytest.raises(ConfigError, match=r"options\.memory_mb=1: must be an integer >= 64"):
+        LocalOptions.from_mapping({"memory_mb": 1})
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="creating cgroups needs root (or a delegated v2 subtree)")

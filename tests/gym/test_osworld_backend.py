@@ -96,8 +96,7 @@ def osworld_env(venv_python: str, download_cache: Path, osworld_path: Path) -> I
         screen=SCREEN,
         osworld_path=osworld_path,
         python=venv_python,
-        provider="local",
-        options={"download_cache": str(download_cache), "local": {"python": venv_python}},
+        options={"provider": "local", "download_cache": str(download_cache), "local": {"python": venv_python}},
     )
     env = gym.make("legato/OSWorld-v0", config=config, tasks=default_tasks(config), max_steps=5)
     yield env
@@ -146,8 +145,7 @@ def test_vector_env_workers_run_in_desktop_env_interpreter(
         screen=SCREEN,
         osworld_path=osworld_path,
         python=venv_python,
-        provider="local",
-        options={"download_cache": str(download_cache), "local": {"python": venv_python}},
+        options={"provider": "local", "download_cache": str(download_cache), "local": {"python": venv_python}},
     )
     tasks = {t.task_id: t for t in default_tasks(config)}
     rename = tasks["local-files-rename"]

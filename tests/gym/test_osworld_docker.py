@@ -34,7 +34,7 @@ export HOME=/home/user DISPLAY=:0
 Xvfb :0 -fbdir /tmp -screen 0 1024x768x24 -nolisten tcp >/dev/null 2>&1 &
 while [ ! -f /tmp/Xvfb_screen0 ]; do sleep 0.05; done
 cd /home/user
-exec python3 /app/server.py --listen tcp:0.0.0.0:5000 --fb /tmp/Xvfb_screen0
+exec python3 /app/server --listen tcp:0.0.0.0:5000 --fb /tmp/Xvfb_screen0
 """
 
 
@@ -62,7 +62,9 @@ def _rootfs() -> bytes:
         for name in ("bin", "lib", "lib64", "sbin"):
             add(name, link=f"usr/{name}")
         add("etc/passwd", b"root:x:0:0::/root:/bin/sh\n", 0o644)
-        add("app/server.py", (ROOT / "legato_gym/backends/local/server.py").read_bytes(), 0o644)
+        add("app/server")  # the in-desktop server's folder, run as `python3 /app/server`
+        for module in sorted((ROOT / "legato_gym/desktop_server").glob("*.py")):
+            add(f"app/server/{module.name}", module.read_bytes(), 0o644)
         add("app/start.sh", _ENTRY.encode())
     return buffer.getvalue()
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from legato_gym import DesktopConfig, Task
-from legato_gym.backends.local import LocalDesktop
+from legato_gym.backends.local import LocalDesktop, LocalOptions
 from legato_gym.errors import DesktopError
 
 pytestmark = [
@@ -35,7 +35,8 @@ pytestmark = [
 ]
 
 #: Small bounds, so that the attempts to exceed them stay cheap.
-CONFIG = DesktopConfig(screen=(640, 480), memory_mb=384, max_processes=96, tmpfs_mb=64)
+OPTIONS = LocalOptions(memory_mb=384, max_processes=96, tmpfs_mb=64)
+CONFIG = DesktopConfig(screen=(640, 480), options=OPTIONS)
 TASK = Task("t-escape", "Try to get out.", {"config": [], "evaluator": {"func": "infeasible"}})
 PROBE = "/home/user/.escape-probe"
 
@@ -98,7 +99,7 @@ def host_processes_on(display: str) -> list[tuple[int, int, str]]:
 
 def outside_sandbox(desktop: LocalDesktop) -> list[str]:
     """Commands running on this desktop's display outside its sandbox (the X server has no DISPLAY)."""
-    sandbox = desktop._sandbox
+    sandbox = desktop._processes.sandbox
     assert sandbox is not None and sandbox.pidns is not None
     own = os.stat("/proc/self/ns/pid").st_ino
     return [
@@ -199,7 +200,7 @@ def test_server_socket_cannot_be_redirected_to_a_host_socket(
         _, out = setup_command(a, script)
         assert "tried" in out and "control/server.sock" not in out  # the host's socket is not in the sandbox
         with contextlib.suppress(DesktopError):  # the server dies while it answers
-            setup_command(a, "kill -9 $(pgrep -f legato-server.py)")
+            setup_command(a, "kill -9 $(pgrep -f /run/legato-server)")
         with pytest.raises(DesktopError):
             a.act("pyautogui.moveTo(5, 5)")  # the server is gone: the host reports it, on its own path
         try:
@@ -266,7 +267,7 @@ def test_writes_stop_at_the_tmpfs_bound(desktops: tuple[LocalDesktop, LocalDeskt
     script = f"dd if=/dev/zero of={folder}/fill bs=1M count=200 2>&1; stat -c %s {folder}/fill; rm {folder}/fill"
     _, out = agent(a, script)
     size = int(out.split()[-1])
-    assert "No space left" in out and size <= CONFIG.tmpfs_mb << 20, out
+    assert "No space left" in out and size <= OPTIONS.tmpfs_mb << 20, out
     a.reset(TASK)
 
 
@@ -309,7 +310,7 @@ def test_fork_bomb_is_bounded_and_the_others_go_on(desktops: tuple[LocalDesktop,
     # the children keep the output file open, not the action's pipe
     _, out = agent(a, f"python -c {shlex.quote(bomb)} </dev/null >/tmp/bomb 2>&1; cat /tmp/bomb")
     forked = int(out.split("forked")[1].split()[0])
-    assert 0 < forked < CONFIG.max_processes, out  # it hit the bound, not the deadline
+    assert 0 < forked < OPTIONS.max_processes, out  # it hit the bound, not the deadline
     b.act("pyautogui.moveTo(7, 7)")  # the other desktop still runs actions
     assert b.client.request("GET", "/cursor_position").json() == [7, 7]
     assert subprocess.run(["true"]).returncode == 0  # and the host still forks
@@ -340,11 +341,11 @@ def test_desktops_have_their_own_uid_and_cgroup(desktops: tuple[LocalDesktop, Lo
     assert code_a == code_b == 0
     if os.geteuid() == 0:
         assert uid_a.strip() != uid_b.strip() and "0" not in (uid_a.strip(), uid_b.strip())
-        sandbox = a._sandbox
+        sandbox, cgroup = a._processes.sandbox, a._processes._cgroup
         assert sandbox is not None and sandbox.init_pid is not None
-        if a._cgroup.dirs:
-            assert sandbox.init_pid in a._cgroup.members()
-            assert a.display.pids[0] in a._cgroup.members()
+        if cgroup.dirs:
+            assert sandbox.init_pid in cgroup.members()
+            assert a.display.pids[0] in cgroup.members()
 
 
 # ------------------------------------------------------------------------ desktops and each other (item 7)

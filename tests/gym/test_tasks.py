@@ -219,9 +219,7 @@ def test_safe_ids_still_load() -> None:
 def test_the_local_cache_folder_is_never_built_from_an_unchecked_id(tmp_path: Path) -> None:
     """The local backend deletes and re-makes ``state_dir/cache/<task_id>`` at each reset: an id that is an
     absolute path once deleted a host folder. Even a Task forced past its own check cannot get there."""
-    from types import SimpleNamespace
-
-    from legato_gym.backends.local.desktop import LocalDesktop
+    from legato_gym.backends.local.graders import cache_dir
     from legato_gym.contract import Task
     from legato_gym.errors import ConfigError
 
@@ -230,11 +228,10 @@ def test_the_local_cache_folder_is_never_built_from_an_unchecked_id(tmp_path: Pa
     (victim / "precious.txt").write_text("keep me")
     task = Task("ok", "do it", INLINE)
     object.__setattr__(task, "task_id", str(victim))  # what an unchecked construction path would give
-    state = SimpleNamespace(state_dir=tmp_path / "state")
     with pytest.raises(ConfigError, match="cannot name a folder"):
-        LocalDesktop._cache_dir(state, task)  # type: ignore[arg-type]
+        cache_dir(tmp_path / "state", task)
     assert (victim / "precious.txt").read_text() == "keep me"
-    made = LocalDesktop._cache_dir(state, Task("fine", "do it", INLINE))  # type: ignore[arg-type]
+    made = cache_dir(tmp_path / "state", Task("fine", "do it", INLINE))
     assert made == tmp_path / "state" / "cache" / "fine" and made.is_dir()
 
 

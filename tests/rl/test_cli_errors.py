@@ -284,7 +284,7 @@ def test_install_hints_keep_their_brackets(monkeypatch: pytest.MonkeyPatch, tmp_
     def missing(name: str) -> Any:
         raise MissingDependencyError("the local backend needs Xvfb: pip install 'legatolabs[local]' [/not-markup]")
 
-    monkeypatch.setattr(collect_cli, "get_backend", missing)
+    monkeypatch.setattr(collect_cli, "resolve_backend", missing)
     _one_error_line(
         _cli("rl", "collect", *FAKE, "--out", str(tmp_path / "run")), "pip install 'legatolabs[local]' [/not-markup]"
     )

@@ -25,8 +25,8 @@ from legato_gym import ConfigError, DesktopConfig, Timeouts
 from legato_gym.backends.fake import default_tasks
 from legato_gym.png import encode_png
 from legato_rl.cli.app import app
-from legato_rl.collect import collect
-from legato_rl.policy import PolicyConfig
+from legato_rl.collect import CollectOptions, collect
+from legato_rl.policy import Limits, PolicyConfig, Sampling
 from legato_rl.rollout import InlineWhileCheap
 from legato_rl.store import BackgroundWriter, RolloutStore, load_request, read_record_dicts
 from legato_rl.testing import Faults, ReferencePolicyServer, ScriptedSolver
@@ -197,8 +197,8 @@ def test_policy_failures_are_policy_errors(tmp_path: Path) -> None:
     config = _config()
     tasks = default_tasks(config)[:1]
     with ReferencePolicyServer(brain=ScriptedSolver(), faults=Faults(rates={"500": 1.0})) as srv:
-        summary = collect(tasks, _policy(srv, retries=1, backoff=0.0), out=tmp_path / "run", desktops=1, group=2,
-                          backend="fake", desktop=config)  # fmt: skip
+        policy = _policy(srv, limits=Limits(retries=1, backoff=0.0))
+        summary = collect(tasks, policy, out=tmp_path / "run", desktops=1, group=2, backend="fake", desktop=config)
     records = _records(tmp_path / "run")
     assert [r["status"] for r in records] == ["error", "error"]
     assert all(r["error"]["kind"] == "policy" for r in records)
@@ -209,8 +209,8 @@ def test_a_retried_model_call_is_counted(tmp_path: Path) -> None:
     config = _config()
     tasks = default_tasks(config)[:1]
     with ReferencePolicyServer(brain=ScriptedSolver(), faults=Faults(script=["500", "429"])) as srv:
-        summary = collect(tasks, _policy(srv, retries=2, backoff=0.0), out=tmp_path / "run", desktops=1, group=1,
-                          backend="fake", desktop=config)  # fmt: skip
+        policy = _policy(srv, limits=Limits(retries=2, backoff=0.0))
+        summary = collect(tasks, policy, out=tmp_path / "run", desktops=1, group=1, backend="fake", desktop=config)
     (record,) = _records(tmp_path / "run")
     assert record["status"] == "ok" and record["steps"][0]["model"]["attempts"] == 3
     assert summary["retried_calls"] == 1
@@ -427,27 +427,43 @@ def test_a_desktop_finishing_a_cancelled_attempt_does_not_hold_the_batch(
     assert records[closing + 1]["rollout_id"] == cancelled["rollout_id"]
 
 
-def test_collect_keeps_the_desktop_configs_waits_unless_told_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``collect(desktop=...)`` used to overwrite its ready_signal, fixed_wait and fast_reset with defaults."""
+def _collected_with(monkeypatch: pytest.MonkeyPatch, **kw: Any) -> dict[str, Any]:
+    """What ``collect(**kw)`` hands its :class:`Collector`: the policy, the options and the desktop config."""
     from legato_gym import get_backend
 
     collect_module = importlib.import_module("legato_rl.collect")  # the package's `collect` is the function
-
-    seen: list[DesktopConfig] = []
+    seen: dict[str, Any] = {}
 
     class Stub:
-        def __init__(self, tasks: object, policy: object, out: object, options: object, config: DesktopConfig,
-                     *args: object, **kwargs: object) -> None:  # fmt: skip
-            seen.append(config)
+        def __init__(self, tasks: object, policy: PolicyConfig, out: object, options: CollectOptions,
+                     config: DesktopConfig, *args: object, **kwargs: object) -> None:  # fmt: skip
+            seen.update(policy=policy, options=options, config=config)
 
         async def run(self) -> Any:
             return type("Summary", (), {"to_json": lambda self: {}})()
 
     monkeypatch.setattr(collect_module, "Collector", Stub)
     tasks = get_backend("fake")[1](DesktopConfig())[:1]
-    policy = PolicyConfig("http://127.0.0.1:9/v1", "m")
+    kw.setdefault("policy", PolicyConfig("http://127.0.0.1:9/v1", "m"))
+    collect_module.collect(tasks, out="unused", **{"backend": "fake", **kw})
+    return seen
+
+
+def test_collect_keeps_the_desktop_configs_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``collect(desktop=...)`` used to overwrite its ready_signal, fixed_wait and fast_reset with defaults."""
     stock = DesktopConfig(fast_reset=False, ready_signal=False, fixed_wait=2.0)
-    collect_module.collect(tasks, policy, out="unused", backend="fake", desktop=stock)
-    collect_module.collect(tasks, policy, out="unused", backend="fake", desktop=stock, fixed_wait=0.5)
-    assert (seen[0].fast_reset, seen[0].ready_signal, seen[0].fixed_wait) == (False, False, 2.0)
-    assert (seen[1].fast_reset, seen[1].ready_signal, seen[1].fixed_wait) == (False, False, 0.5)
+    config = _collected_with(monkeypatch, desktop=stock)["config"]
+    assert (config.fast_reset, config.ready_signal, config.fixed_wait) == (False, False, 2.0)
+
+
+def test_collect_has_one_path_for_each_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The policy's limits and the desktops' waits are theirs alone; collect() neither overrides nor repeats them."""
+    policy = PolicyConfig("http://127.0.0.1:9/v1", "m", sampling=Sampling(temperature=0.2),
+                          limits=Limits(max_inflight=3, step_timeout=7.0, retries=0))  # fmt: skip
+    seen = _collected_with(monkeypatch, policy=policy)
+    assert seen["policy"] == policy and seen["policy"].limits == Limits(max_inflight=3, step_timeout=7.0, retries=0)
+    assert seen["options"] == CollectOptions(backend="fake")  # every knob it was not given: CollectOptions' default
+    assert seen["config"] == DesktopConfig()
+    for moved in ("max_inflight", "step_timeout", "retries", "ready_signal", "fixed_wait", "fast_reset"):
+        with pytest.raises(TypeError, match=moved):
+            _collected_with(monkeypatch, **{moved: 1})

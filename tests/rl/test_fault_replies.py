@@ -20,7 +20,7 @@ from legato_gym import ConfigError, DesktopConfig, Timeouts
 from legato_gym.backends.fake import default_tasks
 from legato_gym.tasks import Task
 from legato_rl import collect, export_steps
-from legato_rl.policy import PolicyConfig
+from legato_rl.policy import Limits, PolicyConfig
 from legato_rl.store import read_record_dicts
 from legato_rl.summary import COMPLETED
 from legato_rl.testing import Faults, ReferencePolicyServer, ScriptedSolver
@@ -44,8 +44,8 @@ def _hit_ids() -> set[str]:
     return {_tasks()[i].task_id for i in HIT}
 
 
-def _collect(tasks: Sequence[Task], server: ReferencePolicyServer, out: Path, **policy: Any) -> None:
-    config = PolicyConfig(server.url, server.model, version="v1", backoff=0.0, **policy)
+def _collect(tasks: Sequence[Task], server: ReferencePolicyServer, out: Path, **limits: Any) -> None:
+    config = PolicyConfig(server.url, server.model, version="v1", limits=Limits(backoff=0.0, **limits))
     collect(tasks, config, out=out, desktops=2, group=GROUP, max_steps=6, backend="fake", desktop=_config())
 
 

@@ -32,7 +32,7 @@ from legato_gym.errors import ConfigError
 from legato_rl import _http
 from legato_rl._http import Answer, HTTPError, HTTPPool, HTTPTimeout, env_proxy
 from legato_rl.errors import PolicyUnreachable
-from legato_rl.policy import PolicyClient, PolicyConfig
+from legato_rl.policy import Limits, PolicyClient, PolicyConfig
 
 T = TypeVar("T")
 
@@ -1252,7 +1252,7 @@ def test_policy_config_ca_bundle_is_trusted(certificate: Certificate, no_tls_env
     with TLSOrigin(certificate) as origin:
         assert _chat_over_tls(PolicyConfig(origin.url, "m", ca_bundle=certificate.cert)) == "hi"
         with pytest.raises(PolicyUnreachable, match="CERTIFICATE_VERIFY_FAILED"):  # certifi's bundle: not trusted
-            _chat_over_tls(PolicyConfig(origin.url, "m", retries=0))
+            _chat_over_tls(PolicyConfig(origin.url, "m", limits=Limits(retries=0)))
     with pytest.raises(ConfigError, match="ca_bundle"):
         PolicyConfig("https://a/v1", "m", ca_bundle=certificate.cert.parent / "missing.pem")
 

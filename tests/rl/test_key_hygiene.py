@@ -18,7 +18,7 @@ from legato_gym.errors import ConfigError
 from legato_gym.vector.process import WorkerProcess
 from legato_rl.cli.app import app
 from legato_rl.errors import PolicyError, redact, secret_forms
-from legato_rl.policy import ChatResult, PolicyClient, PolicyConfig
+from legato_rl.policy import ChatResult, Limits, PolicyClient, PolicyConfig
 from legato_rl.testing import Faults, ReferencePolicyServer, ReplayBrain, Reply
 
 KEY = "sk-legato-hygiene-7f3a9c2e51d04b8a"
@@ -64,7 +64,9 @@ def test_key_never_leaks(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCapt
     # every client path: success, each fault, exhausted retries, timeout, fallback, 401, 404, unreachable
     script = ["500", "429", "malformed", "drop", "hang", "500", "500", "500"]
     with ReferencePolicyServer(brain, api_key=KEY, faults=Faults(script=script)) as server:
-        cfg = PolicyConfig(server.url, server.model, retries=1, step_timeout=0.3, backoff=0.001, backoff_max=0.01)
+        cfg = PolicyConfig(
+            server.url, server.model, limits=Limits(retries=1, step_timeout=0.3, backoff=0.001, backoff_max=0.01)
+        )
         assert KEY not in repr(cfg) and KEY not in str(cfg)
         results, errs = run(client_paths(cfg))
         errors += errs
@@ -72,21 +74,21 @@ def test_key_never_leaks(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCapt
         assert all(r.authorized for r in server.requests)  # the key was sent, as a header
         for r in results:
             seen += [repr(r), json.dumps(r.request)]
-        run(client_paths(PolicyConfig(server.url, "no/such-model", retries=0)))
+        run(client_paths(PolicyConfig(server.url, "no/such-model", limits=Limits(retries=0))))
     with ReferencePolicyServer(brain, "openai", api_key=KEY) as server:
         results, errs = run(client_paths(PolicyConfig(server.url, server.model)))
         assert results[0].attempts == 2
         seen += [repr(r) + json.dumps(r.request) for r in results]
     with ReferencePolicyServer(brain, api_key="another-key") as server:
-        _, errs = run(client_paths(PolicyConfig(server.url, server.model, retries=0)))
+        _, errs = run(client_paths(PolicyConfig(server.url, server.model, limits=Limits(retries=0))))
         assert errs and all(getattr(e, "status_code", None) == 401 for e in errs)
         errors += errs
     with ReferencePolicyServer(EchoingBrain(), api_key=KEY) as server:
-        _, errs = run(client_paths(PolicyConfig(server.url, server.model, retries=0)))
+        _, errs = run(client_paths(PolicyConfig(server.url, server.model, limits=Limits(retries=0))))
         assert errs and any("***" in str(e) for e in errs)  # the echoed key was redacted
         errors += errs
         dead_url = server.url
-    _, errs = run(client_paths(PolicyConfig(dead_url, "m", retries=1, backoff=0.001)))
+    _, errs = run(client_paths(PolicyConfig(dead_url, "m", limits=Limits(retries=1, backoff=0.001))))
     errors += errs
 
     # probe, table and JSON, on healthy, refusing, wrong-key and dead servers
@@ -186,7 +188,7 @@ class EchoingEveryFormBrain:
 
 def test_redaction_covers_every_form_of_the_key() -> None:
     with ReferencePolicyServer(EchoingEveryFormBrain(), api_key=ODD_KEY) as server:
-        cfg = PolicyConfig(server.url, server.model, api_key=ODD_KEY, retries=0)
+        cfg = PolicyConfig(server.url, server.model, api_key=ODD_KEY, limits=Limits(retries=0))
         with pytest.raises(PolicyError) as info:
             run(one_chat(cfg))
     text = "\n".join(texts_of(info.value))

@@ -12,7 +12,7 @@ import pytest
 from _policy_kit import LONG_TEXT, png_data_url, run, user
 
 from legato_gym.errors import ConfigError, LegatoError, StateError
-from legato_rl import ChatResult, PolicyClient, PolicyConfig
+from legato_rl import ChatResult, Limits, PolicyClient, PolicyConfig, Sampling
 from legato_rl.errors import PolicyError, PolicyHTTPError, PolicyResponseError, PolicyTimeout, PolicyUnreachable
 from legato_rl.policy import parse_chat_completion, read_reply_json
 from legato_rl.policy.reply import cut_prompt_ids
@@ -25,10 +25,14 @@ def brain() -> ReplayBrain:
     return ReplayBrain([REPLY], cycle=True)
 
 
+def fast(**kw: Any) -> Limits:
+    """Limits with a backoff short enough for tests."""
+    return Limits(**{"backoff": 0.001, "backoff_max": 0.01, **kw})
+
+
 def config(server: ReferencePolicyServer | list[ReferencePolicyServer], **kw: Any) -> PolicyConfig:
     servers = server if isinstance(server, list) else [server]
-    kw.setdefault("backoff", 0.001)
-    kw.setdefault("backoff_max", 0.01)
+    kw.setdefault("limits", fast())
     urls: str | tuple[str, ...] = servers[0].url if len(servers) == 1 else tuple(s.url for s in servers)
     return PolicyConfig(urls, servers[0].model, **kw)
 
@@ -54,13 +58,63 @@ def test_config_normalises_and_validates(monkeypatch: pytest.MonkeyPatch) -> Non
         {"url": ()},
         {"url": ("http://a/v1", "http://a/v1/")},
         {"model": ""},
-        {"max_inflight": 0},
-        {"step_timeout": 0},
-        {"retries": -1},
+        {"limits": {"retries": 1}},
+        {"sampling": Limits()},
     ):
         kwargs: dict[str, Any] = {"url": "http://a/v1", "model": "m", **bad}
         with pytest.raises(ConfigError):
             PolicyConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("cls", "field", "value"),
+    [
+        (Limits, "max_inflight", 0),
+        (Limits, "step_timeout", 0),
+        (Limits, "step_timeout", float("nan")),
+        (Limits, "retries", -1),
+        (Limits, "retries", 1.5),
+        (Limits, "backoff", -0.1),
+        (Limits, "backoff_max", -1),
+        (Limits, "replica_cooldown", -1),
+        (Limits, "max_reply_bytes", 0),
+        (Sampling, "temperature", -0.5),
+        (Sampling, "temperature", "hot"),
+        (Sampling, "top_p", 0),
+        (Sampling, "top_p", 1.5),
+        (Sampling, "max_tokens", 0),
+        (Sampling, "extra_body", [("a", 1)]),
+    ],
+)
+def test_sampling_and_limits_refuse_a_bad_field_naming_it(cls: type, field: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=rf"^{cls.__name__}\.{field}=") as info:
+        cls(**{field: value})
+    assert repr(value) in str(info.value)
+
+
+def test_the_settings_live_in_sampling_and_limits_only() -> None:
+    cfg = PolicyConfig("http://a/v1", "m", sampling=Sampling(temperature=0.3), limits=Limits(step_timeout=5.0))
+    assert (cfg.sampling.temperature, cfg.sampling.max_tokens) == (0.3, 2048)
+    assert (cfg.limits.step_timeout, cfg.limits.retries, cfg.limits.max_inflight) == (5.0, 1, None)
+    assert (
+        PolicyConfig("http://a/v1", "m").limits == Limits() and PolicyConfig("http://a/v1", "m").sampling == Sampling()
+    )
+    for flat in ("temperature", "max_tokens", "step_timeout", "retries", "max_inflight", "backoff", "extra_body"):
+        assert not hasattr(cfg, flat), f"PolicyConfig.{flat} is a second place for a setting"
+        with pytest.raises(TypeError):
+            PolicyConfig("http://a/v1", "m", **{flat: 1})
+    with pytest.raises(TypeError):
+        PolicyConfig("http://a/v1", "m", "v1")  # type: ignore[misc]  # everything after the model is keyword-only
+
+
+def test_sampling_and_limits_are_exported_where_policy_config_is() -> None:
+    import legato.rl
+    import legato_rl
+    import legato_rl.policy
+
+    for module in (legato_rl.policy, legato_rl, legato.rl):
+        assert module.Sampling is Sampling and module.Limits is Limits, module.__name__
+        assert {"Sampling", "Limits", "PolicyConfig"} <= set(module.__all__), module.__name__
 
 
 def test_errors_are_one_tree() -> None:
@@ -137,7 +191,10 @@ def test_prompt_ids_other_values_go_through_the_parser(value: Any) -> None:
 
 def test_request_body() -> None:
     with ReferencePolicyServer(brain()) as server:
-        cfg = config(server, temperature=0.7, top_p=0.9, max_tokens=64, extra_body={"chat_template_kwargs": {"a": 1}})
+        cfg = config(
+            server,
+            sampling=Sampling(temperature=0.7, top_p=0.9, max_tokens=64, extra_body={"chat_template_kwargs": {"a": 1}}),
+        )
         result = run(one_chat(cfg, [user("hi")]))
         body = server.requests[-1].body
     assert body == result.request
@@ -191,7 +248,7 @@ def test_openai_400_fallback_is_remembered() -> None:
 def test_other_400_is_not_a_fallback() -> None:
     with ReferencePolicyServer(brain(), "openai") as server:
         with pytest.raises(PolicyHTTPError) as info:
-            run(one_chat(config(server, vllm_extras=False, extra_body={"unknown_field": 1})))
+            run(one_chat(config(server, vllm_extras=False, sampling=Sampling(extra_body={"unknown_field": 1}))))
         assert info.value.status_code == 400 and "unknown_field" in str(info.value)
         assert server.stats.chat_requests == 1
 
@@ -202,7 +259,7 @@ def test_other_400_is_not_a_fallback() -> None:
 @pytest.mark.parametrize("fault", ["500", "429", "malformed", "drop", "hang"])
 def test_retries_each_retryable_fault(fault: str) -> None:
     with ReferencePolicyServer(brain(), faults=Faults(script=[fault])) as server:
-        result = run(one_chat(config(server, retries=1, step_timeout=0.5)))
+        result = run(one_chat(config(server, limits=fast(retries=1, step_timeout=0.5))))
         assert result.attempts == 2 and result.content == REPLY.content
         assert server.stats.chat_requests == 2
         assert server.stats.faults == {fault: 1}
@@ -221,7 +278,7 @@ def test_retries_each_retryable_fault(fault: str) -> None:
 def test_retries_are_bounded(fault: str, error: type[PolicyError]) -> None:
     with ReferencePolicyServer(brain(), faults=Faults(script=[fault] * 5)) as server:
         with pytest.raises(error) as info:
-            run(one_chat(config(server, retries=2, step_timeout=0.3)))
+            run(one_chat(config(server, limits=fast(retries=2, step_timeout=0.3))))
         assert info.value.attempts == 3 and info.value.url == server.url
         assert server.stats.chat_requests == 3
 
@@ -229,16 +286,25 @@ def test_retries_are_bounded(fault: str, error: type[PolicyError]) -> None:
 def test_no_retry_on_401_404_and_bad_request() -> None:
     with ReferencePolicyServer(brain(), api_key="right") as server:
         with pytest.raises(PolicyHTTPError) as unauthorized:
-            run(one_chat(config(server, api_key="wrong", retries=3)))
+            run(one_chat(config(server, api_key="wrong", limits=fast(retries=3))))
         assert unauthorized.value.status_code == 401 and "LEGATO_POLICY_KEY" in str(unauthorized.value)
         assert server.stats.statuses == {401: 1}
 
         with pytest.raises(PolicyHTTPError) as not_found:
-            run(one_chat(PolicyConfig(server.url, "no/such-model", api_key="right", retries=3)))
+            run(one_chat(PolicyConfig(server.url, "no/such-model", api_key="right", limits=Limits(retries=3))))
         assert not_found.value.status_code == 404 and server.stats.statuses[404] == 1
 
         with pytest.raises(PolicyHTTPError) as bad:
-            run(one_chat(config(server, api_key="right", retries=3, extra_body={"top_logprobs": 99})))
+            run(
+                one_chat(
+                    config(
+                        server,
+                        api_key="right",
+                        limits=fast(retries=3),
+                        sampling=Sampling(extra_body={"top_logprobs": 99}),
+                    )
+                )
+            )
         assert bad.value.status_code == 400 and server.stats.statuses[400] == 1
         assert len(server.requests) == 3
 
@@ -246,11 +312,11 @@ def test_no_retry_on_401_404_and_bad_request() -> None:
 def test_timeout_and_unreachable() -> None:
     with ReferencePolicyServer(brain(), faults=Faults(script=["hang"])) as server:
         with pytest.raises(PolicyTimeout, match=r"step_timeout=0\.2s") as info:
-            run(one_chat(config(server, retries=0, step_timeout=0.2)))
+            run(one_chat(config(server, limits=fast(retries=0, step_timeout=0.2))))
         assert isinstance(info.value, TimeoutError) and info.value.attempts == 1
         url = server.url
     with pytest.raises(PolicyUnreachable, match="cannot reach"):
-        run(one_chat(PolicyConfig(url, "m", retries=1, backoff=0.001)))
+        run(one_chat(PolicyConfig(url, "m", limits=Limits(retries=1, backoff=0.001))))
 
 
 def test_closed_client_raises_state_error() -> None:
@@ -274,7 +340,7 @@ def test_max_inflight_is_shared_by_all_callers(cap: int | None) -> None:
             return await asyncio.gather(*(client.chat([user("hi")], rollout_id=f"r{i}") for i in range(10)))
 
     with ReferencePolicyServer(brain(), latency=Latency(fixed=0.1)) as server:
-        results = run(go(config(server, max_inflight=cap)))
+        results = run(go(config(server, limits=fast(max_inflight=cap))))
         peak = server.stats.max_inflight
     assert len(results) == 10
     if cap is None:
@@ -297,7 +363,7 @@ def test_cancelled_call_releases_its_slot() -> None:
             return client.inflight
 
     with ReferencePolicyServer(brain(), faults=Faults(script=["hang"])) as server:
-        assert run(go(config(server, max_inflight=1), server)) == {server.url: 0}
+        assert run(go(config(server, limits=fast(max_inflight=1)), server)) == {server.url: 0}
 
 
 # --- replicas -----------------------------------------------------------------------------------------------
@@ -361,7 +427,7 @@ def test_failing_replica_is_avoided_until_it_answers() -> None:
         ReferencePolicyServer(brain(), faults=Faults(rates={"500": 1.0})) as bad,
         ReferencePolicyServer(brain()) as good,
     ):
-        out = run(go(config([bad, good], retries=1, replica_cooldown=0.2), bad))
+        out = run(go(config([bad, good], limits=fast(retries=1, replica_cooldown=0.2)), bad))
     assert out["first"] == (good.url, 2)
     assert out["r1_pinned"] == good.url
     assert out["r2"] == good.url and out["bad_requests_while_down"] == 1
@@ -374,7 +440,7 @@ def test_all_replicas_down_still_tries() -> None:
         ReferencePolicyServer(brain(), faults=Faults(script=["500"])) as one,
         ReferencePolicyServer(brain(), faults=Faults(script=["500"])) as two,
     ):
-        result = run(one_chat(config([one, two], retries=2)))
+        result = run(one_chat(config([one, two], limits=fast(retries=2))))
         assert result.attempts == 3
         assert one.stats.chat_requests + two.stats.chat_requests == 3
 
@@ -404,7 +470,7 @@ def test_one_client_serves_successive_event_loops() -> None:
 def test_a_hostile_reply_is_refused_at_once_and_not_asked_again(fault: str, match: str) -> None:
     with ReferencePolicyServer(brain(), faults=Faults(script=[fault])) as server:
         with pytest.raises(PolicyResponseError, match=match) as info:
-            run(one_chat(config(server, retries=3)))
+            run(one_chat(config(server, limits=fast(retries=3))))
         assert not info.value.retryable and info.value.attempts == 1 and info.value.url == server.url
         assert server.stats.chat_requests == 1 and server.stats.faults == {fault: 1}
         assert run(one_chat(config(server))).content == REPLY.content  # the client is fine afterwards
@@ -413,11 +479,11 @@ def test_a_hostile_reply_is_refused_at_once_and_not_asked_again(fault: str, matc
 def test_max_reply_bytes_is_the_bound() -> None:
     with ReferencePolicyServer(brain(), faults=Faults(script=["huge"], huge_bytes=300_000)) as server:
         with pytest.raises(PolicyResponseError, match="max_reply_bytes=200000"):
-            run(one_chat(config(server, max_reply_bytes=200_000)))
+            run(one_chat(config(server, limits=fast(max_reply_bytes=200_000))))
         server.set_faults(Faults(script=["huge"], huge_bytes=300_000))
-        assert len(run(one_chat(config(server, max_reply_bytes=400_000))).content) > 200_000
-    with pytest.raises(ConfigError, match="max_reply_bytes"):
-        PolicyConfig("http://a/v1", "m", max_reply_bytes=0)
+        assert len(run(one_chat(config(server, limits=fast(max_reply_bytes=400_000)))).content) > 200_000
+    with pytest.raises(ConfigError, match=r"Limits\.max_reply_bytes=0"):
+        Limits(max_reply_bytes=0)
 
 
 @pytest.mark.parametrize(

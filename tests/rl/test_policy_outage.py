@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +37,11 @@ def _dead_url() -> str:
         return server.url
 
 
-def _run(policy: PolicyConfig, out: Path, n_tasks: int = 3, **kw: Any) -> dict[str, Any]:
+def _run(policy: PolicyConfig, out: Path, n_tasks: int = 3, retries: int = 0, **kw: Any) -> dict[str, Any]:
     config = _config()
+    policy = replace(policy, limits=replace(policy.limits, retries=retries))
     return collect(default_tasks(config)[:n_tasks], policy, out=out, group=2, backend="fake", desktop=config,
-                   **{"desktops": 2, "retries": 0, **kw})  # fmt: skip
+                   **{"desktops": 2, **kw})  # fmt: skip
 
 
 def _check_finished(out: Path, n_attempts: int) -> None:

@@ -13,24 +13,30 @@ last action is ``FAIL``), and ``exact_match`` / ``check_include_exclude`` over `
 setup steps are accepted as no-ops. Any other evaluator raises
 :class:`~legato_gym.errors.UnsupportedTaskError` naming it, from :func:`check_task` and :meth:`FakeDesktop.reset`.
 
-Options (``DesktopConfig.options``; all optional, zero latency and no faults by default)::
+Options (``DesktopConfig.options``: a :class:`FakeOptions`, or ``None`` for zero latency and no faults)::
 
-    {
-      "latency": {                       # seconds per phase: a number, or a lognormal distribution
-        "reset": 0.5,                    #   desktop.reset (task setup)
-        "act": {"median": 0.2, "sigma": 0.5, "max": 5.0},   # running one action
-        "settle": 0.1,                   #   each ready-signal wait (after reset, after an action, before grading)
-        "evaluate": 0.3                  #   grading
-      },
-      "faults": {                        # seeded by the desktop's seed: the same seed gives the same faults
-        "crash": 0.01,                   #   probability per call (in "phases") of DesktopCrashed
-        "crash_mode": "raise",           #   "raise", or "exit": os._exit(70) so the worker process dies
-        "hang": 0.01,                    #   probability per call of blocking for hang_seconds
-        "hang_seconds": 3600.0,          #   then DeadlineExceeded (close() from another thread ends it early)
-        "setup": 0.05,                   #   probability per reset of SetupError
-        "phases": ["reset", "act", "evaluate"]   # calls where crash and hang may strike
-      }
-    }
+    from legato_gym.backends.fake import FakeOptions, Faults, Latency
+
+    FakeOptions(
+        latency={                        # seconds per phase: Latency(median, sigma, max), lognormal when sigma > 0
+            "reset": Latency(0.5),       #   desktop.reset (task setup)
+            "act": Latency(0.2, sigma=0.5, max=5.0),   # running one action
+            "settle": Latency(0.1),      #   each ready-signal wait (after reset, after an action, before grading)
+            "evaluate": Latency(0.3),    #   grading
+        },
+        faults=Faults(                   # seeded by the desktop's seed: the same seed gives the same faults
+            crash=0.01,                  #   probability per call (in "phases") of DesktopCrashed
+            crash_mode="raise",          #   "raise", or "exit": os._exit(70) so the worker process dies
+            hang=0.01,                   #   probability per call of blocking for hang_seconds
+            hang_seconds=3600.0,         #   then DeadlineExceeded (close() from another thread ends it early)
+            setup=0.05,                  #   probability per reset of SetupError
+            phases=frozenset({"reset", "act", "evaluate"}),   # calls where crash and hang may strike
+        ),
+    )
+
+The same as a mapping (a YAML or JSON config; a plain number is a fixed latency), read once into
+:class:`FakeOptions`: ``{"latency": {"act": {"median": 0.2, "sigma": 0.5}, "reset": 0.5}, "faults": {"crash":
+0.01, "phases": ["act"]}}``.
 
 A latency longer than the phase's deadline (``DesktopConfig.timeouts``) raises
 :class:`~legato_gym.errors.DeadlineExceeded` after the deadline (for ``settle``: the wait ends with

@@ -17,6 +17,7 @@ from legato_gym.backends.fake.widgets import Window
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import ActResult, Observation, Task, Waited
 from legato_gym.errors import ActionError, DeadlineExceeded, DesktopCrashed, SetupError, StateError
+from legato_gym.options import typed_options
 
 __all__ = ["FakeDesktop"]
 
@@ -27,17 +28,18 @@ class FakeDesktop:
     """A deterministic fake desktop. Implements :class:`legato_gym.contract.Desktop`.
 
     Args:
-        config: screen size, ready-signal / fixed-wait mode, deadlines, and the fake's ``options`` (see
+        config: screen size, ready-signal / fixed-wait mode, deadlines, and the fake's ``options``: a
+            :class:`~legato_gym.backends.fake.options.FakeOptions`, its mapping, or ``None`` (see
             :mod:`legato_gym.backends.fake`).
         seed: seeds latencies and faults; the same seed and calls give the same latencies and faults.
 
     Raises:
-        ConfigError: bad ``config.options``.
+        ConfigError: bad ``config.options``, or another backend's.
     """
 
     def __init__(self, config: DesktopConfig | None = None, *, seed: int | None = None) -> None:
         self.config = config or DesktopConfig()
-        self.options = FakeOptions.from_mapping(self.config.options)
+        self.options = typed_options(self.config.options, FakeOptions, "fake")
         self._injector = Injector(self.options, seed)
         self._closed = False
         self._crashed: str | None = None

@@ -13,7 +13,6 @@ import os
 import select
 import shutil
 import signal
-import struct
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -23,13 +22,13 @@ import numpy as np
 import numpy.typing as npt
 
 from legato_gym.backends.local.sandbox import drop_to, joined_cgroup
+from legato_gym.desktop_server.image import read_xwd_header
 from legato_gym.errors import DeadlineExceeded, DesktopCrashed, MissingDependencyError
 
 __all__ = ["Display", "WindowInfo", "require_tools"]
 
 logger = logging.getLogger(__name__)
 
-_XWD_HEADER = struct.Struct(">25I")
 _POLL_S = 0.005
 
 
@@ -233,14 +232,13 @@ class Display:
     # ------------------------------------------------------------------ screen
     def _framebuffer(self) -> npt.NDArray[np.uint8]:
         if self._fb_view is None:
-            with open(self._fb_path, "rb") as f:
-                header = _XWD_HEADER.unpack(f.read(_XWD_HEADER.size))
-            width, height, bpp, stride = header[4], header[5], header[11], header[12]
-            if bpp != 32:
+            header = read_xwd_header(self._fb_path)
+            if header.bits_per_pixel != 32:
+                bpp = header.bits_per_pixel
                 raise DesktopCrashed(f"framebuffer {self._fb_path} has {bpp} bits per pixel; expected 32")
-            offset = header[0] + 12 * header[19]
-            mm = np.memmap(self._fb_path, dtype=np.uint8, mode="r", offset=offset, shape=(height, stride))
-            self._fb_view = mm[:, : 4 * width].reshape(height, width, 4)
+            shape = (header.height, header.bytes_per_line)
+            mm = np.memmap(self._fb_path, dtype=np.uint8, mode="r", offset=header.offset, shape=shape)
+            self._fb_view = mm[:, : 4 * header.width].reshape(header.height, header.width, 4)
         return self._fb_view
 
     def screenshot(self) -> npt.NDArray[np.uint8]:

@@ -41,10 +41,21 @@ from urllib.parse import unquote, urlparse
 
 from legato_gym.errors import SetupError
 
-__all__ = ["FILE_CACHE_ENV_VAR", "CacheEntry", "FileCache", "default_file_cache_dir", "url_key"]
+__all__ = [
+    "FETCH_CONNECT_TIMEOUT",
+    "FETCH_TIMEOUT",
+    "FILE_CACHE_ENV_VAR",
+    "CacheEntry",
+    "FileCache",
+    "default_file_cache_dir",
+    "url_key",
+]
 
 #: Environment variable naming the cache folder (``--file-cache`` wins over it).
 FILE_CACHE_ENV_VAR = "LEGATO_FILE_CACHE"
+#: Default seconds one download may take, and one connect or stalled read (:meth:`FileCache.fetch`).
+FETCH_TIMEOUT = 300.0
+FETCH_CONNECT_TIMEOUT = 10.0
 _DEFAULT_DIR = Path("~/.cache/legato/files")
 _CHUNK = 1 << 20
 
@@ -163,7 +174,9 @@ class FileCache:
         self._verified.add(key)
         return CacheEntry(url=url, path=self._file(key), size=size, sha256=digest)
 
-    def fetch(self, url: str, *, timeout: float = 300.0, connect_timeout: float = 10.0) -> CacheEntry:
+    def fetch(
+        self, url: str, *, timeout: float = FETCH_TIMEOUT, connect_timeout: float = FETCH_CONNECT_TIMEOUT
+    ) -> CacheEntry:
         """Download ``url`` into the cache (resuming an interrupted download) unless it is already there.
 
         ``file://`` URLs (and plain paths) are copied from this host's disk.

@@ -1,17 +1,22 @@
-"""The local backend's options (:class:`LocalOptions`, read from ``DesktopConfig.options``) and its graders."""
+"""The local backend's options (:class:`LocalOptions`, ``DesktopConfig.options``) and its graders.
+
+Give them typed, or as the equivalent mapping (a YAML or JSON config), read once by
+:meth:`~legato_gym.options.BackendOptions.from_mapping`::
+
+    DesktopConfig(options=LocalOptions(memory_mb=2048, grader="local"))
+    DesktopConfig(options={"memory_mb": 2048, "grader": "local"})
+"""
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import os
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
+from typing import ClassVar
 
 from legato_gym.backends.local.sandbox import SYSTEM_PATHS
-from legato_gym.errors import ConfigError
+from legato_gym.options import BackendOptions, invalid, seconds
 
 __all__ = ["GRADERS", "LocalOptions", "resolve_grader"]
 
@@ -45,10 +50,14 @@ def resolve_grader(grader: str, python: str | None = None) -> str:
 
 
 @dataclass(frozen=True)
-class LocalOptions:
-    """Options of the local backend, read from ``DesktopConfig.options``.
+class LocalOptions(BackendOptions):
+    """Options of the local backend (``DesktopConfig.options``).
 
     Attributes:
+        memory_mb: memory bound of each desktop, in MiB: its processes and the files its apps write to
+            memory (``/tmp``, the home).
+        max_processes: bound on the processes (threads included) of each desktop.
+        tmpfs_mb: size bound of each of a desktop's in-memory folders (home, ``/tmp``, ``/dev/shm``), in MiB.
         python: interpreter run inside the sandbox for the server and for actions (``python``); it needs
             ``pyautogui`` (``pip install 'legatolabs[local]'``). Default: ``DesktopConfig.python`` or the
             current interpreter.
@@ -89,6 +98,11 @@ class LocalOptions:
             wiped by a reset (default ``$LEGATO_FILE_CACHE`` or ``~/.cache/legato/files``).
     """
 
+    backend: ClassVar[str] = "local"
+
+    memory_mb: int = 4096
+    max_processes: int = 1024
+    tmpfs_mb: int = 2048
     python: str | None = None
     uid_first: int = 1_640_000
     uid_count: int = 4096
@@ -106,24 +120,13 @@ class LocalOptions:
     download_cache: str | None = None
     file_cache: str | None = None
 
-    @classmethod
-    def from_mapping(cls, options: Mapping[str, Any]) -> LocalOptions:
-        names = [f.name for f in fields(cls)]
-        for key in options:
-            if key not in names:
-                close = difflib.get_close_matches(key, names, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else f"; known options: {', '.join(names)}"
-                raise ConfigError(f"unknown local backend option {key!r}{hint}")
-        values = dict(options)
-        for name in ("system_paths", "extra_paths"):
-            if name in values:
-                values[name] = tuple(values[name])
-        result = cls(**values)
-        if result.action_runner not in ("fork", "exec"):
-            raise ConfigError(f"local backend option action_runner={result.action_runner!r}: choose 'fork' or 'exec'")
-        if result.grader not in GRADERS:
-            raise ConfigError(f"local backend option grader={result.grader!r}: choose {', '.join(map(repr, GRADERS))}")
-        for name in ("settle_s", "busy_s", "poll_s", "window_timeout", "kill_timeout"):
-            if not getattr(result, name) > 0:
-                raise ConfigError(f"local backend option {name}={getattr(result, name)!r} must be > 0 seconds")
-        return result
+    def __post_init__(self) -> None:
+        for name, least in (("memory_mb", 64), ("max_processes", 16), ("tmpfs_mb", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                invalid(self, name, f"must be an integer >= {least}")
+        if self.action_runner not in ("fork", "exec"):
+            invalid(self, "action_runner", "choose 'fork' or 'exec'")
+        if self.grader not in GRADERS:
+            invalid(self, "grader", f"choose {', '.join(map(repr, GRADERS))}")
+        seconds(self, "settle_s", "busy_s", "poll_s", "window_timeout", "kill_timeout", positive=True)

@@ -3,7 +3,13 @@
 Each desktop is one VM (docker: OSWorld's image, 4 vCPU, 4 GB; or a local desktop standing in for one),
 kept up between rollouts and driven from desktop-env's own interpreter (``legato osworld setup`` builds
 it; desktop-env cannot share legato's environment). See :mod:`.desktop` for reset, ready signals and
-grading, :mod:`.vms` for the machines, :mod:`.session` for desktop-env's controllers and ``evaluate()``.
+grading, :mod:`.vms` for the machines, :mod:`.session` for desktop-env's controllers and ``evaluate()``,
+:mod:`.options` for :class:`OSWorldOptions` (``DesktopConfig.options``: the provider and its settings)::
+
+    from legato_gym import DesktopConfig
+    from legato_gym.backends.osworld import OSWorldOptions
+
+    config = DesktopConfig(osworld_path="~/osworld", options=OSWorldOptions(provider="local"))
 
 Importing this package imports neither desktop-env nor docker.
 """
@@ -13,13 +19,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from legato_gym.backends.osworld.desktop import REVERT_DOMAINS, OSWorldDesktop, OSWorldOptions
+from legato_gym.backends.osworld.desktop import OSWorldDesktop
+from legato_gym.backends.osworld.options import REVERT_DOMAINS, DockerSettings, OSWorldOptions
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import Task
 from legato_gym.errors import ConfigError
 from legato_gym.tasks import check_task_id
 
-__all__ = ["REVERT_DOMAINS", "OSWorldDesktop", "OSWorldOptions", "default_tasks", "tasks_from_index"]
+__all__ = ["REVERT_DOMAINS", "DockerSettings", "OSWorldDesktop", "OSWorldOptions", "default_tasks", "tasks_from_index"]
 
 
 def tasks_from_index(osworld_path: Path, index: str = "test_all.json") -> list[Task]:

@@ -25,7 +25,6 @@ Per rollout:
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import importlib.util
 import io
@@ -35,29 +34,30 @@ import shutil
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 
+from legato_gym.backends.osworld.options import REVERT_DOMAINS, OSWorldOptions
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import SPECIAL_ACTIONS, ActResult, Observation, Task, Waited, task_path
 from legato_gym.errors import (
-    ConfigError,
     DeadlineExceeded,
     DesktopCrashed,
     StateError,
 )
+from legato_gym.options import typed_options
 
 __all__ = ["REVERT_DOMAINS", "OSWorldDesktop", "OSWorldOptions"]
 
 logger = logging.getLogger(__name__)
 
-#: Domains whose tasks change system state that a home restore does not undo: snapshot revert.
-REVERT_DOMAINS = frozenset({"os", "multi_apps"})
 BASELINE_TAR = "/tmp/.legato-home-baseline.tar"
+#: Interval between the process listings that must agree before the first-boot processes are taken.
+BASELINE_SETTLE_S = 0.2
 _ACTION_PREFIX = "import pyautogui; import time; pyautogui.FAILSAFE = False; {command}"
 
 #: Lists (or kills) the VM user's processes; ``keep`` pids, this process and its ancestors are spared.
@@ -107,48 +107,6 @@ print(json.dumps({"killed": len(targets), "survivors": left, "missing": sorted(k
 """
 
 
-@dataclass(frozen=True)
-class OSWorldOptions:
-    """Options of the osworld backend, read from ``DesktopConfig.options``.
-
-    Attributes:
-        download_cache: host cache for setup downloads, shared by all desktops, kept across runs.
-        settle_s: the screen counts as settled when two frames this far apart are equal.
-        window_timeout: how long to wait for the setup's windows to map before giving up on that signal.
-        kill_timeout: how long fast reset waits for killed processes and their windows to be gone.
-        revert_domains: task domains that always use a snapshot revert.
-        docker: :class:`~legato_gym.backends.osworld.vms.DockerSettings` arguments (image, vm_path, ...).
-        local: options of the local stand-in (provider ``local``); see ``LocalOptions``.
-        client_password: the VM user's password.
-    """
-
-    download_cache: str = "~/.cache/legato/osworld-downloads"
-    settle_s: float = 0.2
-    window_timeout: float = 20.0
-    kill_timeout: float = 5.0
-    revert_domains: tuple[str, ...] = tuple(sorted(REVERT_DOMAINS))
-    docker: Mapping[str, Any] | None = None
-    local: Mapping[str, Any] | None = None
-    client_password: str = "password"
-
-    @classmethod
-    def from_mapping(cls, options: Mapping[str, Any]) -> OSWorldOptions:
-        names = [f.name for f in fields(cls)]
-        for key in options:
-            if key not in names:
-                close = difflib.get_close_matches(key, names, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else f"; known options: {', '.join(names)}"
-                raise ConfigError(f"unknown osworld backend option {key!r}{hint}")
-        values = dict(options)
-        if "revert_domains" in values:
-            values["revert_domains"] = tuple(values["revert_domains"])
-        result = cls(**values)
-        for name in ("settle_s", "window_timeout", "kill_timeout"):
-            if not getattr(result, name) > 0:
-                raise ConfigError(f"osworld backend option {name}={getattr(result, name)!r} must be > 0 seconds")
-        return result
-
-
 def _decode_png(png: bytes) -> np.ndarray[Any, np.dtype[np.uint8]]:
     from PIL import Image
 
@@ -164,7 +122,7 @@ class _VMDesktop:
 
         import_desktop_env()  # fail early, with the fix, outside desktop-env's interpreter
         self.config = config
-        self.options = OSWorldOptions.from_mapping(config.options)
+        self.options = typed_options(config.options, OSWorldOptions, "osworld")
         self.work_dir = Path(tempfile.mkdtemp(prefix="legato-osworld-"))
         self.download_cache = Path(self.options.download_cache).expanduser()
         self.download_cache.mkdir(parents=True, exist_ok=True)
@@ -203,7 +161,7 @@ class _VMDesktop:
         from legato_gym.backends.osworld.vms import make_vm, wait_server
 
         if first:
-            self._vm = make_vm(self.config.provider, self.config, self.config.options, deadline)
+            self._vm = make_vm(self.options, self.config, deadline)
         else:
             self.vm.revert(deadline)
         endpoint = self.vm.endpoint
@@ -251,9 +209,25 @@ class _VMDesktop:
         result = self._execute(["wmctrl", "-l"], timeout=30)
         return {line.split()[0] for line in (result.get("output") or "").splitlines() if line.strip()}
 
+    def _settled_pids(self, deadline: float) -> list[int]:
+        """The VM's processes once two listings in a row agree.
+
+        A helper that runs for a moment as the desktop comes up (a ``which`` run by an import, say) would
+        otherwise count as a first-boot process, and its exit would make the next fast reset unverifiable.
+        """
+        pids = list(self._procs([], kill=False)["pids"])
+        settle_deadline = min(deadline, time.monotonic() + self.options.kill_timeout)
+        while time.monotonic() < settle_deadline:
+            time.sleep(BASELINE_SETTLE_S)
+            again = list(self._procs([], kill=False)["pids"])
+            if again == pids:
+                break
+            pids = again
+        return pids
+
     def _capture_baseline(self, deadline: float) -> None:
         """Record the first-boot processes, windows and /home/user (a tar in the VM plus a host copy)."""
-        self._baseline_pids = list(self._procs([], kill=False)["pids"])
+        self._baseline_pids = self._settled_pids(deadline)
         self._baseline_windows = self._windows()
         # GNU tar exits 1 when a file changed while it was read (session logs): the copy is still usable.
         made = self._execute(
@@ -468,14 +442,15 @@ class OSWorldDesktop:
             desktop.act("pyautogui.hotkey('ctrl', 'alt', 't')")
 
     Args:
-        config: provider (``docker`` or ``local``), screen, waits, fast reset, deadlines, and ``options``
-            (see :class:`OSWorldOptions`).
+        config: screen, waits, fast reset, deadlines, and ``options``: an
+            :class:`~legato_gym.backends.osworld.options.OSWorldOptions` (the provider, ``docker`` or
+            ``local``, and its settings), its mapping, or ``None``.
         seed: unused (a VM has no randomness to seed).
     """
 
     def __init__(self, config: DesktopConfig | None = None, *, seed: int | None = None) -> None:
-        self.config = config or DesktopConfig()
-        OSWorldOptions.from_mapping(self.config.options)
+        config = config or DesktopConfig()
+        self.config = replace(config, options=typed_options(config.options, OSWorldOptions, "osworld"))
         self._impl: Any
         if _desktop_env_here():
             self._impl = _VMDesktop(self.config)

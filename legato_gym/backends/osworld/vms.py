@@ -21,16 +21,18 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
 
+from legato_gym.backends.local.options import LocalOptions
+from legato_gym.backends.osworld.options import DockerSettings, OSWorldOptions
 from legato_gym.backends.osworld.session import Endpoint
 from legato_gym.config import DesktopConfig
-from legato_gym.errors import ConfigError, DeadlineExceeded, DesktopCrashed, MissingDependencyError
+from legato_gym.errors import DeadlineExceeded, DesktopCrashed, MissingDependencyError
 
 __all__ = ["LABEL", "VM", "DockerSettings", "DockerVM", "LocalStandInVM", "sweep_leaked", "wait_server"]
 
@@ -85,11 +87,11 @@ class LocalStandInVM:
 
     Args:
         config: the osworld backend's config; ``screen``, ``timeouts`` and ``ready_signal`` are passed on.
-        local_options: options of the local backend (``DesktopConfig.options["local"]``).
+        local_options: options of the local backend (``OSWorldOptions.local``).
     """
 
-    def __init__(self, config: DesktopConfig, local_options: Mapping[str, Any]) -> None:
-        self._config = replace(config, options=dict(local_options), fast_reset=True)
+    def __init__(self, config: DesktopConfig, local_options: LocalOptions) -> None:
+        self._config = replace(config, options=local_options, fast_reset=True)
         self._desktop: Any = None
         self._endpoint: Endpoint | None = None
         self._start()
@@ -119,10 +121,7 @@ class LocalStandInVM:
 
     def alive(self) -> bool:
         desktop = self._desktop
-        if desktop is None or desktop._display is None or not desktop._display.alive():
-            return False
-        sandbox = desktop._sandbox
-        return sandbox is not None and sandbox.alive()
+        return desktop is not None and bool(desktop._processes.alive())
 
     def close(self) -> None:
         if self._desktop is not None:
@@ -132,47 +131,6 @@ class LocalStandInVM:
 
 
 # --------------------------------------------------------------------------------------------- docker
-
-
-class DockerSettings:
-    """How :class:`DockerVM` runs containers.
-
-    Args:
-        image: the VM image (OSWorld's ``happysixd/osworld-docker``).
-        vm_path: the Ubuntu qcow2, bind-mounted read-only at ``/System.qcow2`` (``None``: desktop-env's
-            ``DockerVMManager.get_vm_path`` finds it, downloading it once into ``./docker_vm_data``).
-        cpus / memory / disk: the VM's ``CPU_CORES``, ``RAM_SIZE``, ``DISK_SIZE`` (desktop-env: 4, 4G, 32G).
-        command: override of the container's command (stand-in images).
-        vm_image: True for OSWorld's image (qcow2 mount, VM environment, ``NET_ADMIN``, ``/dev/kvm``);
-            False for a plain image whose own process is the server (stand-ins).
-        ports: container ports to publish: server, chromium, vnc, vlc.
-        network: the Docker network to attach to (default: Docker's default bridge).
-        volumes: extra read-only bind mounts, host path → container path (stand-ins).
-    """
-
-    def __init__(
-        self,
-        image: str = "happysixd/osworld-docker",
-        vm_path: str | None = None,
-        cpus: int = 4,
-        memory: str = "4G",
-        disk: str = "32G",
-        command: list[str] | None = None,
-        vm_image: bool = True,
-        ports: tuple[int, int, int, int] = (5000, 9222, 8006, 8080),
-        network: str | None = None,
-        volumes: Mapping[str, str] | None = None,
-    ) -> None:
-        self.image = image
-        self.vm_path = vm_path
-        self.cpus = cpus
-        self.memory = memory
-        self.disk = disk
-        self.command = command
-        self.vm_image = vm_image
-        self.ports = ports
-        self.network = network
-        self.volumes = dict(volumes or {})
 
 
 def _docker_client() -> Any:
@@ -255,7 +213,7 @@ class DockerVM:
         if s.network:
             kwargs["network"] = s.network
         if s.command:
-            kwargs["command"] = s.command
+            kwargs["command"] = list(s.command)
         if s.volumes:
             kwargs["volumes"] = {host: {"bind": inside, "mode": "ro"} for host, inside in s.volumes.items()}
         if s.vm_image:
@@ -322,14 +280,8 @@ class DockerVM:
         self._remove()
 
 
-def make_vm(provider: str, config: DesktopConfig, options: Mapping[str, Any], deadline: float) -> VM:
-    """The VM for a provider name (``docker`` or ``local``)."""
-    if provider == "local":
-        return LocalStandInVM(config, options.get("local") or {})
-    if provider == "docker":
-        settings = DockerSettings(**dict(options.get("docker") or {}))
-        return DockerVM(settings, deadline)
-    raise ConfigError(
-        f"osworld backend: provider={provider!r} is not supported here; use 'docker' (OSWorld's image, KVM "
-        "host) or 'local' (a local desktop standing in for a VM)"
-    )
+def make_vm(options: OSWorldOptions, config: DesktopConfig, deadline: float) -> VM:
+    """The VM of ``options.provider`` (``docker`` or ``local``, checked by :class:`OSWorldOptions`)."""
+    if options.provider == "local":
+        return LocalStandInVM(config, options.local or LocalOptions())
+    return DockerVM(options.docker or DockerSettings(), deadline)

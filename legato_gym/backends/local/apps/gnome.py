@@ -1,0 +1,177 @@
+"""The VM's GNOME session around the apps, and the baseline home and system files of all the apps together.
+
+OSWorld's VM opens documents in the app for their type (:data:`MIME_DEFAULTS`), folders in nautilus, PDFs in
+evince, and windows maximized (:data:`OPENBOX_APPLICATIONS`); ctrl+alt+t opens gnome-terminal
+(:func:`openbox_keybinds`). The desktop's baseline home (:func:`baseline_files`) and the system files shown
+changed inside the sandbox (:func:`system_files`) are gathered here from each app's module.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from legato_gym.backends.local import vscode
+from legato_gym.backends.local.apps.chrome import chrome_files
+from legato_gym.backends.local.apps.media import GIMP_TYPES, VLC_TYPES, media_files
+from legato_gym.backends.local.apps.office import libreoffice_files
+from legato_gym.backends.local.apps.thunderbird import thunderbird_files, thunderbird_system_files
+
+__all__ = [
+    "DBUS_SERVICES",
+    "DISABLED_SERVICES",
+    "GTK4_RENDERER",
+    "MIME_DEFAULTS",
+    "OPENBOX_APPLICATIONS",
+    "SKELETON",
+    "TERMINALS",
+    "baseline_files",
+    "environment",
+    "openbox_keybinds",
+    "skeleton_files",
+    "system_files",
+]
+
+#: Default application per MIME type, as the VM's GNOME has them (desktop file names).
+MIME_DEFAULTS: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+            "application/vnd.ms-excel",
+            "application/vnd.oasis.opendocument.spreadsheet",
+            "text/csv",
+        ),
+        "libreoffice-calc.desktop",
+    ),
+    **dict.fromkeys(
+        (
+            "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+            "application/msword",
+            "application/vnd.oasis.opendocument.text",
+            "application/rtf",
+        ),
+        "libreoffice-writer.desktop",
+    ),
+    **dict.fromkeys(
+        (
+            "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+            "application/vnd.ms-powerpoint",
+            "application/vnd.oasis.opendocument.presentation",
+        ),
+        "libreoffice-impress.desktop",
+    ),
+    **dict.fromkeys(
+        ("text/html", "x-scheme-handler/http", "x-scheme-handler/https", "application/xhtml+xml"),
+        "google-chrome.desktop",
+    ),
+    # GNOME's file manager, PDF viewer and mail client (installing GIMP made it the PDF viewer otherwise)
+    "inode/directory": "org.gnome.Nautilus.desktop",
+    "application/pdf": "org.gnome.Evince.desktop",
+    **dict.fromkeys(("x-scheme-handler/mailto", "message/rfc822"), "thunderbird.desktop"),
+    # images in GIMP: the VM opens .xcf in GIMP and photos in GNOME's Image Viewer, which this desktop lacks
+    **dict.fromkeys(GIMP_TYPES, "gimp.desktop"),
+    # audio and video in VLC
+    **dict.fromkeys(VLC_TYPES, "vlc.desktop"),
+    # GNOME opens plain text, and empty files (``file`` calls them inode/x-empty), in its text editor
+    **dict.fromkeys(("text/plain", "inode/x-empty", "application/x-zerosize"), "org.xfce.mousepad.desktop"),
+}
+
+#: openbox ``<applications>`` rules: the VM's GNOME opens these apps maximized.
+OPENBOX_APPLICATIONS = """  <applications>
+    <application class="libreoffice*"><maximized>yes</maximized></application>
+    <application class="Soffice"><maximized>yes</maximized></application>
+    <application class="Chromium*"><maximized>yes</maximized></application>
+    <application class="Google-chrome"><maximized>yes</maximized></application>
+    <application class="Gimp*" type="normal"><maximized>yes</maximized></application>
+    <application class="thunderbird"><maximized>yes</maximized></application>
+    <application class="org.gnome.Nautilus"><maximized>yes</maximized></application>
+    <application class="Evince"><maximized>yes</maximized></application>
+    <application class="Code"><maximized>yes</maximized></application>
+  </applications>
+"""
+
+
+def _mimeapps(defaults: Mapping[str, str]) -> str:
+    lines = ["[Default Applications]", *(f"{mime}={app}" for mime, app in defaults.items()), ""]
+    return "\n".join(lines)
+
+
+def baseline_files() -> dict[str, bytes]:
+    """Files of the baseline home (paths relative to ``/home/user``) that set the apps up as the VM has them."""
+    return {
+        **libreoffice_files(),
+        **chrome_files(),
+        ".config/mimeapps.list": _mimeapps(MIME_DEFAULTS).encode(),
+        ".local/share/applications/mimeapps.list": _mimeapps(MIME_DEFAULTS).encode(),
+        **thunderbird_files(),
+        **media_files(),
+        **skeleton_files(),
+        **vscode.baseline_files(),
+    }
+
+
+#: GTK 4's renderer inside the desktop (``GSK_RENDERER``): cairo, in software, drawing only what changed.
+GTK4_RENDERER = "cairo"
+
+
+def environment() -> dict[str, str]:
+    """Environment variables the apps need inside the desktop.
+
+    LibreOffice draws with GTK 3, as on the VM's GNOME, when ``libreoffice-gtk3`` is installed (with no
+    desktop environment to detect it would pick its bare X11 plugin, which reads fast repeated keys as
+    auto-repeat and drops them, and has no accessibility tree).
+
+    GTK 4 apps (nautilus) draw with cairo (:data:`GTK4_RENDERER`), as the VM's GTK 3 nautilus does. GTK 4's
+    default GL renderer runs on Mesa's software rasterizer here (no GPU): its threads take about a quarter of
+    a core to animate nautilus's "Loading…" spinner alone. On a busy host (other desktops running, or this one
+    just reset) a frame then outlasts the frame interval, GTK's redraw (priority 120) is always due, and the
+    idle callback (priority 180) in which nautilus shows the listed files and ends loading does not run: the
+    spinner turns for 15 s to over a minute, and the screen never settles. Cairo redraws only what changed.
+    """
+    env = {"GSK_RENDERER": GTK4_RENDERER}
+    if Path("/usr/lib/libreoffice/program/libvclplug_gtk3lo.so").exists():
+        env["SAL_USE_VCLPLUGIN"] = "gtk3"
+    return env
+
+
+#: D-Bus services the sandbox's session bus does not start. Tracker's file indexer answers no query while it
+#: sets itself up in the sandbox, and nautilus shows "Loading…" (a spinner: the screen never settles) until
+#: its query times out; without the indexer nautilus lists folders at once and searches them itself.
+DISABLED_SERVICES = ("org.freedesktop.Tracker3.Miner.Files",)
+DBUS_SERVICES = "/usr/share/dbus-1/services"
+
+
+def system_files() -> dict[str, str]:
+    """System files the sandbox shows changed (absolute path inside to text; each exists on the host).
+
+    The :data:`DISABLED_SERVICES` fail to start, and Thunderbird's files are changed as
+    :func:`.thunderbird.thunderbird_system_files` says. The host's files are left as they are.
+    """
+    files: dict[str, str] = {}
+    for name in DISABLED_SERVICES:
+        if Path(DBUS_SERVICES, f"{name}.service").is_file():
+            files[f"{DBUS_SERVICES}/{name}.service"] = f"[D-BUS Service]\nName={name}\nExec=/bin/false\n"
+    files.update(thunderbird_system_files())
+    return files
+
+
+#: The programs the desktop's terminal shortcut (ctrl+alt+t, as GNOME binds it) may run, first found wins.
+TERMINALS = ("gnome-terminal", "xterm")
+#: Shell start-up files a fresh Ubuntu home has (copied from ``/etc/skel``): the prompt, and the terminal
+#: title ``user@host: dir`` that OSWorld's ``wmctrl -lx`` checks read.
+SKELETON = ("/etc/skel/.bashrc", "/etc/skel/.profile", "/etc/skel/.bash_logout")
+
+
+def openbox_keybinds(which: Any = shutil.which) -> str:
+    """openbox ``<keybind>`` rules of the VM's GNOME that run a program (inside the sandbox): ctrl+alt+t."""
+    terminal = next((name for name in TERMINALS if which(name)), None)
+    if terminal is None:
+        return ""
+    return f'    <keybind key="C-A-t"><action name="Execute"><command>{terminal}</command></action></keybind>\n'
+
+
+def skeleton_files() -> dict[str, bytes]:
+    """The home's shell start-up files from ``/etc/skel`` (those that exist), relative to ``/home/user``."""
+    return {Path(path).name: Path(path).read_bytes() for path in SKELETON if Path(path).is_file()}

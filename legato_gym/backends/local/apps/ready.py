@@ -1,0 +1,100 @@
+"""The ready signal's knowledge of the apps: which setup steps map a window, and its title once loaded."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from legato_gym.backends.local import vscode
+from legato_gym.backends.local.apps.media import GIMP_TITLE, VLC_MEDIA, VLC_TITLE, gimp_title
+from legato_gym.backends.local.commands import command_words
+
+__all__ = ["WINDOWLESS", "open_title", "opens_window", "ready_title", "ready_titles"]
+
+_OFFICE_TITLES = {"--calc": "LibreOffice Calc", "--writer": "LibreOffice Writer", "--impress": "LibreOffice Impress"}
+_DOCUMENT = (".xlsx", ".xls", ".ods", ".csv", ".docx", ".doc", ".odt", ".rtf", ".pptx", ".ppt", ".odp", ".pdf")
+
+
+def ready_title(command: str | Sequence[str]) -> str | None:
+    """What a ``launch`` step's window title shows once the app has loaded (``None``: any window will do).
+
+    LibreOffice maps a window before its document is loaded; the document's window is titled with the
+    file's name (``report.xlsx - LibreOffice Calc``), or with the component for a new document. Chrome's
+    window is titled ``... - Chromium`` once its first page has a title.
+    """
+    words = command_words(command)
+    names = [Path(word).name for word in words]
+    if not names:
+        return None
+    program = next((n for n in names if "=" not in n and n not in ("env", "sudo")), "")
+    if program in ("libreoffice", "soffice"):
+        if "--convert-to" in words or "--headless" in words:
+            return None
+        documents = [Path(w).name for w in words[1:] if w.lower().endswith(_DOCUMENT)]
+        if documents:
+            return documents[-1]
+        for flag, title in _OFFICE_TITLES.items():
+            if flag in words:
+                return title
+        return "LibreOffice"
+    if program in ("google-chrome", "google-chrome-stable", "chromium", "chrome"):
+        return "Chromium"
+    if program == "thunderbird":
+        return "Mozilla Thunderbird"
+    arguments = [w for w in words[1:] if not w.startswith("-")]
+    if program == "nautilus":  # titled with the folder's name once it is listed ("Loading…" before)
+        folder = arguments[-1].rstrip("/") if arguments else ""
+        return "Home" if folder in ("", "~", "/home/user", "$HOME") else Path(folder).name
+    if program == "evince" and arguments:  # "Document Viewer" until the file is loaded
+        return Path(arguments[-1]).name
+    if program == "code":
+        return vscode.ready_title(words)
+    if program in ("gimp", "gimp-2.10"):
+        images = [w for w in words[names.index(program) + 1 :] if not w.startswith("-")]
+        return gimp_title(images[-1]) if images else GIMP_TITLE
+    if program == "vlc":
+        return VLC_TITLE
+    return None
+
+
+def ready_titles(steps: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The titles that show a task's setup has loaded: each ``launch`` step's :func:`ready_title`, and for
+    each ``open`` step what its app titles the window with once the file is loaded (:func:`open_title`)."""
+    titles = []
+    for step in steps:
+        params = step.get("parameters") or {}
+        title = None
+        if step.get("type") == "launch":
+            title = ready_title(params.get("command", ""))
+        elif step.get("type") == "open" and params.get("path"):
+            title = open_title(str(params["path"]))
+        if title is not None:
+            titles.append(title)
+    return titles
+
+
+#: Programs that OSWorld's setups launch and that map no window (the DevTools port forwarder, killers).
+WINDOWLESS = frozenset({"socat", "pkill", "killall", "kill", "sleep", "tinyproxy", "xdotool", "wmctrl"})
+
+
+def opens_window(command: str | Sequence[str]) -> bool:
+    """Whether a ``launch`` step's program maps a window (the ready signal waits for one per launch)."""
+    words = [Path(word).name for word in command_words(command) if "=" not in word]
+    program = next((w for w in words if w not in ("env", "sudo")), "")
+    if program in ("libreoffice", "soffice") and ("--convert-to" in words or "--headless" in words):
+        return False
+    if program == "code" and vscode.cli_only(words):
+        return False
+    return program not in WINDOWLESS
+
+
+def open_title(path: str) -> str:
+    """What the window of the app an ``open`` step starts for ``path`` shows once the file is loaded: GIMP's
+    ``[name]`` for images, VLC's title for media, else the file's name (LibreOffice, the PDF viewer)."""
+    suffix = Path(path).suffix.lower()
+    if suffix in VLC_MEDIA:
+        return VLC_TITLE
+    if path.rstrip("/") in ("/home/user", "~"):  # the file manager titles the home folder "Home"
+        return "Home"
+    return gimp_title(path) or Path(path).name

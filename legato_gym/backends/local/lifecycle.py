@@ -1,0 +1,292 @@
+"""The processes of one local desktop and their lifecycle: boot, fast reset or restart, the ports, close.
+
+A desktop is an X server (Xvfb) on the host and a bwrap sandbox on it (window manager, apps, the
+OSWorld-protocol server), in one cgroup, with a state folder of its own. A fast reset kills the sandbox (its
+pid namespace), checks that nothing survived and that the X server is as the first sandbox left it, and
+starts a fresh sandbox; anything else restarts the whole desktop, X server included.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Literal
+
+from legato_gym.backends.local import apps, relay, vscode, xstate
+from legato_gym.backends.local.client import DesktopClient
+from legato_gym.backends.local.display import Display, require_tools
+from legato_gym.backends.local.forward import UnixForwarder
+from legato_gym.backends.local.limits import Cgroup, Limits
+from legato_gym.backends.local.options import LocalOptions
+from legato_gym.backends.local.sandbox import (
+    DEVTOOLS_PORT,
+    VLC_HTTP_PORT,
+    Sandbox,
+    SandboxSpec,
+    UidLease,
+)
+from legato_gym.backends.local.xstate import XBaseline
+from legato_gym.config import DesktopConfig
+from legato_gym.errors import DesktopCrashed, MissingDependencyError, StateError
+
+__all__ = ["HOME_DIRS", "DesktopProcesses", "Port", "sweep_stale"]
+
+logger = logging.getLogger(__name__)
+
+#: The folders of a fresh Ubuntu home, as OSWorld's VM user has them (tasks write to ~/Desktop).
+HOME_DIRS = ("Desktop", "Documents", "Downloads", "Music", "Pictures", "Public", "Templates", "Videos")
+
+#: The desktop's ports that a loopback TCP forwarder reaches: its server, Chrome's DevTools, VLC's HTTP.
+Port = Literal["server", "devtools", "vlc"]
+
+
+class DesktopProcesses:
+    """The X server, the sandbox and its client, the cgroup and the state folder of one desktop.
+
+    Nothing runs until :meth:`boot`. ``display``, ``client`` and ``sandbox`` change at every reset; the
+    forwarders of :meth:`endpoint` outlive resets and restarts.
+
+    Args:
+        config: the desktop's config (screen, limits, deadlines, interpreter).
+        options: the local backend's options.
+    """
+
+    def __init__(self, config: DesktopConfig, options: LocalOptions) -> None:
+        self.config = config
+        self.options = options
+        require_tools(["Xvfb", "openbox", "bwrap", "wmctrl", "xdotool", "setpriv"])
+        python = options.python or config.python or sys.executable
+        limits = Limits.from_mb(options.memory_mb, options.max_processes, options.tmpfs_mb)
+        self._uid: UidLease | None = None
+        if os.geteuid() == 0:
+            self._uid = UidLease(options.uid_first, options.uid_count)
+        self.spec = SandboxSpec(
+            python=python,
+            host_uid=self._uid.uid if self._uid is not None else None,
+            limits=limits,
+            system_paths=options.system_paths,
+            extra_paths=(*options.extra_paths, *vscode.sandbox_paths()),  # code-server, for `code`
+            open_file_timeout=min(config.timeouts.reset, 1800.0),
+        )
+        root = Path(options.state_dir or tempfile.gettempdir()) / "legato-local"
+        root.mkdir(mode=0o711, parents=True, exist_ok=True)
+        root.chmod(0o711)  # the X server, run as the desktop's uid, reaches its folder; nobody lists them
+        sweep_stale(root)
+        self.state_dir = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root))
+        self.state_dir.chmod(0o711)
+        (self.state_dir / "owner.pid").write_text(str(os.getpid()))
+        self._cgroup = Cgroup(f"legato-{os.getpid()}-{self.state_dir.name.rpartition('-')[2]}", limits)
+        self._cgroup.create()
+        self._display: Display | None = None
+        self.sandbox: Sandbox | None = None
+        self._client: DesktopClient | None = None
+        self._checked_python = False
+        self._x_baseline: XBaseline | None = None
+        self._forwarders: dict[Port, UnixForwarder] = {}
+
+    @property
+    def display(self) -> Display:
+        """The X server (raises :class:`StateError` once closed)."""
+        if self._display is None:
+            raise StateError("the desktop is closed; create a new LocalDesktop")
+        return self._display
+
+    @property
+    def client(self) -> DesktopClient:
+        """The client of the current sandbox's server (raises :class:`StateError` once closed)."""
+        if self._client is None:
+            raise StateError("the desktop is closed; create a new LocalDesktop")
+        return self._client
+
+    @property
+    def pids(self) -> list[int]:
+        """Host pids of the desktop's top processes (X server, window manager, sandbox init)."""
+        pids = list(self._display.pids) if self._display else []
+        if self.sandbox is not None and self.sandbox.init_pid is not None:
+            pids.append(self.sandbox.init_pid)
+        return pids
+
+    def alive(self) -> bool:
+        """Whether the X server and the sandbox are both running."""
+        if self._display is None or not self._display.alive():
+            return False
+        return self.sandbox is not None and self.sandbox.alive()
+
+    def boot(self, deadline: float) -> None:
+        """Start the X server and a sandbox; capture the home baseline and the X baseline the first time."""
+        self._display = Display(self.state_dir / "display", self.config.screen, self.spec.host_uid, self._cgroup.procs)
+        self._display.start(deadline)
+        # The window manager lives in the sandbox and dies with it: the X baseline is the server as a
+        # first, untouched sandbox leaves it (the window manager's root properties, the repainted root),
+        # which is what every fast reset's kill leaves too.
+        self._start_sandbox(deadline)
+        if not (self.state_dir / "baseline.tar").exists():
+            self._capture_baseline(deadline)
+        if not self._kill_sandbox(deadline):
+            raise DesktopCrashed("the first sandbox of the desktop did not die when killed")
+        self._x_baseline = XBaseline.capture(self._display.name, self._display.fingerprint)
+        self._start_sandbox(deadline)
+
+    def reset(self, deadline: float) -> str:
+        """Kill the episode's processes and start a fresh sandbox, or restart the whole desktop.
+
+        A restart when ``config.fast_reset`` is off or the X server died, and as a fallback when processes
+        or windows survive the kill or the X server's state cannot be put back.
+
+        Returns:
+            ``"fast"``, ``"restart"`` (asked for, or the X server gone) or ``"fallback"``.
+        """
+        if not self.config.fast_reset or self._display is None or not self._display.alive():
+            self._restart(deadline)
+            return "restart"
+        kill_deadline = min(deadline, time.monotonic() + self.options.kill_timeout)
+        if not self._kill_sandbox(kill_deadline):
+            logger.warning("processes or windows survived the sandbox kill; restarting the whole desktop")
+            self._restart(deadline)
+            return "fallback"
+        if left := self._restore_x_state():
+            logger.warning("X server state could not be put back (%s); restarting it", "; ".join(left))
+            self._restart(deadline)
+            return "fallback"
+        self._start_sandbox(deadline)
+        return "fast"
+
+    def endpoint(self, port: Port) -> tuple[str, int]:
+        """``(host, port)`` of a loopback TCP forwarder to one of the desktop's ports (started on first use).
+
+        ``"server"`` is the in-desktop server; ``"devtools"`` and ``"vlc"`` reach the sandbox's 9222 and
+        VLC's HTTP interface through :mod:`.relay`. The port outlives fast resets and restarts.
+        """
+        forwarder = self._forwarders.get(port)
+        if forwarder is None:
+            control = self.state_dir / "control"
+            if port == "server":
+                forwarder = UnixForwarder(control / "server.sock")
+            else:
+                inside = DEVTOOLS_PORT if port == "devtools" else VLC_HTTP_PORT
+                forwarder = UnixForwarder(control / "devtools.sock", preamble=relay.preamble(inside))
+            self._forwarders[port] = forwarder
+        return str(forwarder.host), int(forwarder.port)
+
+    def close(self) -> None:
+        """Kill the sandbox (its whole pid namespace), the window manager and the X server; remove the state."""
+        for forwarder in self._forwarders.values():
+            forwarder.close()
+        try:
+            self._kill_sandbox(time.monotonic() + self.options.kill_timeout)
+        finally:
+            if self._display is not None:
+                self._display.stop()
+                self._display = None
+            self._cgroup.remove(time.monotonic() + self.options.kill_timeout)
+            if self._uid is not None:
+                self._uid.release()
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def _start_sandbox(self, deadline: float) -> None:
+        display = self.display
+        assert display.number is not None
+        self.sandbox = Sandbox(
+            self.spec, self.state_dir, display.number, display.socket_path, display.fb_path, self._cgroup.procs
+        )
+        self.sandbox.start(deadline)
+        client = self._client = DesktopClient(self.sandbox.socket_path, timeout=self.config.timeouts.act)
+        client.wait_up(deadline, self.sandbox.check_alive)
+        if self._checked_python:
+            return
+        self._checked_python = True
+        check = client.execute(["python", "-c", "import pyautogui"], timeout=max(1.0, deadline - time.monotonic()))
+        if check.get("returncode") != 0:
+            raise MissingDependencyError(
+                f"the desktop interpreter {self.spec.python} cannot import pyautogui: "
+                f"{(check.get('error') or check.get('message') or '').strip()[-300:]}; "
+                "install it with `pip install 'legatolabs[local]'`"
+            )
+
+    def _capture_baseline(self, deadline: float) -> None:
+        """Snapshot the freshly booted home, set up as OSWorld's VM home, as the baseline every reset restores.
+
+        The apps' first-run settings, profiles and MIME defaults (:func:`.apps.baseline_files`) are written
+        into it first, so every episode starts from them.
+        """
+        for path, content in apps.baseline_files().items():
+            self.client.upload(f"/home/user/{path}", content)
+        self._warm_gimp(deadline)
+        tar = "/tmp/.legato-baseline.tar"
+        script = f"mkdir -p {' '.join(HOME_DIRS)} && tar -cf {tar} -C /home/user ."
+        result = self.client.execute(script, shell=True, timeout=max(1.0, deadline - time.monotonic()))
+        if result.get("returncode") != 0:
+            raise DesktopCrashed(f"could not capture the home baseline: {result}")
+        data = self.client.file(tar)  # read through the server: the host follows no path of the sandbox's
+        if data is None:
+            raise DesktopCrashed(f"could not read the home baseline {tar} from the desktop")
+        assert self.sandbox is not None
+        self.sandbox.baseline.write_bytes(data)
+
+    def _warm_gimp(self, deadline: float) -> None:
+        """Give the baseline GIMP's profile as its first start leaves it (:data:`.apps.GIMP_WARMUP`).
+
+        GIMP builds its plug-in database at the first start of a profile, which takes seconds, and every
+        episode's GIMP would otherwise be a first start. The profile is made once per host and GIMP install,
+        by a headless GIMP inside this first sandbox (before any agent runs), and kept beside the desktops'
+        state folders; later desktops unpack it into their baseline. Without GIMP, nothing.
+        """
+        key = apps.gimp_profile_key()
+        if key is None:
+            return
+        cached = self.state_dir.parent / f"gimp-profile-{key}.tar"
+        tar, remaining = "/tmp/.legato-gimp.tar", max(1.0, deadline - time.monotonic())
+        if cached.exists():
+            self.client.upload(tar, cached.read_bytes())
+            result = self.client.execute(f"tar -xf {tar} -C /home/user && rm {tar}", shell=True, timeout=remaining)
+        else:
+            script = f"{apps.GIMP_WARMUP}; tar -cf {tar} -C /home/user {apps.GIMP_PROFILE}"
+            result = self.client.execute(script, shell=True, timeout=remaining)
+            data = self.client.file(tar) if result.get("returncode") == 0 else None
+            if data:
+                partial = cached.with_name(f"{cached.name}.{os.getpid()}")
+                partial.write_bytes(data)
+                partial.replace(cached)
+            self.client.execute(["rm", "-f", tar])
+        if result.get("returncode") != 0:
+            logger.warning("GIMP's profile could not be prepared (GIMP will build it at its first start): %s", result)
+
+    def _kill_sandbox(self, deadline: float) -> bool:
+        ok = True
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self.sandbox is not None:
+            ok = self.sandbox.kill(deadline)
+            if ok and self._display is not None and self._display.alive():
+                ok = self._display.wait_no_windows(deadline)
+            self.sandbox = None
+        return ok
+
+    def _restart(self, deadline: float) -> None:
+        self._kill_sandbox(deadline)
+        if self._display is not None:
+            self._display.stop()
+        self.boot(deadline)
+
+    def _restore_x_state(self) -> list[str]:
+        """Put back what the episode changed in the X server (it outlives the sandbox); what is still off."""
+        if self._x_baseline is None:
+            return ["no X server baseline"]
+        return xstate.restore(self.display.name, self._x_baseline, self.display.fingerprint)
+
+
+def sweep_stale(root: Path) -> None:
+    """Remove state dirs left by legato processes that were killed (their owner pid is gone)."""
+    for entry in root.iterdir():
+        try:
+            owner = int((entry / "owner.pid").read_text())
+        except (OSError, ValueError):
+            continue
+        if not Path(f"/proc/{owner}").exists():
+            shutil.rmtree(entry, ignore_errors=True)

@@ -1,0 +1,101 @@
+"""The osworld backend's options (:class:`OSWorldOptions`, ``DesktopConfig.options``): the VM provider and
+its settings, and the waits of reset and the ready signals.
+
+Give them typed, or as the equivalent mapping (a YAML or JSON config), read once by
+:meth:`~legato_gym.options.BackendOptions.from_mapping`::
+
+    DesktopConfig(options=OSWorldOptions(provider="docker", docker=DockerSettings(vm_path="~/Ubuntu.qcow2")))
+    DesktopConfig(options={"provider": "local", "local": {"memory_mb": 2048}})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import ClassVar
+
+from legato_gym.backends.local.options import LocalOptions
+from legato_gym.options import BackendOptions, invalid, seconds
+
+__all__ = ["PROVIDERS", "REVERT_DOMAINS", "DockerSettings", "OSWorldOptions"]
+
+#: Domains whose tasks change system state that a home restore does not undo: snapshot revert.
+REVERT_DOMAINS = frozenset({"os", "multi_apps"})
+
+#: The VM providers: OSWorld's docker image, or a local desktop standing in for a VM.
+PROVIDERS = ("docker", "local")
+
+
+@dataclass(frozen=True)
+class DockerSettings:
+    """How :class:`~legato_gym.backends.osworld.vms.DockerVM` runs containers.
+
+    Attributes:
+        image: the VM image (OSWorld's ``happysixd/osworld-docker``).
+        vm_path: the Ubuntu qcow2, bind-mounted read-only at ``/System.qcow2`` (``None``: desktop-env's
+            ``DockerVMManager.get_vm_path`` finds it, downloading it once into ``./docker_vm_data``).
+        cpus / memory / disk: the VM's ``CPU_CORES``, ``RAM_SIZE``, ``DISK_SIZE`` (desktop-env: 4, 4G, 32G).
+        command: override of the container's command (stand-in images).
+        vm_image: True for OSWorld's image (qcow2 mount, VM environment, ``NET_ADMIN``, ``/dev/kvm``);
+            False for a plain image whose own process is the server (stand-ins).
+        ports: container ports to publish: server, chromium, vnc, vlc.
+        network: the Docker network to attach to (default: Docker's default bridge).
+        volumes: extra read-only bind mounts, host path → container path (stand-ins).
+    """
+
+    image: str = "happysixd/osworld-docker"
+    vm_path: str | None = None
+    cpus: int = 4
+    memory: str = "4G"
+    disk: str = "32G"
+    command: tuple[str, ...] | None = None
+    vm_image: bool = True
+    ports: tuple[int, ...] = (5000, 9222, 8006, 8080)
+    network: str | None = None
+    volumes: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.cpus, bool) or not isinstance(self.cpus, int) or self.cpus < 1:
+            invalid(self, "cpus", "must be an integer >= 1")
+        if not self.ports:
+            invalid(self, "ports", "must name at least the server's port, e.g. [5000]")
+
+
+@dataclass(frozen=True)
+class OSWorldOptions(BackendOptions):
+    """Options of the osworld backend (``DesktopConfig.options``).
+
+    Attributes:
+        provider: the machines: ``"docker"`` (OSWorld's image, KVM host) or ``"local"`` (a local desktop
+            standing in for a VM).
+        docker: the docker provider's settings (default: ``DockerSettings()``).
+        local: the local stand-in's options (provider ``local``; default: ``LocalOptions()``).
+        download_cache: host cache for setup downloads, shared by all desktops, kept across runs.
+        settle_s: the screen counts as settled when two frames this far apart are equal.
+        window_timeout: how long to wait for the setup's windows to map before giving up on that signal.
+        kill_timeout: how long fast reset waits for killed processes and their windows to be gone.
+        revert_domains: task domains that always use a snapshot revert.
+        client_password: the VM user's password.
+    """
+
+    backend: ClassVar[str] = "osworld"
+
+    provider: str = "docker"
+    docker: DockerSettings | None = None
+    local: LocalOptions | None = None
+    download_cache: str = "~/.cache/legato/osworld-downloads"
+    settle_s: float = 0.2
+    window_timeout: float = 20.0
+    kill_timeout: float = 5.0
+    revert_domains: tuple[str, ...] = tuple(sorted(REVERT_DOMAINS))
+    client_password: str = "password"
+
+    def __post_init__(self) -> None:
+        if self.provider not in PROVIDERS:
+            invalid(
+                self,
+                "provider",
+                "is not supported here; use 'docker' (OSWorld's image, KVM host) or 'local' (a local desktop "
+                "standing in for a VM)",
+            )
+        seconds(self, "settle_s", "window_timeout", "kill_timeout", positive=True)
