@@ -45,7 +45,7 @@ def table_figures(text: str) -> dict[tuple[str, str], float]:
     """Every number in the markdown tables of ``text``, keyed by (column header, row's first cell).
 
     A cell counts by its first number (``"1.68 ms"`` is 1.68, ``"0.1 ms / 11.4 ms"`` is 0.1); cells without
-    one, and the first column (which names the row), are left out.
+    one, the first column (which names the row) and a ``target`` column are left out.
 
     Example:
         >>> table_figures("| n | ms |\\n|---|---|\\n| 8 | 2.97 |")
@@ -65,6 +65,8 @@ def table_figures(text: str) -> dict[tuple[str, str], float]:
         if not header or set(line) <= set("|-: "):
             continue
         for column, cell in zip(header[1:], cells[1:], strict=False):
+            if column == "target":  # the goal a figure is held to, not a measurement
+                continue
             match = _NUMBER.search(cell)
             if match is not None:
                 figures[(column, cells[0])] = float(match.group().replace(",", ""))

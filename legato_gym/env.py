@@ -22,7 +22,6 @@ truncates is the graded one.
 
 from __future__ import annotations
 
-import copy
 import inspect
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -37,6 +36,7 @@ from legato_gym.config import DesktopConfig
 from legato_gym.contract import Desktop, Observation, Task
 from legato_gym.episode import Episode
 from legato_gym.errors import ConfigError, StateError, UnknownTaskError
+from legato_gym.registration import with_step_limit
 from legato_gym.tasks import suggest, task_from_config
 
 if TYPE_CHECKING:
@@ -187,12 +187,8 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
     @property
     def spec(self) -> EnvSpec | None:  # type: ignore[override]
         """The spec ``gymnasium.make`` gave this env, with ``max_episode_steps`` the step limit it applies."""
-        spec = self._spec
-        if spec is not None and spec.max_episode_steps != self._episode.max_steps:
-            spec = copy.copy(spec)
-            spec.max_episode_steps = self._episode.max_steps
-            self._spec = spec
-        return spec
+        self._spec = with_step_limit(self._spec, self._episode.max_steps)
+        return self._spec
 
     @spec.setter
     def spec(self, value: EnvSpec | None) -> None:

@@ -13,9 +13,15 @@ Gymnasium's ``TimeLimit``; the env then ends and grades its episodes on step ``N
 
 from __future__ import annotations
 
+import copy
+from typing import TYPE_CHECKING
+
 import gymnasium
 
-__all__ = ["ENV_IDS", "register_envs"]
+if TYPE_CHECKING:
+    from gymnasium.envs.registration import EnvSpec
+
+__all__ = ["ENV_IDS", "register_envs", "with_step_limit"]
 
 #: Every id registered by :func:`register_envs`, with its backend.
 ENV_IDS: dict[str, str] = {
@@ -41,3 +47,12 @@ def register_envs() -> None:
             # carries wall-clock timings, so no two steps' infos are equal (check_env compares them).
             nondeterministic=True,
         )
+
+
+def with_step_limit(spec: EnvSpec | None, max_steps: int) -> EnvSpec | None:
+    """``spec`` reporting ``max_steps`` as its ``max_episode_steps`` (a copy when it said otherwise)."""
+    if spec is None or spec.max_episode_steps == max_steps:
+        return spec
+    spec = copy.copy(spec)
+    spec.max_episode_steps = max_steps
+    return spec

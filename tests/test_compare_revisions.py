@@ -43,7 +43,6 @@ def test_every_number_in_every_table_is_read_by_column_and_row() -> None:
 
     assert figures == {
         ("value", "driver CPU per policy step"): 1.68,
-        ("target", "driver CPU per policy step"): 2.0,
         ("value", "gap (median / max)"): 0.1,
         ("overhead", "8"): 2.45,
         ("worker PSS (MiB)", "8"): 35.0,

@@ -29,7 +29,6 @@ episode phase is :mod:`~legato_gym.vector.state`'s, and batching is :mod:`~legat
 from __future__ import annotations
 
 import asyncio
-import copy
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -46,6 +45,7 @@ from legato_gym.config import DesktopConfig
 from legato_gym.contract import Task
 from legato_gym.env import ACTION_MAX_LENGTH, INSTRUCTION_MAX_LENGTH, TEXT_CHARSET
 from legato_gym.errors import ConfigError, StateError
+from legato_gym.registration import with_step_limit
 from legato_gym.vector import inputs
 from legato_gym.vector.batch import Batch, Obs, assemble, single_obs
 from legato_gym.vector.handles import WorkerLauncher
@@ -229,12 +229,8 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
     @property
     def spec(self) -> EnvSpec | None:  # type: ignore[override]
         """The spec ``gymnasium.make_vec`` gave this env, with ``max_episode_steps`` the step limit it applies."""
-        spec = self._spec
-        if spec is not None and spec.max_episode_steps != self.max_steps:
-            spec = copy.copy(spec)
-            spec.max_episode_steps = self.max_steps
-            self._spec = spec
-        return spec
+        self._spec = with_step_limit(self._spec, self.max_steps)
+        return self._spec
 
     @spec.setter
     def spec(self, value: EnvSpec | None) -> None:

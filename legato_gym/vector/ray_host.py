@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from legato_gym.png import PNG_SIGNATURE
 from legato_gym.vector.process import WorkerProcess
 from legato_gym.vector.protocol import PROTOCOL_VERSION
 from legato_gym.vector.worker import _error, _Worker
@@ -50,7 +51,6 @@ Codec = Literal["auto", "zlib", "png", "raw"]
 _CLOSE_EXIT_S = 10.0
 #: How long a request may wait for room in a worker's socket buffer (it is read at once unless hung).
 _SEND_S = 30.0
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def encode_screen(image: memoryview | bytes | bytearray, shape: tuple[int, ...], codec: Codec) -> bytes:
@@ -100,7 +100,7 @@ def decode_screen(payload: bytes | memoryview, shape: tuple[int, ...], codec: st
 def _decode_png(data: bytes, shape: tuple[int, ...], pixels: np.ndarray[Any, np.dtype[np.uint8]]) -> None:
     height, width, channels = shape
     stride = width * channels
-    if data.startswith(_PNG_SIGNATURE) and data[24:29] == bytes([8, 2, 0, 0, 0]):
+    if data.startswith(PNG_SIGNATURE) and data[24:29] == bytes([8, 2, 0, 0, 0]):
         # IHDR says 8-bit RGB, deflate, standard filters, no interlace: gather the IDAT chunks
         chunks, pos = [], 8
         while pos + 8 <= len(data):

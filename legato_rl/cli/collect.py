@@ -22,7 +22,7 @@ from rich.table import Table
 
 from legato_gym import DesktopConfig, LegatoError, Task, resolve_backend
 from legato_gym.backends.local.file_cache import FILE_CACHE_ENV_VAR
-from legato_gym.backends.local.options import LocalOptions
+from legato_gym.backends.local.options import GRADERS, LocalOptions
 from legato_gym.tasks import load_tasks
 from legato_rl.cli._errors import fail
 from legato_rl.cli._logging import configure_logging
@@ -35,9 +35,6 @@ log = logging.getLogger(__name__)
 
 #: ``--policy-url embedded`` starts legato's reference policy server on loopback (scripted solver).
 EMBEDDED = "embedded"
-#: ``--grader`` choices (the local backend's; see ``LocalOptions.grader``).
-GRADER_CHOICES = ("auto", "osworld", "local")
-
 app = typer.Typer()
 
 
@@ -193,8 +190,8 @@ def _grader_config(grader: str, backend: str, config: DesktopConfig) -> tuple[De
     ``osworld`` runs the local desktops in desktop-env's interpreter (``legato osworld setup``), where its
     getters and metrics grade them; ``auto`` does so when that interpreter exists, else grades with ``local``.
     """
-    if grader not in GRADER_CHOICES:
-        raise typer.BadParameter(f"--grader {grader!r}: choose one of {', '.join(GRADER_CHOICES)}")
+    if grader not in GRADERS:
+        raise typer.BadParameter(f"--grader {grader!r}: choose one of {', '.join(GRADERS)}")
     if backend != "local":
         if grader != "auto":
             raise typer.BadParameter(

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from legato_gym import ConfigError, DesktopConfig, Task
+from legato_rl.collect import CollectOptions
 from legato_rl.harness import Harness, QwenHarness
 from legato_rl.integrations.sequence import Trajectory, play_sequences
 from legato_rl.integrations.trl_tasks import TaskIndex
@@ -53,12 +54,12 @@ class LegatoRollout:
         policy: PolicyConfig | None = None,
         *,
         backend: str = "fake",
-        desktops: int = 4,
-        max_steps: int = 15,
+        desktops: int = CollectOptions.desktops,
+        max_steps: int = CollectOptions.max_steps,
         desktop: DesktopConfig | None = None,
         harness: Harness | None = None,
         max_tokens: int | None = None,
-        env_retries: int = 1,
+        env_retries: int = CollectOptions.env_retries,
     ) -> None:
         from legato_gym.vector import DesktopVectorEnv
 

@@ -33,6 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import Task
 from legato_gym.errors import BackendUnavailableError
+from legato_gym.png import png_size
 from legato_rl.images import PNG_DATA_URL
 
 __all__ = [
@@ -197,9 +198,9 @@ def last_image_size(messages: Sequence[Mapping[str, Any]]) -> tuple[int, int] | 
         for part in reversed(content):
             url = part.get("image_url", {}).get("url", "") if isinstance(part, Mapping) else ""
             if url.startswith(PNG_DATA_URL):
-                head = base64.b64decode(url[len(PNG_DATA_URL) : len(PNG_DATA_URL) + 32])
-                if head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR":
-                    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+                size = png_size(base64.b64decode(url[len(PNG_DATA_URL) : len(PNG_DATA_URL) + 32]))
+                if size is not None:
+                    return size
     return None
 
 
