@@ -102,7 +102,7 @@ def run(where: Path, argv: list[str], timeout: float) -> str:
 def report(base: str, head: str, before: Figures, after: Figures, rounds: int) -> str:
     """A markdown table: each figure's median before and after, and their ratio."""
     lines = [
-        f"Medians over {rounds} alternating rounds; before = `{base}`, after = `{head}`.",
+        f"Medians over {rounds} alternating rounds (their range in brackets); before = `{base}`, after = `{head}`.",
         "",
         "| benchmark | row | figure | before | after | after / before |",
         "|---|---|---|---:|---:|---:|",
@@ -113,8 +113,14 @@ def report(base: str, head: str, before: Figures, after: Figures, rounds: int) -
         bench, column, row = key
         old, new = statistics.median(before[key]), statistics.median(after[key])
         ratio = f"{new / old:.2f}" if old else "–"
-        lines.append(f"| {bench} | {row} | {column} | {old:g} | {new:g} | {ratio} |")
+        lines.append(f"| {bench} | {row} | {column} | {_shown(before[key])} | {_shown(after[key])} | {ratio} |")
     return "\n".join(lines) + "\n"
+
+
+def _shown(values: list[float]) -> str:
+    """The median, and the range when the rounds differ: ``3.2 (2.8–3.6)``."""
+    median = f"{statistics.median(values):g}"
+    return median if min(values) == max(values) else f"{median} ({min(values):g}–{max(values):g})"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -57,7 +57,7 @@ def test_the_report_gives_medians_and_their_ratio() -> None:
 
     text = compare.report("base", ".", before, after, rounds=3)
 
-    assert "| overhead | cpu | value | 2 | 1 | 0.50 |" in text
+    assert "| overhead | cpu | value | 2 (1–9) | 1 (0.5–1.5) | 0.50 |" in text
     assert "| overhead | zero | value | 0 | 0 | – |" in text
 
 
