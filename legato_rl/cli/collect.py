@@ -150,16 +150,15 @@ def collect_command(
             check_tasks(task_list, config, **({"python": config.python} if grader_name else {}))
         if grader_name:
             log.info("grading with the %s grader", grader_name)
+        # checked before a policy server is started or reached: a bad flag is one line at once
+        sampling = Sampling(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
+        limits = Limits(max_inflight=max_inflight, step_timeout=step_timeout, retries=retries)
         progress = Progress()
         with (
             _policy_urls(policy_url, model, backend, task_list, config) as (urls, served_model),
             _show(progress, console, live=sys.stderr.isatty() and not quiet),
         ):
-            policy = PolicyConfig(
-                urls, served_model, version=version,
-                sampling=Sampling(temperature=temperature, top_p=top_p, max_tokens=max_tokens),
-                limits=Limits(max_inflight=max_inflight, step_timeout=step_timeout, retries=retries),
-            )  # fmt: skip
+            policy = PolicyConfig(urls, served_model, version=version, sampling=sampling, limits=limits)
             data = collect(
                 task_list, policy, out=out, desktops=desktops, group=group, oversample=oversample,
                 max_steps=max_steps, rollout_timeout=rollout_timeout, env_retries=env_retries,

@@ -200,3 +200,19 @@ def test_a_bad_setting_is_one_error_line_naming_its_owner(flag: str, value: str,
     (line,) = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert named in line
     assert not (tmp_path / "rollouts.jsonl").exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--step-timeout", "0"), ("--temperature", "-1")])
+def test_a_bad_policy_setting_is_refused_before_the_embedded_server_starts(
+    flag: str, value: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from legato_rl.testing import ReferencePolicyServer
+
+    started: list[object] = []
+    monkeypatch.setattr(ReferencePolicyServer, "__enter__", lambda self: started.append(self) or self)
+    args = ["rl", "collect", "--backend", "fake", "--policy-url", "embedded", "--quiet", "--out", str(tmp_path)]
+    result = CliRunner().invoke(app, [*args, flag, value])
+    assert result.exit_code == 2, result.output
+    assert started == []
