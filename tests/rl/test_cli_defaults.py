@@ -119,6 +119,7 @@ def _literal_defaults(path: Path) -> list[str]:
         for arg, default in zip(args, [*defaults, *node.args.kw_defaults], strict=True):
             value = default.operand if isinstance(default, ast.UnaryOp) else default
             if isinstance(value, ast.Constant) and value.value is not None and value.value is not False:
+                assert default is not None  # a constant was found in it
                 found.append(f"{path.name}:{value.lineno} {node.name}({arg.arg}={ast.unparse(default)})")
     return found
 
@@ -211,7 +212,12 @@ def test_a_bad_policy_setting_is_refused_before_the_embedded_server_starts(
     from legato_rl.testing import ReferencePolicyServer
 
     started: list[object] = []
-    monkeypatch.setattr(ReferencePolicyServer, "__enter__", lambda self: started.append(self) or self)
+
+    def enter(self: ReferencePolicyServer) -> ReferencePolicyServer:
+        started.append(self)
+        return self
+
+    monkeypatch.setattr(ReferencePolicyServer, "__enter__", enter)
     args = ["rl", "collect", "--backend", "fake", "--policy-url", "embedded", "--quiet", "--out", str(tmp_path)]
     result = CliRunner().invoke(app, [*args, flag, value])
     assert result.exit_code == 2, result.output
