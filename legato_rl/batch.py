@@ -1,0 +1,72 @@
+"""One batch's own knobs (:class:`CollectOptions`, the owner of their defaults) and its live figures
+(:class:`Progress`, for a display in another thread)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from legato_gym import ConfigError
+from legato_rl.store import COMPLETED_STATUSES
+
+__all__ = ["CollectOptions", "Progress"]
+
+
+@dataclass(frozen=True)
+class CollectOptions:
+    """The knobs of one batch, and the one place that holds their defaults.
+
+    Each field is the :func:`collect` argument of the same name (described there), whose default it is; the
+    CLI's ``legato rl collect`` options default to them too.
+    """
+
+    desktops: int = 4
+    group: int = 4
+    oversample: float = 0.0
+    max_steps: int = 15
+    rollout_timeout: float | None = None
+    env_retries: int = 1
+    image_max: int = 20
+    backend: str = "osworld"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.desktops < 1:
+            raise ConfigError(f"desktops={self.desktops!r}: give at least 1 desktop (e.g. --desktops 4)")
+        if self.max_steps < 1:
+            raise ConfigError(f"max_steps={self.max_steps!r} must be >= 1 (e.g. --max-steps 15)")
+        if self.env_retries < 0:
+            raise ConfigError(f"env_retries={self.env_retries!r} must be >= 0")
+        if self.rollout_timeout is not None and not self.rollout_timeout > 0:
+            raise ConfigError(f"rollout_timeout={self.rollout_timeout!r} must be a positive number of seconds")
+        if self.image_max < 1:
+            raise ConfigError(f"image_max={self.image_max!r} must be >= 1 (screenshots kept in the prompt)")
+
+
+@dataclass
+class Progress:
+    """Live figures of a running batch, for the progress display."""
+
+    groups: int = 0
+    groups_closed: int = 0
+    attempts: int = 0
+    desktops: int = 0
+    busy: int = 0
+    status_counts: Counter[str] = field(default_factory=Counter)
+    model_latency_s: deque[float] = field(default_factory=lambda: deque(maxlen=2000))  # the latest calls
+    started: float = field(default_factory=time.monotonic)
+    nodes: dict[str, dict[str, int]] = field(default_factory=dict)  # Ray: desktops started/lost per node
+
+    @property
+    def completed(self) -> int:
+        return sum(self.status_counts[status.value] for status in COMPLETED_STATUSES)
+
+    @property
+    def rollouts_per_hour(self) -> float:
+        hours = (time.monotonic() - self.started) / 3600
+        return self.completed / hours if hours > 0 else 0.0
+
+    def latency_p50(self) -> float | None:
+        values = sorted(self.model_latency_s)
+        return values[len(values) // 2] if values else None
