@@ -32,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from legato_gym.png import png_size
+
 __all__ = [
     "FIRST_TEXT_ID",
     "IMAGE_PAD",
@@ -77,9 +79,8 @@ class PromptTokens:
 
 def image_size(data: bytes) -> tuple[int, int] | None:
     """``(width, height)`` from a PNG or JPEG header, or ``None``."""
-    if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24:
-        width, height = struct.unpack(">II", data[16:24])
-        return int(width), int(height)
+    if (size := png_size(data)) is not None:
+        return size
     if data[:2] == b"\xff\xd8":
         i = 2
         while i + 9 < len(data):
