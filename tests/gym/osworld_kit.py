@@ -47,11 +47,11 @@ def needs_local_tools() -> None:
         )
 
 
-def run_in_venv(python: str, scenario: str, args: dict[str, Any], timeout: float = 180) -> Any:
-    """Run ``osworld_scenarios.py SCENARIO ARGS`` in desktop-env's interpreter; its last stdout line as JSON."""
+def run_scenarios(python: str, script: str, *argv: str, timeout: float = 180) -> Any:
+    """Run ``tests/gym/SCRIPT ARGV...`` in desktop-env's interpreter; its last stdout line as JSON."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONNOUSERSITE="1")
     proc = subprocess.run(
-        [python, str(Path(__file__).with_name("osworld_scenarios.py")), scenario, json.dumps(args)],
+        [python, str(Path(__file__).with_name(script)), *argv],
         capture_output=True,
         text=True,
         env=env,
@@ -59,8 +59,13 @@ def run_in_venv(python: str, scenario: str, args: dict[str, Any], timeout: float
         check=False,
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert proc.returncode == 0 and lines, f"scenario {scenario} failed:\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0 and lines, f"{script} {' '.join(argv)[:200]} failed:\n{proc.stderr[-4000:]}"
     return json.loads(lines[-1])
+
+
+def run_in_venv(python: str, scenario: str, args: dict[str, Any], timeout: float = 180) -> Any:
+    """Run ``osworld_scenarios.py SCENARIO ARGS`` in desktop-env's interpreter; its last stdout line as JSON."""
+    return run_scenarios(python, "osworld_scenarios.py", scenario, json.dumps(args), timeout=timeout)
 
 
 def refused_tasks_file(tmp_path: Path) -> Path:

@@ -8,7 +8,6 @@ in desktop-env's interpreter, which makes the documents and grades them.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -18,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from osworld_kit import ROOT, desktop_env_python, needs_local_tools
+from osworld_kit import desktop_env_python, needs_local_tools, run_scenarios
 
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, apps
@@ -246,18 +245,7 @@ def test_gsettings_keeps_what_it_sets_until_the_reset(desktop: LocalDesktop) -> 
 
 
 def _scenario(python: str, args: dict[str, Any], timeout: float = 600) -> Any:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONNOUSERSITE="1")
-    proc = subprocess.run(
-        [python, str(Path(__file__).with_name("app_scenarios.py")), json.dumps(args)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        check=False,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert proc.returncode == 0 and lines, f"app scenarios failed:\n{proc.stderr[-4000:]}"
-    return json.loads(lines[-1])
+    return run_scenarios(python, "app_scenarios.py", json.dumps(args), timeout=timeout)
 
 
 @pytest.mark.desktop

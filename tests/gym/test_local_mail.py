@@ -9,16 +9,14 @@ app_scenarios.py and run in desktop-env's interpreter, which grades them.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from osworld_kit import ROOT, desktop_env_python, needs_local_tools
+from osworld_kit import desktop_env_python, needs_local_tools, run_scenarios
 
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, apps
@@ -259,18 +257,7 @@ def test_thunderbird_terminal_and_editor_tasks_score_one_for_the_right_solution_
     python = desktop_env_python()
     names = ["thunderbird", "terminal", "editor"]
     args = {"cache": str(tmp_path / "downloads"), "files": str(tmp_path / "files"), "apps": names}
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONNOUSERSITE="1")
-    proc = subprocess.run(
-        [python, str(Path(__file__).with_name("app_scenarios.py")), json.dumps(args)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-        check=False,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert proc.returncode == 0 and lines, f"app scenarios failed:\n{proc.stderr[-4000:]}"
-    result = json.loads(lines[-1])
+    result = run_scenarios(python, "app_scenarios.py", json.dumps(args), timeout=900)
     assert set(result) == set(names)
     for app, runs in result.items():
         assert (runs["right"]["score"], runs["wrong"]["score"]) == (1.0, 0.0), (app, runs)

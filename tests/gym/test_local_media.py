@@ -11,11 +11,9 @@ import contextlib
 import io
 import json
 import math
-import os
 import shutil
 import socket
 import socketserver
-import subprocess
 import threading
 import time
 import wave
@@ -25,7 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
-from osworld_kit import ROOT, desktop_env_python, needs_local_tools
+from osworld_kit import desktop_env_python, needs_local_tools, run_scenarios
 
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, apps, relay
@@ -323,19 +321,7 @@ def test_fast_reset_puts_gimps_profile_back(desktop: LocalDesktop) -> None:
 
 
 def _scenario(python: str, args: dict[str, Any], timeout: float = 900) -> Any:
-    """app_scenarios.py run in desktop-env's interpreter: its last JSON line."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONNOUSERSITE="1")
-    proc = subprocess.run(
-        [python, str(Path(__file__).with_name("app_scenarios.py")), json.dumps(args)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        check=False,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert proc.returncode == 0 and lines, f"app scenarios failed:\n{proc.stderr[-4000:]}"
-    return json.loads(lines[-1])
+    return run_scenarios(python, "app_scenarios.py", json.dumps(args), timeout=timeout)
 
 
 @pytest.mark.desktop

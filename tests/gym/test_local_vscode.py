@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from osworld_kit import ROOT, desktop_env_python, needs_local_tools
+from osworld_kit import ROOT, desktop_env_python, needs_local_tools, run_scenarios
 
 from legato_gym import DesktopConfig, Task, Timeouts
 from legato_gym.backends.local import LocalDesktop, apps, vscode
@@ -242,14 +242,7 @@ def test_code_opens_a_file_in_a_window_titled_as_vs_code_and_reset_restores_the_
 
 
 def _scenario(python: str, args: dict[str, Any], timeout: float = 1100) -> Any:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONNOUSERSITE="1")
-    proc = subprocess.run(
-        [python, str(Path(__file__).with_name("vscode_scenarios.py")), json.dumps(args)],
-        capture_output=True, text=True, env=env, timeout=timeout, check=False,
-    )  # fmt: skip
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert proc.returncode == 0 and lines, f"vs code scenarios failed:\n{proc.stderr[-4000:]}"
-    return json.loads(lines[-1])
+    return run_scenarios(python, "vscode_scenarios.py", json.dumps(args), timeout=timeout)
 
 
 @pytest.mark.desktop
