@@ -1,17 +1,19 @@
 """OSWorld's real apps on local desktops, side by side with their baselines in one run.
 
-* reset: fast reset against a whole desktop restart, for a Calc task (an ``.xlsx`` opened) and a Chrome
-  task (``google-chrome`` with its DevTools port, as OSWorld's Chrome tasks start it), interleaved;
+* reset: fast reset in place, and switching to a desktop started ahead (``prestart``), against a whole
+  desktop restart, for a Calc task (an ``.xlsx`` opened) and a Chrome task (``google-chrome`` with its
+  DevTools port, as OSWorld's Chrome tasks start it), interleaved;
 * rollout: whole attempts of OSWorld's LibreOffice Impress task 2cd43775 (AutoRecovery every 3 minutes,
   no file download) with its scripted solution, graded by desktop-env, through legato's loop (fast reset,
   ready signals, grading when the apps have written their settings) against OSWorld's stock loop (desktop
   restarted per task, 60 s after reset, 2 s after each action, 20 s before grading), at an instant policy
-  and a 2 s policy, interleaved;
+  and a 2 s policy, interleaved; legato's loop also with ``prestart``;
 * memory: the PSS of one desktop with each app open, and how many such desktops fit in the memory left.
 
-Run: ``python benchmarks/local_apps.py [--resets 5] [--attempts 2] [--only reset|rollout|memory]``. Prints
-markdown. It grades with desktop-env, so it re-runs itself under desktop-env's interpreter (made by
-``legato osworld setup``) when the current one lacks it. Needs the local backend's Debian packages.
+Run: ``python benchmarks/local_apps.py [--resets 5] [--episode-s 5] [--attempts 2]
+[--only reset|rollout|memory]``. Prints markdown. It grades with desktop-env, so it re-runs itself under
+desktop-env's interpreter (made by ``legato osworld setup``) when the current one lacks it. Needs the local
+backend's Debian packages.
 """
 
 from __future__ import annotations
@@ -102,25 +104,57 @@ def reset_tasks(folder: Path) -> dict[str, Task]:
     return {"Calc (an .xlsx opened)": calc, "Chrome (DevTools port, socat)": chrome}
 
 
-def bench_reset(task: Task, resets: int) -> tuple[list[float], list[float]]:
-    """reset + wait_after_reset of a fast-reset desktop and of one restarted every time, in turns."""
-    times: tuple[list[float], list[float]] = ([], [])
-    with LocalDesktop(_config(fast_reset=True)) as fast, LocalDesktop(_config(fast_reset=False)) as full:
-        for _ in range(resets):
-            for desktop, bucket in ((fast, times[0]), (full, times[1])):
-                start = time.monotonic()
-                desktop.reset(task)
-                waited = desktop.wait_after_reset()
-                bucket.append(time.monotonic() - start)
-                if not waited.ready:
-                    print(f"<!-- {task.task_id}: not ready within the deadline -->")
-                desktop.act("pyautogui.typewrite('dirty')")  # a used desktop for the next reset
-    return times
+#: The resets compared: in place, switching to a desktop started ahead (after an episode, and right after
+#: the last action), and the whole desktop restarted.
+RESETS: dict[str, dict[str, Any]] = {
+    "fast reset in place": {"fast_reset": True, "options": {"prestart": False}},
+    "started ahead": {"fast_reset": True, "options": {"prestart": True}},
+    "started ahead, no episode": {"fast_reset": True, "options": {"prestart": True}},
+    "desktop restarted": {"fast_reset": False, "options": {"prestart": False}},
+}
+
+
+def _timed_reset(desktop: LocalDesktop, task: Task) -> float:
+    start = time.monotonic()
+    desktop.reset(task)
+    waited = desktop.wait_after_reset()
+    seconds = time.monotonic() - start
+    if not waited.ready:
+        print(f"<!-- {task.task_id}: not ready within the deadline -->")
+    desktop.act("pyautogui.typewrite('dirty')")  # a used desktop for the next reset
+    return seconds
+
+
+def bench_reset(task: Task, resets: int, episode_s: float) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """reset + wait_after_reset of each of :data:`RESETS`, in turns; and each desktop's PSS (KiB) at the end.
+
+    Between two rounds the desktops sit through an episode of ``episode_s`` (the policy's calls and the
+    agent's actions), in which the desktops started ahead build the next one; "no episode" resets again at
+    once after its last action, so that its reset waits for the build. The first round is not counted (a
+    desktop started ahead has none yet for its first reset, which is a fast reset in place).
+    """
+    times: dict[str, list[float]] = {name: [] for name in RESETS}
+    desktops = {name: LocalDesktop(_config(**json.loads(json.dumps(overrides)))) for name, overrides in RESETS.items()}
+    try:
+        for round_ in range(resets + 1):
+            for name, desktop in desktops.items():
+                if name.endswith("no episode"):
+                    _timed_reset(desktop, task)
+                seconds = _timed_reset(desktop, task)
+                if round_:
+                    times[name].append(seconds)
+            time.sleep(episode_s)
+        memory = {name: pss_kib(desktop.pids) for name, desktop in desktops.items()}
+    finally:
+        for desktop in desktops.values():
+            desktop.close()
+    return times, memory
 
 
 #: The two loops of the rollout benchmark: legato's, and OSWorld's stock loop on the same desktops.
 LOOPS: dict[str, dict[str, Any]] = {
     "legato": {"fast_reset": True, "ready_signal": True},
+    "legato, started ahead": {"fast_reset": True, "ready_signal": True, "options": {"prestart": True}},
     # fast_reset off: the desktop restarts per task; no ready signal: 30x fixed_wait (60 s) after reset, the
     # fixed wait after each action, 10x (20 s) before grading: OSWorld's lib_run_single.py
     "OSWorld stock loop": {"fast_reset": False, "ready_signal": False, "fixed_wait": 2.0},
@@ -222,6 +256,7 @@ def main() -> None:
     parser.add_argument("--resets", type=int, default=5)
     parser.add_argument("--attempts", type=int, default=2, help="attempts per loop and policy latency")
     parser.add_argument("--only", choices=["reset", "rollout", "memory"])
+    parser.add_argument("--episode-s", type=float, default=5.0, help="seconds between two resets (the episode)")
     parser.add_argument(
         "--osworld",
         default=os.environ.get("LEGATO_OSWORLD") or str(ROOT.parent / "shared" / "osworld"),
@@ -233,26 +268,28 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="legato-bench-") as tmp:
         folder = Path(tmp)
         if args.only in (None, "reset"):
-            print("| reset + ready signal | fast reset | desktop restarted | fast / restarted (medians) |")
-            print("|---|---|---|---|")
-            for name, task in reset_tasks(folder).items():
-                fast, full = bench_reset(task, args.resets)
-                print(
-                    f"| {name}, {args.resets}x | {stats(fast)} | {stats(full)} | {_median(fast) / _median(full):.2f}x |"
-                )
+            print(f"Reset + ready signal, {args.resets}x each in turns, an episode of {args.episode_s:g} s between:\n")
+            print("| task | reset | median (p90) | / restarted | PSS of the desktop (and the one started ahead) |")
+            print("|---|---|---|---|---|")
+            for task_name, task in reset_tasks(folder).items():
+                times, memory = bench_reset(task, args.resets, args.episode_s)
+                full = _median(times["desktop restarted"])
+                for name, seconds in times.items():
+                    ratio = _median(seconds) / full
+                    print(f"| {task_name} | {name} | {stats(seconds)} | {ratio:.2f}x | {memory[name] / 1024:.0f} MiB |")
             print()
         if args.only in (None, "rollout"):
             results = bench_rollout(args.osworld, args.attempts, (0.0, 2.0))
             print(f"Whole attempts of libreoffice_impress/{IMPRESS_TASK}, scripted solution, {args.attempts}x:\n")
-            print("| policy latency | legato loop | OSWorld stock loop | speed-up | rewards (legato / stock) |")
+            print("| policy latency | loop | attempt, median (p90) | speed-up over the stock loop | rewards |")
             print("|---|---|---|---|---|")
             for think in (0.0, 2.0):
-                ours, stock = results[("legato", think)], results[("OSWorld stock loop", think)]
-                ratio = _median(stock[0]) / _median(ours[0])
-                print(
-                    f"| {'instant' if think == 0 else f'{think:g} s per call'} | {stats(ours[0])} | {stats(stock[0])} "
-                    f"| **{ratio:.1f}x** | {json.dumps(ours[1])} / {json.dumps(stock[1])} |"
-                )
+                stock = _median(results[("OSWorld stock loop", think)][0])
+                for loop in LOOPS:
+                    seconds, rewards = results[(loop, think)]
+                    latency = "instant" if think == 0 else f"{think:g} s per call"
+                    ratio = stock / _median(seconds)
+                    print(f"| {latency} | {loop} | {stats(seconds)} | **{ratio:.1f}x** | {json.dumps(rewards)} |")
             print()
         if args.only in (None, "memory"):
             memory = bench_memory(_xlsx(folder), None)

@@ -126,6 +126,14 @@ def collect_command(
             "`legato osworld setup`), local (built in), or auto: osworld when that interpreter exists.",
         ),
     ] = LocalOptions.grader,
+    prestart: Annotated[
+        bool,
+        typer.Option(
+            "--prestart/--no-prestart",
+            help="--backend local: build each desktop's next episode in the background while the agent works "
+            "(a second desktop's memory per desktop).",
+        ),
+    ] = LocalOptions.prestart,
 ) -> None:
     """Collect one batch: every task × (group + oversample) attempts, graded, in legato.rollout/v0."""
     console = Console(stderr=True)
@@ -138,6 +146,7 @@ def collect_command(
             os.environ[FILE_CACHE_ENV_VAR] = str(file_cache.expanduser().resolve())
         resolved = resolve_backend(backend)  # once, here; collect() gets the resolved backend
         config, grader_name = _grader_config(grader, backend, resolved.configure(config))
+        config = _prestart_config(prestart, backend, config)
         task_list: list[Task]
         if tasks is not None:
             task_list = load_tasks(tasks, osworld_path=config.osworld_path)
@@ -208,6 +217,16 @@ def _grader_config(grader: str, backend: str, config: DesktopConfig) -> tuple[De
     chosen = "local" if grader == "local" or python is None else "osworld"
     options = replace(config.options if isinstance(config.options, LocalOptions) else LocalOptions(), grader=chosen)
     return replace(config, python=python if chosen == "osworld" else config.python, options=options), chosen
+
+
+def _prestart_config(prestart: bool, backend: str, config: DesktopConfig) -> DesktopConfig:
+    """The desktops' config for ``--prestart/--no-prestart`` (the local backend's; others have none)."""
+    if prestart == LocalOptions.prestart:
+        return config
+    if backend != "local":
+        raise typer.BadParameter(f"--no-prestart applies to --backend local only, not {backend!r}")
+    options = config.options if isinstance(config.options, LocalOptions) else LocalOptions()
+    return replace(config, options=replace(options, prestart=prestart))
 
 
 def _stamp_grader(path: Path, grader: str) -> None:

@@ -92,3 +92,17 @@ def refused_tasks_file(tmp_path: Path) -> Path:
     path = tmp_path / "tasks.json"
     path.write_text(json.dumps(tasks))
     return path
+
+
+def spreadsheet(folder: Path, csv: str = "n\n1\n2\n") -> Path:
+    """``folder/t.xlsx`` made from ``csv`` by the host's LibreOffice (headless, a profile of its own)."""
+    source = folder / "t.csv"
+    source.write_text(csv)
+    profile = f"-env:UserInstallation={(folder / 'profile').as_uri()}"
+    subprocess.run(
+        ["soffice", profile, "--headless", "--convert-to", "xlsx", "--outdir", str(folder), str(source)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    return folder / "t.xlsx"

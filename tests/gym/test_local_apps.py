@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from osworld_kit import desktop_env_python, needs_local_tools, run_scenarios
+from osworld_kit import desktop_env_python, needs_local_tools, run_scenarios, spreadsheet
 
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, apps
@@ -122,14 +122,7 @@ def test_an_xlsx_opens_in_calc_maximized_without_first_run_dialogs(desktop: Loca
     assert desktop.client.execute("ls ~/Desktop", shell=True)["output"] == ""
     query = desktop.client.execute(f"xdg-mime query default {XLSX}", shell=True)
     assert query["output"].strip() == "libreoffice-calc.desktop"
-    source = tmp_path / "t.csv"
-    source.write_text("n\n1\n2\n")
-    profile = f"-env:UserInstallation={(tmp_path / 'profile').as_uri()}"
-    subprocess.run(
-        ["soffice", profile, "--headless", "--convert-to", "xlsx", "--outdir", str(tmp_path), str(source)],
-        check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
-    upload = {"local_path": str(tmp_path / "t.xlsx"), "path": "/home/user/Desktop/t.xlsx"}
+    upload = {"local_path": str(spreadsheet(tmp_path)), "path": "/home/user/Desktop/t.xlsx"}
     desktop.reset(
         _task(
             [

@@ -311,7 +311,7 @@ def test_fast_reset_puts_gimps_profile_back(desktop: LocalDesktop) -> None:
     spoil = "printf '(theme \"Light\")\\n' > ~/.config/GIMP/2.10/gimprc && rm ~/.config/GIMP/2.10/sessionrc"
     assert desktop.client.execute(spoil, shell=True)["returncode"] == 0
     desktop.reset(_task([]))
-    assert desktop.last_reset_kind == "fast"
+    assert desktop.last_reset_kind in ("fast", "ahead")  # in place, or a desktop started ahead
     assert desktop.client.execute("ls ~/.config/GIMP/2.10/gimprc", shell=True)["returncode"] != 0
     layout = desktop.client.file("/home/user/.config/GIMP/2.10/sessionrc")
     assert layout is not None and b'(maximized "yes")' in layout

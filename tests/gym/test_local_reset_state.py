@@ -29,7 +29,8 @@ pytestmark = [
     ),
 ]
 
-CONFIG = DesktopConfig(screen=(640, 480))
+#: In place: a desktop started ahead (``prestart``) gets a new X server at every reset, with nothing to put back.
+CONFIG = DesktopConfig(screen=(640, 480), options={"prestart": False})
 TASK = Task("t-x-state", "Do nothing.", {"config": [], "evaluator": {"func": "infeasible"}})
 
 #: A background X client (started by an action) that owns CLIPBOARD and serves "leaked" to whoever asks;

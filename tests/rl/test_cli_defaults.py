@@ -60,6 +60,7 @@ OWNERS: dict[tuple[str, str], Callable[[], object]] = {
     **{("rl collect", name): _field(Sampling, name) for name in ("temperature", "top_p", "max_tokens")},
     **{("rl collect", name): _field(DesktopConfig, name) for name in ("ready_signal", "fixed_wait", "fast_reset")},
     ("rl collect", "grader"): _field(LocalOptions, "grader"),
+    ("rl collect", "prestart"): _field(LocalOptions, "prestart"),
     ("rl probe", "timeout"): _argument(run_probe, "timeout"),
     ("osworld cache", "timeout"): _argument(FileCache.fetch, "timeout"),
     ("osworld cache", "connect_timeout"): _argument(FileCache.fetch, "connect_timeout"),

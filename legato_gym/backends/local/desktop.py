@@ -19,6 +19,7 @@ from legato_gym.backends.local.display import Display
 from legato_gym.backends.local.graders import file_cache, grade_locally, make_grader
 from legato_gym.backends.local.lifecycle import DesktopProcesses
 from legato_gym.backends.local.options import LocalOptions, resolve_grader
+from legato_gym.backends.local.prestart import opens_office_first
 from legato_gym.backends.local.waits import ReadySignals, fixed_wait
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import SPECIAL_ACTIONS, ActResult, Observation, Task, Waited
@@ -88,8 +89,9 @@ class LocalDesktop:
         self._last_input = 0.0  # monotonic time the last action or setup step ended
         self._closed = False
         self._capabilities: Capabilities | None = None
-        #: How the last reset went: ``"fast"``, ``"restart"`` (asked for) or ``"fallback"`` (survivors, or
-        #: X server state that could not be put back).
+        #: How the last reset went: ``"fast"``, ``"ahead"`` (switched to the desktop started ahead,
+        #: ``LocalOptions.prestart``), ``"restart"`` (asked for) or ``"fallback"`` (survivors, X server state
+        #: that could not be put back, or a desktop started ahead that failed).
         self.last_reset_kind = ""
         try:
             self._processes.boot(time.monotonic() + self.config.timeouts.reset)
@@ -204,7 +206,8 @@ class LocalDesktop:
         deadline = time.monotonic() + self.config.timeouts.reset
         self._task, self._actions, self._expected_windows, self._expected_titles = None, [], 0, []
         try:
-            self.last_reset_kind = self._processes.reset(deadline)
+            office = opens_office_first(list(task.config.get("config") or []))
+            self.last_reset_kind = self._processes.reset(deadline, office=office)
             settle = self._waits.settle_windows if self.config.ready_signal else None
             windows, titles = self._grading.setup(task, deadline, settle)
         except DesktopError:
@@ -218,11 +221,14 @@ class LocalDesktop:
         """Ready signal: the setup's windows mapped and the screen settled (else OSWorld's scaled sleep)."""
         self._require_task("wait_after_reset")
         if not self.config.ready_signal:
-            return fixed_wait(30 * self.config.fixed_wait)
+            waited = fixed_wait(30 * self.config.fixed_wait)
+            self._processes.start_next()
+            return waited
         start = time.monotonic()
         deadline = start + self.config.timeouts.ready
         ready = self._waits.settle_windows(self._expected_windows, deadline, self._expected_titles)
         self._last_input = time.monotonic()
+        self._processes.start_next()
         return Waited(seconds=time.monotonic() - start, ready=ready)
 
     def observe(self) -> Observation:
@@ -233,6 +239,7 @@ class LocalDesktop:
     def act(self, action: str) -> ActResult:
         """Run one ``pyautogui`` action inside the sandbox (a fresh process), then wait for the screen."""
         self._require_task("act")
+        self._processes.start_next()  # if wait_after_reset() was not called
         self._actions.append(action)
         self._grading.record(action)
         start = time.monotonic()

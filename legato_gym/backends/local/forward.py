@@ -79,6 +79,10 @@ class UnixForwarder:
         self._thread.start()
         self._closed = False
 
+    def retarget(self, socket_path: Path) -> None:
+        """Send the connections made from now on to ``socket_path`` (open ones stay where they are)."""
+        self._server.socket_path = socket_path
+
     def close(self) -> None:
         """Stop listening (idempotent). Open connections end with their peers."""
         if self._closed:

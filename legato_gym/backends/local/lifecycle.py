@@ -3,7 +3,8 @@
 A desktop is an X server (Xvfb) on the host and a bwrap sandbox on it (window manager, apps, the
 OSWorld-protocol server), in one cgroup, with a state folder of its own. A fast reset kills the sandbox (its
 pid namespace), checks that nothing survived and that the X server is as the first sandbox left it, and
-starts a fresh sandbox; anything else restarts the whole desktop, X server included.
+starts a fresh sandbox; anything else restarts the whole desktop, X server included. With
+``LocalOptions.prestart`` a reset switches to a whole desktop started ahead instead (:mod:`.prestart`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from legato_gym.backends.local.display import Display, require_tools
 from legato_gym.backends.local.forward import UnixForwarder
 from legato_gym.backends.local.limits import Cgroup, Limits
 from legato_gym.backends.local.options import LocalOptions
+from legato_gym.backends.local.prestart import Desk, Prestarter, cool_office, warm_office
 from legato_gym.backends.local.sandbox import (
     DEVTOOLS_PORT,
     VLC_HTTP_PORT,
@@ -88,6 +90,12 @@ class DesktopProcesses:
         self._checked_python = False
         self._x_baseline: XBaseline | None = None
         self._forwarders: dict[Port, UnixForwarder] = {}
+        self._slot = ""  # names the current desk's folders (:attr:`.sandbox.SandboxLayout.slot`)
+        self._prestart: Prestarter | None = None
+        self._next_office = False
+        self._x_display: Display | None = None  # the X server the X baseline was captured on
+        if options.prestart and config.fast_reset:
+            self._prestart = Prestarter(self._build_desk, self._destroy_desk)
 
     @property
     def display(self) -> Display:
@@ -109,6 +117,8 @@ class DesktopProcesses:
         pids = list(self._display.pids) if self._display else []
         if self.sandbox is not None and self.sandbox.init_pid is not None:
             pids.append(self.sandbox.init_pid)
+        if self._prestart is not None:
+            pids += self._prestart.pids  # the desktop started ahead, and the last one until it is killed
         return pids
 
     def alive(self) -> bool:
@@ -119,7 +129,7 @@ class DesktopProcesses:
 
     def boot(self, deadline: float) -> None:
         """Start the X server and a sandbox; capture the home baseline and the X baseline the first time."""
-        self._display = Display(self.state_dir / "display", self.config.screen, self.spec.host_uid, self._cgroup.procs)
+        self._display = self._new_display(self._slot)
         self._display.start(deadline)
         # The window manager lives in the sandbox and dies with it: the X baseline is the server as a
         # first, untouched sandbox leaves it (the window manager's root properties, the repainted root),
@@ -130,20 +140,34 @@ class DesktopProcesses:
         if not self._kill_sandbox(deadline):
             raise DesktopCrashed("the first sandbox of the desktop did not die when killed")
         self._x_baseline = XBaseline.capture(self._display.name, self._display.fingerprint)
+        self._x_display = self._display
         self._start_sandbox(deadline)
 
-    def reset(self, deadline: float) -> str:
+    def reset(self, deadline: float, *, office: bool = False) -> str:
         """Kill the episode's processes and start a fresh sandbox, or restart the whole desktop.
 
         A restart when ``config.fast_reset`` is off or the X server died, and as a fallback when processes
         or windows survive the kill or the X server's state cannot be put back.
 
+        With ``LocalOptions.prestart``, a fast reset switches to the desktop started ahead (:mod:`.prestart`);
+        the first reset after boot, before any was started, is a fast reset in place.
+
+        Args:
+            deadline: monotonic time to be done by.
+            office: the task's setup opens LibreOffice first (:func:`.prestart.opens_office_first`): it may
+                use a warm LibreOffice of the desktop started ahead, and the next one starts one too.
+
         Returns:
-            ``"fast"``, ``"restart"`` (asked for, or the X server gone) or ``"fallback"``.
+            ``"fast"``, ``"ahead"`` (switched to the desktop started ahead), ``"restart"`` (asked for, or the
+            X server gone) or ``"fallback"``.
         """
         if not self.config.fast_reset or self._display is None or not self._display.alive():
             self._restart(deadline)
             return "restart"
+        if self._prestart is not None:
+            self._next_office = office  # the next desktop's build starts with start_next()
+            if self._prestart.pending or self._display is not self._x_display:
+                return self._switch(deadline, office)
         kill_deadline = min(deadline, time.monotonic() + self.options.kill_timeout)
         if not self._kill_sandbox(kill_deadline):
             logger.warning("processes or windows survived the sandbox kill; restarting the whole desktop")
@@ -164,7 +188,7 @@ class DesktopProcesses:
         """
         forwarder = self._forwarders.get(port)
         if forwarder is None:
-            control = self.state_dir / "control"
+            control = self.state_dir / f"control{self._slot}"
             if port == "server":
                 forwarder = UnixForwarder(control / "server.sock")
             else:
@@ -177,6 +201,8 @@ class DesktopProcesses:
         """Kill the sandbox (its whole pid namespace), the window manager and the X server; remove the state."""
         for forwarder in self._forwarders.values():
             forwarder.close()
+        if self._prestart is not None:
+            self._prestart.close()
         try:
             self._kill_sandbox(time.monotonic() + self.options.kill_timeout)
         finally:
@@ -188,15 +214,27 @@ class DesktopProcesses:
                 self._uid.release()
             shutil.rmtree(self.state_dir, ignore_errors=True)
 
-    def _start_sandbox(self, deadline: float) -> None:
-        display = self.display
+    def _new_display(self, slot: str) -> Display:
+        return Display(self.state_dir / f"display{slot}", self.config.screen, self.spec.host_uid, self._cgroup.procs)
+
+    def _open_sandbox(self, display: Display, slot: str, deadline: float) -> tuple[Sandbox, DesktopClient]:
+        """Start a sandbox on ``display`` and wait for its server."""
         assert display.number is not None
-        self.sandbox = Sandbox(
-            self.spec, self.state_dir, display.number, display.socket_path, display.fb_path, self._cgroup.procs
+        sandbox = Sandbox(
+            self.spec, self.state_dir, display.number, display.socket_path, display.fb_path, self._cgroup.procs, slot
         )
-        self.sandbox.start(deadline)
-        client = self._client = DesktopClient(self.sandbox.socket_path, timeout=self.config.timeouts.act)
-        client.wait_up(deadline, self.sandbox.check_alive)
+        try:
+            sandbox.start(deadline)
+            client = DesktopClient(sandbox.socket_path, timeout=self.config.timeouts.act)
+            client.wait_up(deadline, sandbox.check_alive)
+        except BaseException:
+            sandbox.kill(time.monotonic() + self.options.kill_timeout)
+            raise
+        return sandbox, client
+
+    def _start_sandbox(self, deadline: float) -> None:
+        self.sandbox, client = self._open_sandbox(self.display, self._slot, deadline)
+        self._client = client
         if self._checked_python:
             return
         self._checked_python = True
@@ -273,6 +311,63 @@ class DesktopProcesses:
         if self._display is not None:
             self._display.stop()
         self.boot(deadline)
+
+    def _switch(self, deadline: float, office: bool) -> str:
+        """Switch to the desktop started ahead; hand this one to be killed; start the next one."""
+        assert self._prestart is not None
+        self._prestart.prepare(office)  # (when start_next() was not called: the build starts now)
+        desk = self._prestart.take(deadline)
+        if desk is not None and not desk.alive():
+            logger.warning("the desktop started ahead died before its episode; restarting the whole desktop")
+            self._destroy_desk(desk)
+            desk = None
+        if desk is None:
+            self._restart(deadline)
+            return "fallback"
+        assert self._display is not None and self.sandbox is not None and self._client is not None
+        self._prestart.retire(Desk(self._display, self.sandbox, self._client, self._slot))
+        self._display, self.sandbox, self._client, self._slot = desk.display, desk.sandbox, desk.client, desk.slot
+        for port, forwarder in self._forwarders.items():
+            forwarder.retarget(self.sandbox.socket_path if port == "server" else self.sandbox.devtools_path)
+        if desk.office and not office:
+            cool_office(desk.client, timeout=max(1.0, deadline - time.monotonic()))
+        return "ahead"
+
+    def start_next(self) -> None:
+        """With ``prestart``, start building the next episode's desktop (no-op if one is built or under way).
+
+        Called once the episode's own setup is ready, so that the build does not slow it down.
+        """
+        if self._prestart is not None:
+            self._prestart.prepare(self._next_office)
+
+    def _build_desk(self, slot: str, office: bool) -> Desk:
+        """A whole desktop (X server, sandbox, server) for a later episode; run by :class:`.Prestarter`."""
+        deadline = time.monotonic() + self.config.timeouts.reset
+        display = self._new_display(slot)
+        display.start(deadline)
+        try:
+            sandbox, client = self._open_sandbox(display, slot, deadline)
+        except BaseException:
+            display.stop()
+            raise
+        desk = Desk(display, sandbox, client, slot)
+        if office and shutil.which("soffice") is not None:
+            try:
+                desk.office = warm_office(client, sandbox, deadline)
+                if not desk.office:
+                    cool_office(client, timeout=max(1.0, deadline - time.monotonic()))
+            except BaseException:
+                self._destroy_desk(desk)
+                raise
+        return desk
+
+    def _destroy_desk(self, desk: Desk) -> None:
+        desk.client.close()
+        desk.sandbox.kill(time.monotonic() + self.options.kill_timeout)
+        desk.display.stop()
+        for folder in (f"display{desk.slot}", f"control{desk.slot}"):
+            shutil.rmtree(self.state_dir / folder, ignore_errors=True)
 
     def _restore_x_state(self) -> list[str]:
         """Put back what the episode changed in the X server (it outlives the sandbox); what is still off."""

@@ -93,6 +93,12 @@ class LocalOptions(BackendOptions):
             elsewhere (:func:`resolve_grader`); ``LocalDesktop.grader`` says which one grades.
         download_cache: with ``grader="osworld"``, the host cache for setup downloads, shared by all
             desktops and kept across runs (default ``~/.cache/legato/osworld-downloads``).
+        prestart: start each desktop's next episode ahead (:mod:`.prestart`, on by default): a whole fresh
+            desktop, X server included, is built in the background once an episode's setup is ready, and the
+            next reset switches to it; after a task that opened LibreOffice, it has a LibreOffice waiting
+            with no window, to which the next such task's setup hands its document. Costs a second desktop's
+            memory (about 100 MiB, 250 MiB more with LibreOffice) and its start's CPU during the episode.
+            Off (or ``fast_reset`` off): every reset is made in place.
         file_cache: the persistent, URL-keyed cache of OSWorld's task files (:mod:`.file_cache`) that setup
             downloads and ``cloud_file`` gold files are read from first, shared by all desktops and never
             wiped by a reset (default ``$LEGATO_FILE_CACHE`` or ``~/.cache/legato/files``).
@@ -119,6 +125,7 @@ class LocalOptions(BackendOptions):
     grader: str = "auto"
     download_cache: str | None = None
     file_cache: str | None = None
+    prestart: bool = True
 
     def __post_init__(self) -> None:
         for name, least in (("memory_mb", 64), ("max_processes", 16), ("tmpfs_mb", 1)):

@@ -12,11 +12,14 @@ import shlex
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from legato_gym.backends.local import writeback
-from legato_gym.backends.local.lifecycle import DesktopProcesses
 from legato_gym.backends.local.options import LocalOptions
 from legato_gym.contract import Task, Waited
+
+if TYPE_CHECKING:
+    from legato_gym.backends.local.lifecycle import DesktopProcesses
 
 __all__ = ["IDLE_TICKS", "ReadySignals", "cpu_ticks", "fixed_wait"]
 

@@ -52,6 +52,7 @@ class Sandbox:
         x_socket: the display's socket on the host, bound at ``/tmp/.X11-unix/XN`` inside.
         fb_path: the display's framebuffer file, bound read-only for the server's ``/screenshot``.
         cgroup_procs: ``cgroup.procs`` files the sandbox joins before it starts (empty: none).
+        slot: names the sandbox's socket folder (:attr:`SandboxLayout.slot`).
     """
 
     def __init__(
@@ -62,11 +63,12 @@ class Sandbox:
         x_socket: Path,
         fb_path: Path,
         cgroup_procs: list[Path] | None = None,
+        slot: str = "",
     ) -> None:
         self.spec = spec
         self.state_dir = state_dir
         self.display_number = display_number
-        self.layout = SandboxLayout(state_dir, display_number, x_socket, fb_path)
+        self.layout = SandboxLayout(state_dir, display_number, x_socket, fb_path, slot)
         self.cgroup_procs = list(cgroup_procs or [])
         self.control_dir = self.layout.control_dir
         self.bin_dir = self.layout.bin_dir

@@ -123,17 +123,20 @@ class SandboxLayout:
         display_number: the X display's number (``DISPLAY=:N`` inside).
         x_socket: the display's socket on the host, bound at ``/tmp/.X11-unix/XN`` inside.
         fb_path: the display's framebuffer file, bound read-only for the server's ``/screenshot``.
+        slot: names the sandbox's own folders (its sockets), so that two sandboxes of one desktop can run
+            at once (the episode's and the one started ahead of the next, :mod:`..prestart`).
     """
 
     state_dir: Path
     display_number: int
     x_socket: Path
     fb_path: Path
+    slot: str = ""
 
     @property
     def control_dir(self) -> Path:
         """The host's sockets to the sandbox (a folder only the host reaches)."""
-        return self.state_dir / "control"
+        return self.state_dir / f"control{self.slot}"
 
     @property
     def bin_dir(self) -> Path:
