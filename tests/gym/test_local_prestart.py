@@ -66,6 +66,26 @@ def test_real_osworld_office_tasks_mostly_qualify(osworld_path: Path) -> None:
     assert len(warm) >= len(tasks) * 3 // 4, f"{len(warm)} of {len(tasks)} Calc tasks would open LibreOffice warm"
 
 
+def test_no_prestart_is_the_local_backends_flag(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from typer.testing import CliRunner
+
+    from legato_gym.backends.local import LocalOptions
+    from legato_rl.cli.app import app
+    from legato_rl.cli.collect import _prestart_config
+
+    plain = DesktopConfig(options=LocalOptions(grader="local"))
+    off = _prestart_config(False, "local", plain)
+    assert off.options == replace(LocalOptions(grader="local"), prestart=False)  # the other options kept
+    assert _prestart_config(True, "local", plain) is plain
+    argv = ["rl", "collect", "--out", str(tmp_path / "x"), "--policy-url", "embedded", "--backend", "fake"]
+    fake = CliRunner().invoke(app, [*argv, "--no-prestart"])
+    said = " ".join(fake.output.replace("│", " ").split())
+    assert fake.exit_code == 2 and "--no-prestart applies to --backend local only, not 'fake'" in said, said
+    assert not (tmp_path / "x").exists()
+
+
 # ------------------------------------------------------------------------------------ real desktops
 
 
@@ -176,3 +196,22 @@ def test_a_warm_libreoffice_takes_the_document_and_leaves_no_trace_otherwise(
     assert _run(desktop, "ls /tmp | grep -c 'OSL_PIPE\\|^lu' || true").strip() == "0"
     after = _run(desktop, "cd ~/.config/libreoffice && find . -type f | sort && md5sum $(find . -type f | sort)")
     assert after == baseline  # its profile as the home baseline has it
+
+
+@pytest.mark.desktop
+def test_the_agent_cannot_reach_the_desktop_started_ahead(desktop: LocalDesktop) -> None:
+    """The next episode's desktop runs while the agent works, as the same host uid: nothing of it is in reach."""
+    _episode(desktop, _task("t-prestart-reach", []))
+    prestart = desktop._processes._prestart
+    assert prestart is not None and prestart._next is not None
+    spare = prestart._next.result(timeout=60)
+
+    namespaces = "readlink /proc/self/ns/net /proc/self/ns/ipc /proc/self/ns/pid /proc/self/ns/mnt /proc/self/ns/uts"
+    theirs = spare.client.execute(namespaces, shell=True)["output"].split()
+    ours = _run(desktop, namespaces).split()
+    assert len(theirs) == len(ours) == 5
+    assert not set(theirs) & set(ours)  # its own network (abstract sockets), IPC, pids, mounts and host name
+    assert _run(desktop, "ls /tmp/.X11-unix").split() == [f"X{desktop.display.number}"]  # not its display
+    spare_pids = len(spare.sandbox.survivors())
+    listed = int(_run(desktop, "ps -e --no-headers | wc -l"))
+    assert listed < spare_pids + len(desktop._processes.sandbox.survivors())  # its processes are not listed here

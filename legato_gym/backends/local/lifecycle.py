@@ -324,8 +324,12 @@ class DesktopProcesses:
         if desk is None:
             self._restart(deadline)
             return "fallback"
-        assert self._display is not None and self.sandbox is not None and self._client is not None
-        self._prestart.retire(Desk(self._display, self.sandbox, self._client, self._slot))
+        if self._display is not None and self.sandbox is not None and self._client is not None:
+            self._prestart.retire(Desk(self._display, self.sandbox, self._client, self._slot))
+        else:  # what a failed reset left: kill it here
+            self._kill_sandbox(time.monotonic() + self.options.kill_timeout)
+            if self._display is not None:
+                self._display.stop()
         self._display, self.sandbox, self._client, self._slot = desk.display, desk.sandbox, desk.client, desk.slot
         for port, forwarder in self._forwarders.items():
             forwarder.retarget(self.sandbox.socket_path if port == "server" else self.sandbox.devtools_path)
