@@ -222,7 +222,7 @@ def memory_tasks(xlsx: Path) -> dict[str, list[dict[str, Any]]]:
 def bench_memory(xlsx: Path, apps: Sequence[str] | None) -> dict[str, tuple[int, float, bool]]:
     """PSS (KiB) of one desktop with each app open, its reset time, and whether its ready signal held."""
     out = {}
-    with LocalDesktop(_config()) as desktop:
+    with LocalDesktop(_config(options={"prestart": False})) as desktop:  # one desktop, none started ahead
         for name, steps in memory_tasks(xlsx).items():
             if apps and name not in apps:
                 continue

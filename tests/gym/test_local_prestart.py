@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -22,7 +24,7 @@ from osworld_kit import needs_local_tools, spreadsheet
 
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop
-from legato_gym.backends.local.prestart import opens_office_first
+from legato_gym.backends.local.prestart import Prestarter, opens_office_first
 
 SCREEN = (1024, 768)
 needs_office = pytest.mark.skipif(shutil.which("soffice") is None, reason="needs LibreOffice (apt: libreoffice-calc)")
@@ -84,6 +86,76 @@ def test_no_prestart_is_the_local_backends_flag(tmp_path: Path) -> None:
     said = " ".join(fake.output.replace("│", " ").split())
     assert fake.exit_code == 2 and "--no-prestart applies to --backend local only, not 'fake'" in said, said
     assert not (tmp_path / "x").exists()
+
+
+class _Desks:
+    """Fake builds for :class:`Prestarter`: records what was built and destroyed; a build may hang or fail."""
+
+    def __init__(self) -> None:
+        self.built: list[str] = []
+        self.destroyed: list[str] = []
+        self.release = threading.Event()
+        self.release.set()
+        self.fail = False
+
+    def build(self, slot: str, office: bool) -> Any:
+        self.release.wait(30)
+        if self.fail:
+            raise OSError("Xvfb did not start")
+        self.built.append(slot)
+        return SimpleNamespace(slot=slot, office=office, pids=[])
+
+    def destroy(self, desk: Any) -> None:
+        self.destroyed.append(desk.slot)
+
+
+def _wait_for(condition: Any, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return bool(condition())
+
+
+def test_a_build_that_hangs_gives_no_desk_and_is_killed_once_it_ends() -> None:
+    desks = _Desks()
+    prestart = Prestarter(desks.build, desks.destroy)
+    desks.release.clear()  # the build hangs
+    prestart.prepare(office=True)
+    assert prestart.take(time.monotonic() + 0.2) is None  # the reset restarts the desktop instead
+    assert not prestart.pending
+    desks.release.set()
+    assert _wait_for(lambda: desks.destroyed == desks.built == ["-1"])  # built late: killed, never used
+    prestart.prepare(office=False)
+    desk = prestart.take(time.monotonic() + 10)
+    assert desk is not None and desk.slot == "-2" and not desk.office
+    prestart.close()
+    assert desks.destroyed == ["-1"]  # the desk taken is the caller's to kill
+
+
+def test_a_failed_build_gives_no_desk_and_the_next_one_is_built() -> None:
+    desks = _Desks()
+    prestart = Prestarter(desks.build, desks.destroy)
+    desks.fail = True
+    prestart.prepare(office=False)
+    assert prestart.take(time.monotonic() + 10) is None
+    desks.fail = False
+    prestart.prepare(office=False)
+    assert prestart.take(time.monotonic() + 10) is not None
+    prestart.close()
+
+
+def test_close_kills_the_desk_built_and_the_ones_handed_back() -> None:
+    desks = _Desks()
+    prestart = Prestarter(desks.build, desks.destroy)
+    prestart.prepare(office=False)
+    first = prestart.take(time.monotonic() + 10)
+    assert first is not None
+    prestart.prepare(office=False)  # built and waiting
+    assert _wait_for(lambda: desks.built == ["-1", "-2"])
+    prestart.retire(first)  # handed back: killed in the background, or by close() if still queued
+    prestart.close()
+    assert sorted(desks.destroyed) == ["-1", "-2"]  # each once
+    prestart.retire(first)  # after close: nothing runs, nothing raises
 
 
 # ------------------------------------------------------------------------------------ real desktops

@@ -316,7 +316,8 @@ class DesktopProcesses:
         """Switch to the desktop started ahead; hand this one to be killed; start the next one."""
         assert self._prestart is not None
         self._prestart.prepare(office)  # (when start_next() was not called: the build starts now)
-        desk = self._prestart.take(deadline)
+        # a build that hangs leaves half the reset's time to restart the whole desktop instead
+        desk = self._prestart.take(deadline - (deadline - time.monotonic()) / 2)
         if desk is not None and not desk.alive():
             logger.warning("the desktop started ahead died before its episode; restarting the whole desktop")
             self._destroy_desk(desk)
