@@ -41,7 +41,7 @@ from legato_gym.backends.local.client import DesktopClient
 from legato_gym.backends.local.display import Display
 from legato_gym.backends.local.sandbox import Sandbox
 from legato_gym.backends.local.sandbox.spec import Inside
-from legato_gym.backends.local.waits import IDLE_TICKS, cpu_ticks
+from legato_gym.backends.local.waits import wait_cpu_idle
 
 __all__ = ["Desk", "Prestarter", "cool_office", "opens_office_first", "warm_office"]
 
@@ -135,15 +135,7 @@ def warm_office(client: DesktopClient, sandbox: Sandbox, deadline: float) -> boo
         time.sleep(_POLL_S)
     else:
         return False
-    last, since = cpu_ticks(sandbox.survivors()), time.monotonic()
-    while time.monotonic() < deadline:
-        time.sleep(_POLL_S)
-        ticks = cpu_ticks(sandbox.survivors())
-        if ticks - last > IDLE_TICKS:
-            last, since = ticks, time.monotonic()
-        elif time.monotonic() - since >= _IDLE_S:
-            return True
-    return False
+    return wait_cpu_idle(sandbox.survivors, deadline, _IDLE_S, _POLL_S)
 
 
 def cool_office(client: DesktopClient, timeout: float) -> None:

@@ -10,7 +10,7 @@ import contextlib
 import logging
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,7 +21,7 @@ from legato_gym.contract import Task, Waited
 if TYPE_CHECKING:
     from legato_gym.backends.local.lifecycle import DesktopProcesses
 
-__all__ = ["IDLE_TICKS", "ReadySignals", "cpu_ticks", "fixed_wait"]
+__all__ = ["IDLE_TICKS", "ReadySignals", "cpu_ticks", "fixed_wait", "wait_cpu_idle"]
 
 logger = logging.getLogger(__name__)
 
@@ -72,16 +72,7 @@ class ReadySignals:
         sandbox = self._processes.sandbox
         if sandbox is None:
             return False
-        last, since = cpu_ticks(sandbox.survivors()), time.monotonic()
-        while True:
-            time.sleep(self.options.poll_s)
-            now, ticks = time.monotonic(), cpu_ticks(sandbox.survivors())
-            if ticks - last > IDLE_TICKS:
-                last, since = ticks, now
-            elif now - since >= max(self.options.settle_s, 0.1):
-                return True
-            if now >= deadline:
-                return False
+        return wait_cpu_idle(sandbox.survivors, deadline, max(self.options.settle_s, 0.1), self.options.poll_s)
 
     def wait_quiet(self, deadline: float) -> bool:
         """Wait until the screen is unchanged and the apps idle (:data:`IDLE_TICKS`) for ``settle_s`` together.
@@ -142,6 +133,20 @@ def fixed_wait(seconds: float) -> Waited:
     if seconds > 0:
         time.sleep(seconds)
     return Waited(seconds=time.monotonic() - start, ready=False)
+
+
+def wait_cpu_idle(pids: Callable[[], Sequence[int]], deadline: float, settle: float, poll: float) -> bool:
+    """Wait until the processes ``pids()`` lists use at most :data:`IDLE_TICKS` clock ticks in ``settle`` s."""
+    last, since = cpu_ticks(pids()), time.monotonic()
+    while True:
+        time.sleep(poll)
+        now, ticks = time.monotonic(), cpu_ticks(pids())
+        if ticks - last > IDLE_TICKS:
+            last, since = ticks, now
+        elif now - since >= settle:
+            return True
+        if now >= deadline:
+            return False
 
 
 def cpu_ticks(pids: Sequence[int]) -> int:
