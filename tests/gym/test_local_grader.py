@@ -268,11 +268,21 @@ def test_the_embedded_policy_answers_scripted_gui_steps_else_done() -> None:
 @needs_osworld
 def test_tasks_whose_getter_says_solved_on_the_untouched_desktop_are_refused() -> None:
     caps = Capabilities.detect(grader="osworld", which=lambda name: f"/usr/bin/{name}", services=["chrome-devtools"])
-    for domain, task_id, getter in (
-        ("multi_apps", "937087b6", "default_video_player"),  # VLC is the only video player: already the default
-        ("chrome", "99146c54", "data_delete_automacally"),  # Chromium writes the key it checks at first start
-    ):
-        config = json.loads(next((EXAMPLES / "examples" / domain).glob(f"{task_id}*.json")).read_text())
-        verdict = assess(config, caps)
-        assert verdict.status == "refused"
-        assert any(r.startswith(f"getter {getter} answers 'solved' on the untouched desktop") for r in verdict.reasons)
+    config = json.loads(next((EXAMPLES / "examples" / "chrome").glob("99146c54*.json")).read_text())
+    verdict = assess(config, caps)  # Chromium writes the key it checks when it first exits
+    assert verdict.status == "refused"
+    assert any(
+        r.startswith("getter data_delete_automacally answers 'solved' on the untouched") for r in verdict.reasons
+    )
+
+
+@needs_osworld
+def test_the_default_video_player_task_needs_gnome_videos() -> None:
+    """Without GNOME Videos, VLC would be the default video player before the agent acts: refused."""
+    config = json.loads(next((EXAMPLES / "examples" / "multi_apps").glob("937087b6*.json")).read_text())
+    everything = Capabilities.detect(grader="osworld", which=lambda name: f"/usr/bin/{name}")
+    assert assess(config, everything).status == "runnable"
+    no_totem = Capabilities.detect(grader="osworld", which=lambda name: None if name == "totem" else f"/usr/bin/{name}")
+    verdict = assess(config, no_totem)
+    assert verdict.status == "refused"
+    assert verdict.reasons == ("app 'video player' is not installed (none of totem on PATH)",)

@@ -181,6 +181,14 @@ def _episode(desktop: LocalDesktop, task: Task) -> None:
     assert desktop.wait_after_reset().ready
 
 
+def _first_episodes(desktop: LocalDesktop, task: Task) -> None:
+    """A desktop's first episode starts no desktop ahead; its second, made in place too, starts one."""
+    _episode(desktop, task)
+    assert desktop._processes._prestart is not None and desktop._processes._prestart._next is None
+    _episode(desktop, task)
+    assert desktop.last_reset_kind == "fast"
+
+
 def _run(desktop: LocalDesktop, script: str) -> str:
     result = desktop.client.execute(script, shell=True, timeout=30)
     assert result.get("returncode") == 0, result
@@ -190,7 +198,7 @@ def _run(desktop: LocalDesktop, script: str) -> str:
 @pytest.mark.desktop
 def test_a_reset_switches_to_a_fresh_desktop_and_kills_the_last(desktop: LocalDesktop) -> None:
     task = _task("t-prestart", [])
-    _episode(desktop, task)
+    _first_episodes(desktop, task)
     host, port = desktop.tcp_endpoint()  # a grader's port, made before the switch
     _run(desktop, "touch ~/Desktop/left-behind && (sleep 600 >/dev/null 2>&1 &)")
     first_x, first_pids = desktop.display.pids, list(desktop.pids)
@@ -209,7 +217,7 @@ def test_a_reset_switches_to_a_fresh_desktop_and_kills_the_last(desktop: LocalDe
 
 @pytest.mark.desktop
 def test_close_kills_the_desktop_started_ahead(desktop: LocalDesktop) -> None:
-    _episode(desktop, _task("t-prestart-close", []))
+    _first_episodes(desktop, _task("t-prestart-close", []))
     prestart = desktop._processes._prestart
     assert prestart is not None and prestart._next is not None
     spare = prestart._next.result(timeout=60)  # the next desktop is up
@@ -222,7 +230,7 @@ def test_close_kills_the_desktop_started_ahead(desktop: LocalDesktop) -> None:
 @pytest.mark.desktop
 def test_a_desktop_started_ahead_that_died_ends_as_a_restart(desktop: LocalDesktop) -> None:
     task = _task("t-prestart-died", [])
-    _episode(desktop, task)
+    _first_episodes(desktop, task)
     prestart = desktop._processes._prestart
     assert prestart is not None and prestart._next is not None
     spare = prestart._next.result(timeout=60)
@@ -250,7 +258,7 @@ def test_a_warm_libreoffice_takes_the_document_and_leaves_no_trace_otherwise(
     calc = _task("t-prestart-calc", [upload, {"type": "open", "parameters": {"path": "/home/user/Desktop/t.xlsx"}}])
     plain = _task("t-prestart-plain", [])
     baseline = _run(desktop, "cd ~/.config/libreoffice && find . -type f | sort && md5sum $(find . -type f | sort)")
-    _episode(desktop, calc)  # cold: the first desktop had no LibreOffice waiting
+    _first_episodes(desktop, calc)  # cold: no desktop started ahead had LibreOffice waiting
     assert [w.title for w in desktop.display.windows()] == ["t.xlsx - LibreOffice Calc"]
     _episode(desktop, calc)  # the desktop started ahead after a LibreOffice task has one waiting
     assert desktop.last_reset_kind == "ahead"
@@ -273,7 +281,7 @@ def test_a_warm_libreoffice_takes_the_document_and_leaves_no_trace_otherwise(
 @pytest.mark.desktop
 def test_the_agent_cannot_reach_the_desktop_started_ahead(desktop: LocalDesktop) -> None:
     """The next episode's desktop runs while the agent works, as the same host uid: nothing of it is in reach."""
-    _episode(desktop, _task("t-prestart-reach", []))
+    _first_episodes(desktop, _task("t-prestart-reach", []))
     prestart = desktop._processes._prestart
     assert prestart is not None and prestart._next is not None
     spare = prestart._next.result(timeout=60)

@@ -40,6 +40,7 @@ from legato_gym.errors import UnsupportedTaskError
 
 __all__ = [
     "APPS",
+    "GETTER_APPS",
     "GETTER_SOLVED_AT_START",
     "Capabilities",
     "TaskNeeds",
@@ -62,6 +63,7 @@ APPS: dict[str, tuple[str, ...]] = {
     "text editor": ("mousepad", "gedit"),
     "file manager": ("nautilus",),
     "pdf viewer": ("evince",),
+    "video player": ("totem",),  # GNOME Videos: the VM's default for most video types
 }
 
 #: ``related_apps`` spellings in OSWorld's data, mapped to :data:`APPS` keys. Names not listed here (``os``,
@@ -106,11 +108,12 @@ _GETTER_GOOGLE = {"googledrive_file"}
 #: Getters that answer "solved" on this desktop before the agent does anything (measured: their tasks scored 1
 #: on ``DONE``), and why. Their tasks are refused, never silently scored.
 GETTER_SOLVED_AT_START: dict[str, str] = {
-    "data_delete_automacally": "Chromium writes profile.default_content_setting_values at its first start, "
-    "which this getter reads as the setting made",
-    "default_video_player": "VLC is the only video player here, so it is the default before the agent acts "
-    "(the VM's is GNOME Videos)",
+    "data_delete_automacally": "Chromium 156 writes profile.default_content_setting_values (a migration "
+    "marker) when it first exits, which this getter reads as the setting made",
 }
+#: Getters whose answer depends on an app being installed that the task does not name, by :data:`APPS` key.
+#: ``default_video_player`` counts the app most video types open in: VLC until GNOME Videos is there.
+GETTER_APPS: dict[str, str] = {"default_video_player": "video player"}
 #: desktop-env's own setup step types (``SetupController._<type>_setup``) that it implements.
 OSWORLD_SETUP_TYPES = frozenset(
     {
@@ -258,8 +261,10 @@ class Capabilities:
         and ``socat`` (OSWorld's tasks forward the DevTools port with it) are, since the local desktop relays
         that port to the grader; ``vlc-http`` when VLC and its Lua HTTP interface are (the baseline ``vlcrc``
         turns it on and the desktop relays its port too); ``at-spi`` when AT-SPI and pyatspi are (the desktop
-        runs the accessibility bus and its server reads the tree). ``schemas`` default: what ``gsettings list-schemas``
-        lists here (the desktop binds the host's ``/usr``), or ``None`` without a ``gsettings``.
+        runs the accessibility bus and its server reads the tree); ``pulseaudio`` when PulseAudio and
+        ``pactl`` are (a null sink, started on demand with the baseline home's volume). ``schemas`` default:
+        what ``gsettings list-schemas`` lists here (the desktop binds the host's ``/usr``), or ``None`` without
+        a ``gsettings``.
         """
         from legato_gym.backends.local import apps, sandbox
 
@@ -273,6 +278,8 @@ class Capabilities:
             found.add("vlc-http")
         if sandbox.atspi_readable(which):  # the desktop runs AT-SPI's bus; its server reads the tree
             found.add("at-spi")
+        if which("pulseaudio") and which("pactl"):  # started on demand, with the baseline's volume
+            found.add("pulseaudio")
         services = found
         installed = frozenset(schemas) if schemas is not None else _host_schemas(which)
         if grader == "osworld":
@@ -417,6 +424,8 @@ def task_needs(config: Mapping[str, Any]) -> TaskNeeds:
                 continue
             kind = str(spec["type"])
             getters.add(kind)
+            if kind in GETTER_APPS:
+                apps.add(GETTER_APPS[kind])
             if kind == "cloud_file":
                 urls += [str(u) for u in _as_list(spec.get("path"))]
             if kind in _GETTER_LIVE_WEB:

@@ -93,6 +93,7 @@ class DesktopProcesses:
         self._slot = ""  # names the current desk's folders (:attr:`.sandbox.SandboxLayout.slot`)
         self._prestart: Prestarter | None = None
         self._next_office = False
+        self._resets = 0  # so far: the first episode starts no desktop ahead (start_next)
         self._x_display: Display | None = None  # the X server the X baseline was captured on
         if options.prestart and config.fast_reset:
             self._prestart = Prestarter(self._build_desk, self._destroy_desk)
@@ -150,7 +151,7 @@ class DesktopProcesses:
         or windows survive the kill or the X server's state cannot be put back.
 
         With ``LocalOptions.prestart``, a fast reset switches to the desktop started ahead (:mod:`.prestart`);
-        the first reset after boot, before any was started, is a fast reset in place.
+        the first two resets after boot, before one is started, are fast resets in place.
 
         Args:
             deadline: monotonic time to be done by.
@@ -164,6 +165,7 @@ class DesktopProcesses:
         if not self.config.fast_reset or self._display is None or not self._display.alive():
             self._restart(deadline)
             return "restart"
+        self._resets += 1
         if self._prestart is not None:
             self._next_office = office  # the next desktop's build starts with start_next()
             if self._prestart.pending or self._display is not self._x_display:
@@ -250,11 +252,16 @@ class DesktopProcesses:
         """Snapshot the freshly booted home, set up as OSWorld's VM home, as the baseline every reset restores.
 
         The apps' first-run settings, profiles and MIME defaults (:func:`.apps.baseline_files`) are written
-        into it first, so every episode starts from them.
+        into it first, GIMP's profile and the sound server's volume (:data:`.apps.AUDIO_BASELINE`) made, so
+        every episode starts from them.
         """
         for path, content in apps.baseline_files().items():
             self.client.upload(f"/home/user/{path}", content)
         self._warm_gimp(deadline)
+        if shutil.which("pulseaudio") and shutil.which("pactl"):  # the sound server's volume, as the VM keeps it
+            audio = self.client.execute(apps.AUDIO_BASELINE, shell=True, timeout=max(1.0, deadline - time.monotonic()))
+            if audio.get("returncode") != 0:
+                logger.warning("the sound server's volume could not be set in the baseline home: %s", audio)
         tar = "/tmp/.legato-baseline.tar"
         script = f"mkdir -p {' '.join(HOME_DIRS)} && tar -cf {tar} -C /home/user ."
         result = self.client.execute(script, shell=True, timeout=max(1.0, deadline - time.monotonic()))
@@ -341,9 +348,11 @@ class DesktopProcesses:
     def start_next(self) -> None:
         """With ``prestart``, start building the next episode's desktop (no-op if one is built or under way).
 
-        Called once the episode's own setup is ready, so that the build does not slow it down.
+        Called once the episode's own setup is ready, so that the build does not slow it down. Not in the
+        first episode after boot: a desktop used for one episode (a test, a one-off evaluation) never pays
+        for a second one, and a collection's desktops start theirs from their second episode.
         """
-        if self._prestart is not None:
+        if self._prestart is not None and self._resets >= 2:
             self._prestart.prepare(self._next_office)
 
     def _build_desk(self, slot: str, office: bool) -> Desk:

@@ -52,6 +52,17 @@ def _vlcrc(key: str, value: str) -> str:
     )
 
 
+def _default_for(app: str, kind: str) -> str:
+    """An action that makes ``app`` (a desktop file name) the default for every ``kind/`` type it registers, as
+    GNOME Settings' Default Applications page does."""
+    return (
+        f"import subprocess; text = open('/usr/share/applications/' + {app!r}).read(); "
+        "types = text.split('MimeType=', 1)[1].splitlines()[0].split(';'); "
+        f"subprocess.run(['xdg-mime', 'default', {app!r}, *[t for t in types if t.startswith({kind + '/'!r})]], "
+        "check=True, timeout=30)"
+    )
+
+
 def _gimprc(key: str, value: str) -> str:
     """An action that sets one of GIMP's preferences in its ``gimprc`` (what its Preferences dialog saves)."""
     path = "~/.config/GIMP/2.10/gimprc"
@@ -106,6 +117,11 @@ OSWORLD_SOLUTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         (_gsettings("org.gnome.desktop.interface", "text-scaling-factor", "1.5"), "DONE"),
         (_gsettings("org.gnome.desktop.interface", "text-scaling-factor", "1.1"), "DONE"),
     ),
+    # os: the sound at its maximum volume
+    "28cc3b7e-b194-4bc9-8353-d04c0f4d56d2": (
+        ("import subprocess; subprocess.run(['pactl', 'set-sink-volume', '@DEFAULT_SINK@', '100%'])", "DONE"),
+        ("import subprocess; subprocess.run(['pactl', 'set-sink-volume', '@DEFAULT_SINK@', '+20%'])", "DONE"),
+    ),
     # vs_code: wrap code at 50 characters (user settings)
     "276cc624-87ea-4f08-ab93-f770e3790175": (
         (_vscode_setting("editor.wordWrapColumn", 50), "DONE"),
@@ -130,6 +146,11 @@ OSWORLD_SOLUTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "215dfd39-f493-4bc3-a027-8a97d72c61bf": (
         (_vlcrc("qt-bgcone", "0"), "DONE"),
         (_vlcrc("qt-bgcone", "1"), "DONE"),
+    ),
+    # multi_apps: VLC the default video player (for one more type only: GNOME Videos stays the default)
+    "937087b6-f668-4ba6-9110-60682ee33441": (
+        (_default_for("vlc.desktop", "video"), "DONE"),
+        ("import subprocess; subprocess.run(['xdg-mime', 'default', 'vlc.desktop', 'video/x-ms-wmv'])", "DONE"),
     ),
     # multi_apps: make `conda` work in new shells (what `conda init` writes into ~/.bashrc)
     "48d05431-6cd5-4e76-82eb-12b60d823f7d": (

@@ -25,6 +25,7 @@ from legato_gym.backends.local.apps.chrome import (
     sandbox_which,
 )
 from legato_gym.backends.local.apps.gnome import (
+    AUDIO_BASELINE,
     DBUS_SERVICES,
     DISABLED_SERVICES,
     GTK4_RENDERER,
@@ -64,6 +65,7 @@ from legato_gym.backends.local.apps.thunderbird import (
 )
 
 __all__ = [
+    "AUDIO_BASELINE",
     "CHROME_PROFILE",
     "CHROMIUM_FLAGS",
     "DBUS_SERVICES",

@@ -15,11 +15,14 @@ from typing import Any
 
 from legato_gym.backends.local import vscode
 from legato_gym.backends.local.apps.chrome import chrome_files
-from legato_gym.backends.local.apps.media import GIMP_TYPES, VLC_TYPES, media_files
+from legato_gym.backends.local.apps.media import GIMP_TYPES, VLC_TYPES, media_files, videos_types
 from legato_gym.backends.local.apps.office import libreoffice_files
 from legato_gym.backends.local.apps.thunderbird import thunderbird_files, thunderbird_system_files
 
 __all__ = [
+    "AUDIO_BASELINE",
+    "AUDIO_CLIENT",
+    "AUDIO_VOLUME",
     "DBUS_SERVICES",
     "DISABLED_SERVICES",
     "GTK4_RENDERER",
@@ -27,8 +30,10 @@ __all__ = [
     "OPENBOX_APPLICATIONS",
     "SKELETON",
     "TERMINALS",
+    "audio_files",
     "baseline_files",
     "environment",
+    "mime_defaults",
     "openbox_keybinds",
     "skeleton_files",
     "system_files",
@@ -72,7 +77,7 @@ MIME_DEFAULTS: dict[str, str] = {
     **dict.fromkeys(("x-scheme-handler/mailto", "message/rfc822"), "thunderbird.desktop"),
     # images in GIMP: the VM opens .xcf in GIMP and photos in GNOME's Image Viewer, which this desktop lacks
     **dict.fromkeys(GIMP_TYPES, "gimp.desktop"),
-    # audio and video in VLC
+    # audio, and the common video types, in VLC; the other video types in GNOME Videos (:func:`mime_defaults`)
     **dict.fromkeys(VLC_TYPES, "vlc.desktop"),
     # GNOME opens plain text, and empty files (``file`` calls them inode/x-empty), in its text editor
     **dict.fromkeys(("text/plain", "inode/x-empty", "application/x-zerosize"), "org.xfce.mousepad.desktop"),
@@ -98,18 +103,52 @@ def _mimeapps(defaults: Mapping[str, str]) -> str:
     return "\n".join(lines)
 
 
+def mime_defaults(videos_desktop: str | Path | None = None) -> dict[str, str]:
+    """:data:`MIME_DEFAULTS`, with the video types GNOME Videos registers opening in it (when it is installed)."""
+    videos = videos_types() if videos_desktop is None else videos_types(videos_desktop)
+    return {**MIME_DEFAULTS, **dict.fromkeys(videos, "org.gnome.Totem.desktop")}
+
+
 def baseline_files() -> dict[str, bytes]:
     """Files of the baseline home (paths relative to ``/home/user``) that set the apps up as the VM has them."""
+    mimeapps = _mimeapps(mime_defaults()).encode()
     return {
         **libreoffice_files(),
         **chrome_files(),
-        ".config/mimeapps.list": _mimeapps(MIME_DEFAULTS).encode(),
-        ".local/share/applications/mimeapps.list": _mimeapps(MIME_DEFAULTS).encode(),
+        ".config/mimeapps.list": mimeapps,
+        ".local/share/applications/mimeapps.list": mimeapps,
         **thunderbird_files(),
         **media_files(),
         **skeleton_files(),
+        **audio_files(),
         **vscode.baseline_files(),
     }
+
+
+#: The sound server's volume in the baseline home (percent): OSWorld's os task 28cc3b7e has the agent turn
+#: it up to the maximum, 100, which is also where a first PulseAudio start would leave it.
+AUDIO_VOLUME = 50
+#: Run once in the first sandbox, before the baseline home is captured, when PulseAudio is installed: start
+#: it on its null sink (the desktop has no sound device), set :data:`AUDIO_VOLUME`, and stop it, which
+#: saves the volume in ``~/.config/pulse`` as the VM's sound server keeps it. An app or the agent that talks
+#: to the sound server later starts it (:data:`AUDIO_CLIENT`), and it restores that volume.
+AUDIO_BASELINE = (
+    f"pulseaudio --start && pactl set-sink-volume @DEFAULT_SINK@ {AUDIO_VOLUME}% && pulseaudio --kill; "
+    'for _ in $(seq 100); do pgrep -u "$(id -u)" -x pulseaudio >/dev/null || break; sleep 0.05; done; '
+    '! pgrep -u "$(id -u)" -x pulseaudio >/dev/null'
+)
+
+#: PulseAudio's client settings in the baseline home: the first client starts the sound server (autospawn),
+#: as systemd's socket starts it on the VM; Debian turns autospawn off for systemd sessions, which the
+#: desktop does not have.
+AUDIO_CLIENT = ".config/pulse/client.conf"
+
+
+def audio_files() -> dict[str, bytes]:
+    """The baseline home's PulseAudio client settings (:data:`AUDIO_CLIENT`), when PulseAudio is installed."""
+    if not shutil.which("pulseaudio"):
+        return {}
+    return {AUDIO_CLIENT: b"autospawn = yes\n"}
 
 
 #: GTK 4's renderer inside the desktop (``GSK_RENDERER``): cairo, in software, drawing only what changed.

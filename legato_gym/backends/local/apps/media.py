@@ -24,6 +24,7 @@ __all__ = [
     "GIMP_TITLE",
     "GIMP_TYPES",
     "GIMP_WARMUP",
+    "VIDEOS_DESKTOP",
     "VLC_CONFIG",
     "VLC_HTTP_PASSWORD",
     "VLC_MEDIA",
@@ -33,6 +34,7 @@ __all__ = [
     "gimp_profile_key",
     "gimp_title",
     "media_files",
+    "videos_types",
     "vlc_http_installed",
     "vlcrc",
 ]
@@ -76,6 +78,22 @@ VLC_TYPES = (
     *(f"video/{kind}" for kind in ("mp4", "mpeg", "webm", "ogg", "quicktime", "x-matroska", "x-msvideo", "x-flv")),
     *(f"audio/{kind}" for kind in ("mpeg", "mp4", "ogg", "flac", "x-wav", "wav", "x-vorbis+ogg", "x-flac")),
 )
+
+#: GNOME Videos (totem), the VM's default video player. The video types it registers open in it, but for
+#: :data:`VLC_TYPES`: the VM opens an ``.mp4`` in VLC (multi_apps 9f3bb592's setup waits for VLC's window),
+#: and desktop-env's ``default_video_player`` getter answers the app most of the video types open in, which
+#: is GNOME Videos until the agent makes it VLC (multi_apps 937087b6).
+VIDEOS_DESKTOP = "/usr/share/applications/org.gnome.Totem.desktop"
+
+
+def videos_types(desktop_file: str | Path = VIDEOS_DESKTOP) -> tuple[str, ...]:
+    """The video types GNOME Videos' desktop file registers, but :data:`VLC_TYPES` (none without it)."""
+    try:
+        text = Path(desktop_file).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ()
+    types = next((line.partition("=")[2] for line in text.splitlines() if line.startswith("MimeType=")), "")
+    return tuple(t for t in dict.fromkeys(types.split(";")) if t.startswith("video/") and t not in VLC_TYPES)
 
 
 def gimp_profile_key(which: Any = shutil.which) -> str | None:
