@@ -5,7 +5,7 @@
     legato osworld setup [--venv DIR] [--force] [--python PY] [--index-url URL]
     legato osworld check [--venv DIR] [--json]
     legato osworld cache [--tasks FILE] [--osworld DIR] [--dir DIR] [--timeout S] [--connect-timeout S]
-    legato osworld coverage [--tasks FILE] [--osworld DIR] [--file-cache DIR] [--grader local|osworld] [--list]
+    legato osworld coverage [--tasks FILE] [--osworld DIR] [--file-cache DIR] [--grader auto|osworld|local] [--list]
 
 ``cache`` downloads every file the tasks need (setup downloads, ``cloud_file`` gold files) into the
 persistent file cache (default ``$LEGATO_FILE_CACHE`` or ``~/.cache/legato/files``) and lists each URL it
@@ -42,7 +42,8 @@ from legato_gym.backends.local.file_cache import (
     FileCache,
     default_file_cache_dir,
 )
-from legato_gym.backends.osworld.venv import LEFT_OUT, check_venv, default_venv, setup_venv
+from legato_gym.backends.local.options import GRADERS, LocalOptions
+from legato_gym.backends.osworld.venv import LEFT_OUT, check_venv, default_venv, recorded_python, setup_venv
 from legato_gym.config import OSWORLD_ENV_VAR, default_osworld_path
 from legato_gym.contract import Task
 from legato_gym.errors import LegatoError, SetupError, TaskFileError
@@ -198,14 +199,21 @@ def coverage_command(
     osworld: Annotated[Path | None, typer.Option("--osworld", help=_OSWORLD_HELP)] = None,
     file_cache: Annotated[Path | None, typer.Option("--file-cache", metavar="DIR", help=_CACHE_HELP)] = None,
     grader: Annotated[
-        str, typer.Option("--grader", help="The local backend's grader: local (built in) or osworld (desktop-env).")
-    ] = Capabilities.grader,
+        str,
+        typer.Option(
+            "--grader",
+            help="The local backend's grader: osworld (desktop-env), local (built in), or auto: osworld where "
+            "desktop-env's interpreter is set up (`legato osworld setup`), as `legato rl collect` grades.",
+        ),
+    ] = LocalOptions.grader,
     show_all: Annotated[bool, typer.Option("--list", help="Also list every refused task with its reasons.")] = False,
 ) -> None:
     """Per domain: how many tasks this machine's local desktop runs now, once files are cached, or refuses (why)."""
     console = Console()
-    if grader not in ("local", "osworld"):
-        fail(Console(stderr=True), f"--grader {grader!r}: choose 'local' or 'osworld'")
+    if grader not in GRADERS:
+        fail(Console(stderr=True), f"--grader {grader!r}: choose one of {', '.join(GRADERS)}")
+    if grader == "auto":
+        grader = "osworld" if recorded_python() is not None else "local"
     try:
         task_list = _load(tasks, osworld)
     except (LegatoError, OSError) as exc:

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from legato_gym.backends.local import LocalDesktop, default_tasks
 from legato_gym.backends.local.coverage import Capabilities, assess, check_tasks, task_needs
 from legato_gym.backends.local.file_cache import FILE_CACHE_ENV_VAR, FileCache
+from legato_gym.backends.osworld.venv import recorded_python
 from legato_gym.config import OSWORLD_ENV_VAR, DesktopConfig
 from legato_gym.errors import UnsupportedTaskError
 from legato_gym.tasks import load_tasks
@@ -179,7 +180,9 @@ def test_coverage_command_counts_and_reasons(tmp_path: Path) -> None:
     )
     path = tmp_path / "tasks.json"
     path.write_text(json.dumps(tasks))
-    result = cli("osworld", "coverage", "--tasks", str(path), "--file-cache", str(tmp_path / "c"), "--list")
+    result = cli(
+        "osworld", "coverage", "--tasks", str(path), "--file-cache", str(tmp_path / "c"), "--list", "--grader", "local"
+    )
     assert result.exit_code == 0, result.output
     rows = {line.split()[0]: line.split()[1:] for line in result.output.splitlines() if line[:1].isalpha()}
     assert rows["total"] == ["4", "1", "1", "2"] and rows["os"] == ["1", "0", "1", "0"]
@@ -187,9 +190,20 @@ def test_coverage_command_counts_and_reasons(tmp_path: Path) -> None:
     assert "1  metric compare_table is not in the local grader" in result.output
     assert "refused needs-web: needs the live web" in result.output
     assert cli("osworld", "cache", "--tasks", str(path), "--dir", str(tmp_path / "c")).exit_code == 0
-    after = cli("osworld", "coverage", "--tasks", str(path), "--file-cache", str(tmp_path / "c"))
+    after = cli("osworld", "coverage", "--tasks", str(path), "--file-cache", str(tmp_path / "c"), "--grader", "local")
     rows = {line.split()[0]: line.split()[1:] for line in after.output.splitlines() if line[:1].isalpha()}
     assert rows["os"] == ["1", "1", "0", "0"]
+
+
+def test_coverage_grades_as_collect_does_by_default(tmp_path: Path) -> None:
+    """desktop-env's grader where its interpreter is set up (as `legato rl collect` grades), else the built-in."""
+    path = refused_tasks_file(tmp_path)
+    result = cli("osworld", "coverage", "--tasks", str(path), "--file-cache", str(tmp_path / "c"))
+    assert result.exit_code == 0, result.output
+    expected = "osworld" if recorded_python() is not None else "local"
+    assert f"tasks, {expected} grader, file cache" in result.output
+    typo = cli("osworld", "coverage", "--tasks", str(path), "--grader", "desktop-env")
+    assert typo.exit_code != 0 and "--grader 'desktop-env': choose one of auto, osworld, local" in typo.output
 
 
 @needs_osworld

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from legato_gym import DesktopConfig
 from legato_gym.backends import get_backend
-from legato_gym.backends.osworld import OSWorldOptions, default_tasks, shim, tasks_from_index
+from legato_gym.backends.osworld import OSWorldOptions, default_tasks, shim, supplements, tasks_from_index
 from legato_gym.backends.osworld.remote import resolve_python
 from legato_gym.backends.osworld.venv import MARKER, REQUIREMENTS, VENV_ENV_VAR, check_venv, recorded_python
 from legato_gym.errors import ConfigError, MissingDependencyError
@@ -79,6 +79,33 @@ def test_uses_stub_names_the_absent_library_a_metric_needs(fake_optional: str) -
         assert shim.uses_stub(namespace["exact"]) == []
     finally:
         del sys.modules["legato_fake_metrics"]
+
+
+def test_play_and_exit_is_read_as_osworld_reads_it(tmp_path: Path) -> None:
+    vlcrc = tmp_path / "vlcrc"
+    check = supplements.check_play_and_exit
+    vlcrc.write_text("[core]\n#play-and-exit=0\nrepeat=1\n")  # VLC writes an option at its default commented out
+    assert check(str(vlcrc), {"expected_play_and_exit": 0}) == 1.0
+    vlcrc.write_text("[core]\n#play-and-exit=0\nplay-and-exit=1\n")  # the last line naming it wins
+    assert check(str(vlcrc), {"expected_play_and_exit": 0}) == 0.0
+    assert check(str(vlcrc), {"expected_play_and_exit": "1"}) == 1.0
+    vlcrc.write_text("[core]\nrepeat=1\n")  # not named: VLC's default, off
+    assert check(str(vlcrc), {"expected_play_and_exit": 0}) == 1.0
+    assert check(str(tmp_path / "absent"), {"expected_play_and_exit": 0}) == 0.0
+    assert check(None, {"expected_play_and_exit": 0}) == 0.0  # the getter found no file
+
+
+def test_supplements_never_replace_desktop_envs_own_metric() -> None:
+    class Metrics:
+        def check_play_and_exit(self) -> float:
+            return 0.5
+
+    own = Metrics()
+    assert supplements.install(own) == []
+    assert own.check_play_and_exit() == 0.5
+    bare = type("Bare", (), {})()
+    assert supplements.install(bare) == ["check_play_and_exit"]
+    assert bare.check_play_and_exit is supplements.check_play_and_exit
 
 
 def test_requirements_leave_out_torch_and_keep_desktop_env_pins() -> None:

@@ -19,7 +19,6 @@ import pytest
 import typer.main
 
 from legato_gym import DesktopConfig
-from legato_gym.backends.local.coverage import Capabilities
 from legato_gym.backends.local.file_cache import FileCache
 from legato_gym.backends.local.options import LocalOptions
 from legato_rl.cli.app import app
@@ -64,7 +63,7 @@ OWNERS: dict[tuple[str, str], Callable[[], object]] = {
     ("rl probe", "timeout"): _argument(run_probe, "timeout"),
     ("osworld cache", "timeout"): _argument(FileCache.fetch, "timeout"),
     ("osworld cache", "connect_timeout"): _argument(FileCache.fetch, "connect_timeout"),
-    ("osworld coverage", "grader"): _field(Capabilities, "grader"),
+    ("osworld coverage", "grader"): _field(LocalOptions, "grader"),
 }  # fmt: skip
 
 

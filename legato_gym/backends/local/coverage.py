@@ -135,8 +135,9 @@ OSWORLD_SETUP_TYPES = frozenset(
         "update_browse_history",
     }
 )
-#: Getters and metrics that OSWorld's 2026 task data names but desktop-env 1.0.2 does not have.
-OSWORLD_MISSING = frozenset({"chrome_appearance_mode_ui", "check_play_and_exit", "check_structure_sim_with_threshold"})
+#: Getters and metrics that OSWorld's 2026 task data names but desktop-env 1.0.2 does not have, and legato does
+#: not add (:mod:`legato_gym.backends.osworld.supplements` adds ``check_play_and_exit``).
+OSWORLD_MISSING = frozenset({"chrome_appearance_mode_ui", "check_structure_sim_with_threshold"})
 #: Getters that need a service inside the desktop, by service name.
 GETTER_SERVICES: dict[str, str] = {
     "vlc_playing_info": "vlc-http",

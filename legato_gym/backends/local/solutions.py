@@ -147,6 +147,11 @@ OSWORLD_SOLUTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         (_vlcrc("qt-bgcone", "0"), "DONE"),
         (_vlcrc("qt-bgcone", "1"), "DONE"),
     ),
+    # vlc: do not quit at the end of the playlist (the setup turned it on; graded by legato's supplement metric)
+    "5ac2891a-eacd-4954-b339-98abba077adb": (
+        (_vlcrc("play-and-exit", "0"), "DONE"),
+        (_vlcrc("repeat", "1"), "DONE"),
+    ),
     # multi_apps: VLC the default video player (for one more type only: GNOME Videos stays the default)
     "937087b6-f668-4ba6-9110-60682ee33441": (
         (_default_for("vlc.desktop", "video"), "DONE"),

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from legato_gym.backends.osworld import shim
+from legato_gym.backends.osworld import shim, supplements
 from legato_gym.errors import MissingDependencyError, SetupError, UnsupportedTaskError
 
 __all__ = ["CLIENT_PASSWORD", "Endpoint", "OSWorldSession", "import_desktop_env"]
@@ -38,7 +38,8 @@ CLIENT_PASSWORD = "password"
 
 
 def import_desktop_env() -> Any:
-    """``desktop_env.desktop_env`` (with the shim installed), or a clear error outside its interpreter."""
+    """``desktop_env.desktop_env`` (with the shim installed, and the metrics it lacks added from
+    :mod:`.supplements`), or a clear error outside its interpreter."""
     shim.install()
     # desktop-env logs an ERROR at import when OSWorld's private proxy list is absent (legato never uses it),
     # and PyMuPDF warns about its `fitz` name: neither is the user's business.
@@ -52,6 +53,7 @@ def import_desktop_env() -> Any:
             f"desktop-env does not import in this interpreter ({exc}); run the osworld backend with "
             "DesktopConfig.python set to desktop-env's interpreter: create it with `legato osworld setup`"
         ) from exc
+    supplements.install(module.metrics)
     return module
 
 
