@@ -1,8 +1,9 @@
 """OSWorld's real apps on local desktops, side by side with their baselines in one run.
 
-* reset: fast reset in place, and switching to a desktop started ahead (``prestart``), against a whole
-  desktop restart, for a Calc task (an ``.xlsx`` opened) and a Chrome task (``google-chrome`` with its
-  DevTools port, as OSWorld's Chrome tasks start it), interleaved;
+* reset: fast reset in place, and switching to a desktop started ahead (``prestart``: bare when the tasks
+  vary, set up for the task when a desktop is given the same task again, as a GRPO group's attempts),
+  against a whole desktop restart, for a Calc task (an ``.xlsx`` opened) and a Chrome task
+  (``google-chrome`` with its DevTools port, as OSWorld's Chrome tasks start it), interleaved;
 * rollout: whole attempts of OSWorld's LibreOffice Impress task 2cd43775 (AutoRecovery every 3 minutes,
   no file download) with its scripted solution, graded by desktop-env, through legato's loop (fast reset,
   ready signals, grading when the apps have written their settings) against OSWorld's stock loop (desktop
@@ -105,12 +106,15 @@ def reset_tasks(folder: Path) -> dict[str, Task]:
 
 
 #: The resets compared: in place, switching to a desktop started ahead (after an episode, and right after
-#: the last action), and the whole desktop restarted.
-RESETS: dict[str, dict[str, Any]] = {
-    "fast reset in place": {"fast_reset": True, "options": {"prestart": False}},
-    "started ahead": {"fast_reset": True, "options": {"prestart": True}},
-    "started ahead, no episode": {"fast_reset": True, "options": {"prestart": True}},
-    "desktop restarted": {"fast_reset": False, "options": {"prestart": False}},
+#: the last action), and the whole desktop restarted; each with the desktop's config, and whether its tasks
+#: vary (two tasks of the same setup in turns: a desktop started ahead is then bare) or repeat (the desktop
+#: started ahead is set up for the task, from the third reset on).
+RESETS: dict[str, tuple[dict[str, Any], bool]] = {
+    "fast reset in place": ({"fast_reset": True, "options": {"prestart": False}}, False),
+    "started ahead, tasks vary": ({"fast_reset": True, "options": {"prestart": True}}, True),
+    "started ahead, the same task again (set up ahead)": ({"fast_reset": True, "options": {"prestart": True}}, False),
+    "started ahead, tasks vary, no episode": ({"fast_reset": True, "options": {"prestart": True}}, True),
+    "desktop restarted": ({"fast_reset": False, "options": {"prestart": False}}, False),
 }
 
 
@@ -134,13 +138,17 @@ def bench_reset(task: Task, resets: int, episode_s: float) -> tuple[dict[str, li
     (a desktop starts one ahead from its second episode on: its first two resets are made in place).
     """
     times: dict[str, list[float]] = {name: [] for name in RESETS}
-    desktops = {name: LocalDesktop(_config(**json.loads(json.dumps(overrides)))) for name, overrides in RESETS.items()}
+    desktops = {name: LocalDesktop(_config(**json.loads(json.dumps(over)))) for name, (over, _) in RESETS.items()}
+    twin = Task(f"{task.task_id}-twin", task.instruction, task.config)  # the same setup, another task
     try:
         for round_ in range(resets + 2):
             for name, desktop in desktops.items():
-                if name.endswith("no episode"):
-                    _timed_reset(desktop, task)
-                seconds = _timed_reset(desktop, task)
+                vary = RESETS[name][1]
+                if name.endswith("no episode"):  # two tasks in turns, the second right after the first
+                    _timed_reset(desktop, twin)
+                    seconds = _timed_reset(desktop, task)
+                else:
+                    seconds = _timed_reset(desktop, twin if vary and round_ % 2 else task)
                 if round_ >= 2:
                     times[name].append(seconds)
             time.sleep(episode_s)

@@ -23,6 +23,11 @@ A backend signals infrastructure failure with :class:`~legato_gym.errors.Desktop
 by the vector env. A task the backend cannot run raises :class:`~legato_gym.errors.UnsupportedTaskError`
 from :meth:`Desktop.reset` (or earlier, from :meth:`Desktop.check_task`).
 
+A backend may also have ``expect_next(task)``, called before ``reset`` by a caller that knows which task the
+reset *after* it will be for (``None``: not known): a scheduler handing a desktop a GRPO group's attempts
+one after the other. It is a hint, never a promise: the local backend sets that task up on the desktop it
+starts ahead during the episode, and a reset of another task just does not use it.
+
 Writing a backend: implement :class:`Desktop` (a structural protocol; no base class needed), then run
 :func:`legato_gym.conformance.check_desktop` against it.
 """

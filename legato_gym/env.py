@@ -219,7 +219,10 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
 
         Args:
             seed: seeds the env's ``np_random``, which picks the task when none is given.
-            options: ``{"task": Task | task id | OSWorld task config dict | Task.to_json() dict}``.
+            options: ``{"task": Task | task id | OSWorld task config dict | Task.to_json() dict}``, and
+                ``"next_task"`` (the same kinds, or ``None``): the task of the reset after this one, if you
+                know it (a GRPO group's next attempt on this env): a backend may prepare it during this
+                episode (the local backend sets it up on the desktop it starts ahead). A hint only.
 
         Returns:
             ``(obs, info)``; ``info`` has ``task_id``, ``timings`` (``reset_s``, ``wait_after_reset_s``,
@@ -232,16 +235,24 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
         super().reset(seed=seed)
         self._check_open("reset")
         options = dict(options or {})
-        unknown = sorted(set(options) - {"task"})
+        unknown = sorted(set(options) - {"task", "next_task"})
         if unknown:
-            raise ConfigError(f"reset(options=...): unknown option {unknown[0]!r}; the only option is 'task'")
+            raise ConfigError(
+                f"reset(options=...): unknown option {unknown[0]!r}{suggest(unknown[0], ['next_task', 'task'])}; "
+                "the options are 'task' and 'next_task'"
+            )
         self._episode.max_steps = self._step_limit()
         if options.get("task") is not None:
             task = self._resolve(options["task"])
         else:
             tasks = self.tasks
             task = tasks[int(self.np_random.integers(len(tasks)))]
-        obs, info = self._episode.reset(task)
+        if "next_task" in options:
+            hint = options["next_task"]
+            next_task = None if hint is None else self._resolve(hint)
+            obs, info = self._episode.reset(task, next_task=next_task)
+        else:
+            obs, info = self._episode.reset(task)
         return self._to_gym(obs), info
 
     def step(self, action: str) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:

@@ -16,13 +16,24 @@ Example::
 
 from __future__ import annotations
 
+import enum
 import time
-from typing import Any
+from typing import Any, Final
 
 from legato_gym.contract import Desktop, Observation, Task
 from legato_gym.errors import ActionError, ConfigError, StateError
 
-__all__ = ["END_ACTIONS", "Episode"]
+__all__ = ["END_ACTIONS", "UNKNOWN", "Episode", "Unknown"]
+
+
+class Unknown(enum.Enum):
+    """The type of :data:`UNKNOWN`: no word on the next task (as opposed to ``None``, "not known")."""
+
+    UNKNOWN = "unknown"
+
+
+#: ``Episode.reset(next_task=...)`` not given: the desktop's ``expect_next`` is not called.
+UNKNOWN: Final = Unknown.UNKNOWN
 
 #: Actions that end an episode (``terminated``); it is then graded.
 END_ACTIONS = ("DONE", "FAIL")
@@ -56,8 +67,11 @@ class Episode:
         self.last_info: dict[str, Any] = {}
         self._broken = False
 
-    def reset(self, task: Task) -> tuple[Observation, dict[str, Any]]:
+    def reset(self, task: Task, *, next_task: Task | Unknown | None = UNKNOWN) -> tuple[Observation, dict[str, Any]]:
         """Start an episode on ``task``: ``reset``, ``wait_after_reset``, ``observe``.
+
+        ``next_task``, when given (``None`` included), is passed first to the desktop's ``expect_next``, if it
+        has one: the task of the reset after this one, as far as the caller knows (see :mod:`.contract`).
 
         Returns:
             The first observation and ``info = {"task_id", "timings": {"reset_s", "wait_after_reset_s",
@@ -67,6 +81,9 @@ class Episode:
         self.done = False
         self.steps = 0
         self._broken = True  # until the reset completes
+        expect_next = getattr(self.desktop, "expect_next", None)
+        if next_task is not UNKNOWN and expect_next is not None:
+            expect_next(next_task)
         t0 = time.perf_counter()
         self.desktop.reset(task)
         t1 = time.perf_counter()

@@ -76,6 +76,8 @@ class _Play:
     attempt: Attempt
     desktop: int
     policy: PolicyStamp
+    #: the task this desktop will likely play next (its desktop may set it up meanwhile)
+    next_task: Task | None = None
     episode: Episode = field(init=False)
     steps: list[StepRecord] = field(default_factory=list)
 
@@ -270,7 +272,7 @@ class Collector:
                     self._idle.discard(env_id)
                 continue
             stamp = PolicyStamp(self.policy_config.model, self.policy_config.version)  # stamped at dispatch
-            play = _Play(attempt, env_id, stamp)
+            play = _Play(attempt, env_id, stamp, self.book.likely_next(attempt))
             task = asyncio.ensure_future(self._run_attempt(env, client, play))
             self._running[env_id] = (play, task)
             self.progress.busy += 1
@@ -376,7 +378,7 @@ class Collector:
             env, play.desktop, attempt.task, client, self.harness, rollout_id=attempt.rollout_id,
             max_steps=self.options.max_steps, rollout_timeout=self.options.rollout_timeout,
             screen=self.desktop_config.screen, episode=play.episode, cancelled=cancelled, on_reply=on_reply,
-            on_step=on_step, build_prompt=self._build_prompt,
+            on_step=on_step, build_prompt=self._build_prompt, next_task=play.next_task,
         )  # fmt: skip
         assert episode.status is not None
         return episode.status

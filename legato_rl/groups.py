@@ -116,6 +116,7 @@ class GroupBook:
             self._queue.extend(Attempt(gid, task, a) for a in range(n))
         # Groups with attempts still to end: every idle desktop asks all_ended each time an attempt ends.
         self._unfinished = {gid for gid, g in self.groups.items() if not g.finished}
+        self._last: dict[int, str] = {}  # the group of each desktop's last attempt
 
     # -- queue ---------------------------------------------------------------------------------------
     @property
@@ -132,15 +133,36 @@ class GroupBook:
 
         ``free`` are the other desktops waiting for work: an attempt that already failed on ``desktop`` is
         left for one of them on which it has not failed. With no such desktop it runs here: a retry never
-        waits for a desktop that cannot come.
+        waits for a desktop that cannot come. After the retries, a desktop gets an attempt of its last task
+        where one waits (its desktop started ahead may be set up for it: :meth:`likely_next`), else the
+        first in the queue.
         """
-        for position, attempt in enumerate(self._queue):
-            if desktop in attempt.failed_on and any(d != desktop and d not in attempt.failed_on for d in free):
-                continue
-            del self._queue[position]
-            self.groups[attempt.group_id].running.add(attempt.index)
-            return attempt
-        return None
+        last = self._last.get(desktop) if desktop is not None else None
+        eligible = [
+            position
+            for position, attempt in enumerate(self._queue)
+            if not (desktop in attempt.failed_on and any(d != desktop and d not in attempt.failed_on for d in free))
+        ]
+        if not eligible:
+            return None
+        position = eligible[0]
+        if self._queue[position].try_index == 0:  # a retry first (it waited already); else the same task again
+            position = next((p for p in eligible if self._queue[p].group_id == last), position)
+        attempt = self._queue[position]
+        del self._queue[position]
+        self.groups[attempt.group_id].running.add(attempt.index)
+        if desktop is not None:
+            self._last[desktop] = attempt.group_id
+        return attempt
+
+    def likely_next(self, attempt: Attempt) -> Task | None:
+        """The task the desktop just handed ``attempt`` will likely get next: the same task while its group has
+        a waiting attempt for each of its running ones (:meth:`next_attempt` gives a desktop its last task
+        first), else ``None`` (not known). A hint for the desktop (``expect_next``), never a promise.
+        """
+        group = self.groups[attempt.group_id]
+        waiting = sum(1 for queued in self._queue if queued.group_id == attempt.group_id)
+        return group.task if waiting >= len(group.running) else None
 
     def requeue(self, attempt: Attempt, failed_on: int | None = None) -> Attempt | None:
         """Queue the next try of an attempt after a desktop failure (at the front: it waited already).

@@ -49,6 +49,7 @@ import numpy as np
 import numpy.typing as npt
 
 from legato_gym import Task
+from legato_gym.episode import UNKNOWN, Unknown
 from legato_gym.vector import DesktopVectorEnv
 from legato_rl.errors import PolicyError
 from legato_rl.groups import Status
@@ -189,6 +190,7 @@ async def play(
     on_reply: Callable[[ChatResult, float], None] | None = None,
     on_step: Callable[[PlayedStep], Awaitable[None]] | None = None,
     build_prompt: InlineWhileCheap | None = None,
+    next_task: Task | Unknown | None = UNKNOWN,
 ) -> Episode:
     """Play ``task`` on desktop ``env_id`` once and grade it (see the module docstring).
 
@@ -212,6 +214,8 @@ async def play(
         on_step: awaited with each :class:`PlayedStep` once its actions ran; what it raises ends the attempt.
         build_prompt: runs the harness on a worker-encoded PNG (on the loop while that is cheap); default: a
             new :class:`InlineWhileCheap`. Without a PNG the harness always runs in a thread.
+        next_task: the task this desktop will likely play next (``None``: not known), handed to the
+            desktop with the reset (:meth:`~legato_gym.vector.DesktopVectorEnv.areset`); not given: no word.
 
     Returns:
         The episode, with its ``status`` and ``reward``.
@@ -227,7 +231,7 @@ async def play(
     try:
         ep.status = await _play(
             env, env_id, task, policy, harness, ep, rollout_id, max_steps, rollout_timeout, size,
-            is_cancelled, exhausted, on_reply, on_step, run_harness,
+            is_cancelled, exhausted, on_reply, on_step, run_harness, next_task,
         )  # fmt: skip
     finally:
         policy.forget(rollout_id)
@@ -254,8 +258,9 @@ async def _play(
     on_reply: Callable[[ChatResult, float], None] | None,
     on_step: Callable[[PlayedStep], Awaitable[None]] | None,
     run_harness: InlineWhileCheap,
+    next_task: Task | Unknown | None,
 ) -> Status:
-    obs, info = await env.areset(env_id, task)
+    obs, info = await env.areset(env_id, task, next_task=next_task)
     png: bytes | None = info.get("screenshot_png")
     ep.add_timings(info.get("timings", {}))
     deadline = None if rollout_timeout is None else time.monotonic() + rollout_timeout

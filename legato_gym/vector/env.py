@@ -44,6 +44,7 @@ from legato_gym.backends import Backend, resolve_backend
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import Task
 from legato_gym.env import ACTION_MAX_LENGTH, INSTRUCTION_MAX_LENGTH, TEXT_CHARSET
+from legato_gym.episode import UNKNOWN, Unknown
 from legato_gym.errors import ConfigError, StateError
 from legato_gym.registration import with_step_limit
 from legato_gym.vector import inputs
@@ -404,8 +405,13 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
 
     # ------------------------------------------------------------------ public: per-desktop awaitables
 
-    async def areset(self, env_id: int, task: Task | Mapping[str, Any] | str) -> tuple[Obs, dict[str, Any]]:
+    async def areset(
+        self, env_id: int, task: Task | Mapping[str, Any] | str, *, next_task: Task | Unknown | None = UNKNOWN
+    ) -> tuple[Obs, dict[str, Any]]:
         """Reset one desktop on ``task``; returns ``(obs, info)``.
+
+        ``next_task``: the task this desktop's reset after this one will likely be for (``None``: not known),
+        handed to its desktop's ``expect_next`` (:mod:`legato_gym.contract`) before the reset.
 
         Raises:
             DesktopError: the desktop failed (``env_id`` set); its worker is replaced in the background.
@@ -414,7 +420,10 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         self._check_open()
         chosen = self._tasks_for([env_id], {"tasks": {env_id: task}})[env_id]
         self._check_idle(env_id, "areset")
-        result = await self._await(env_id, "reset", {"task": chosen.to_json()})
+        args: dict[str, Any] = {"task": chosen.to_json()}
+        if next_task is not UNKNOWN:
+            args["next_task"] = next_task.to_json() if isinstance(next_task, Task) else None
+        result = await self._await(env_id, "reset", args)
         return single_obs(self._workers.slots[env_id], result, self._shape), dict(result.info or {})
 
     async def astep(self, env_id: int, action: str) -> tuple[Obs, float, bool, bool, dict[str, Any]]:

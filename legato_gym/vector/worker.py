@@ -115,8 +115,11 @@ class _Worker:
             raise RuntimeError(f"op {op!r} before 'init'")
         if op == "reset":
             from legato_gym.contract import Task
+            from legato_gym.episode import UNKNOWN
 
-            obs, info = self.episode.reset(Task.from_json(args["task"]))
+            hint = args.get("next_task", UNKNOWN)  # absent: no word; null: none known
+            next_task = Task.from_json(hint) if isinstance(hint, Mapping) else hint
+            obs, info = self.episode.reset(Task.from_json(args["task"]), next_task=next_task)
             result, blobs = self._observation(obs)
             result["info"] = info
             return result, blobs

@@ -54,6 +54,18 @@ def local_grader(args: dict[str, Any]) -> dict[str, Any]:
     return {"scores": scores, "desktop_env": de.__file__}
 
 
+def prepared(args: dict[str, Any]) -> dict[str, Any]:
+    """One task four times, right and wrong in turns, graded by desktop-env: the last two set up ahead."""
+    config = _config(args, options={"grader": "osworld"})
+    task = next(t for t in default_tasks(config) if t.task_id == "local-editor-write-save")
+    runs = []
+    with LocalDesktop(config) as desktop:
+        for correct in (True, False, True, False):
+            score = _run(desktop, task, solution(task.task_id, SCREEN, correct=correct))
+            runs.append([score, desktop.last_reset_kind])
+    return {"runs": runs}
+
+
 def lifecycle(args: dict[str, Any]) -> dict[str, Any]:
     """The osworld backend on a local stand-in VM: dead VM replaced, unverifiable reset reverted."""
     config = _config(args, options={"provider": "local", "local": {"python": sys.executable}})
@@ -205,6 +217,7 @@ if __name__ == "__main__":
     name, raw = sys.argv[1], sys.argv[2]
     scenarios = {
         "local_grader": local_grader,
+        "prepared": prepared,
         "lifecycle": lifecycle,
         "docker_desktop": docker_desktop,
         "docker_many": docker_many,

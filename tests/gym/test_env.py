@@ -86,6 +86,10 @@ def test_reset_errors() -> None:
         env.reset(options={"task": "fake-click-sav"})
     with pytest.raises(ConfigError, match="unknown option 'tsk'"):
         env.reset(options={"tsk": "x"})
+    with pytest.raises(ConfigError, match="unknown option 'next'; did you mean 'next_task'"):
+        env.reset(options={"task": "fake-click-save", "next": "fake-click-save"})
+    with pytest.raises(UnknownTaskError, match="did you mean 'fake-click-save'"):
+        env.reset(options={"task": "fake-click-save", "next_task": "fake-click-sav"})
     unsupported = {"id": "u", "instruction": "x", "evaluator": {"func": "compare_table"}}
     with pytest.raises(UnsupportedTaskError, match="compare_table"):
         env.reset(options={"task": unsupported})

@@ -3,7 +3,8 @@
 What must hold: nothing of an episode reaches the next (files, processes, the X server); the finished
 desktop is killed; the ports a grader holds follow the switch; a warm LibreOffice takes the next task's
 document, and is gone without a trace when the next task does not open LibreOffice; a desktop started
-ahead that dies ends as a restart, not as a crash.
+ahead that dies ends as a restart, not as a crash; a desktop given the same task again gets it set up ahead,
+exactly as a reset would have set it up, and one given another task meanwhile gets a bare desktop.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from osworld_kit import needs_local_tools, spreadsheet
 
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop
-from legato_gym.backends.local.prestart import Prestarter, opens_office_first
+from legato_gym.backends.local.prestart import Prestarter, SetupGuess, opens_office_first, task_key
 
 SCREEN = (1024, 768)
 needs_office = pytest.mark.skipif(shutil.which("soffice") is None, reason="needs LibreOffice (apt: libreoffice-calc)")
@@ -98,12 +99,12 @@ class _Desks:
         self.release.set()
         self.fail = False
 
-    def build(self, slot: str, office: bool) -> Any:
+    def build(self, slot: str, office: bool, task: Task | None) -> Any:
         self.release.wait(30)
         if self.fail:
             raise OSError("Xvfb did not start")
         self.built.append(slot)
-        return SimpleNamespace(slot=slot, office=office, pids=[])
+        return SimpleNamespace(slot=slot, office=office, task=task, pids=[])
 
     def destroy(self, desk: Any) -> None:
         self.destroyed.append(desk.slot)
@@ -141,6 +142,52 @@ def test_a_failed_build_gives_no_desk_and_the_next_one_is_built() -> None:
     desks.fail = False
     prestart.prepare(office=False)
     assert prestart.take(time.monotonic() + 10) is not None
+    prestart.close()
+
+
+def _guesses(tasks: str) -> str:
+    """What :class:`SetupGuess` sets the next desk up for during each episode of ``tasks`` (a letter each)."""
+    made = {name: _task(f"t-{name}", []) for name in set(tasks)}
+    guess, out = SetupGuess(), ""
+    for name in tasks:
+        guess.reset(made[name])
+        ahead = guess.next_task(made[name])
+        out += "." if ahead is None else ahead.task_id[-1]
+    return out
+
+
+def test_a_desk_is_set_up_ahead_while_a_run_of_one_task_should_go_on() -> None:
+    assert _guesses("abcabc") == "......"  # varied tasks: never a guess, never a miss
+    # runs of 4: from the second episode of a run on; after the first run, not past the last run's length
+    assert _guesses("aaaabbbbcccc") == ".aaa.bb..cc."
+    assert _guesses("aabbccdd") == ".a......"  # runs of 2 (right and wrong): one miss, then none
+    assert _guesses("aaaaaaaabb") == ".aaaaaaa.b"  # b may run as long as a did
+    assert _guesses("aaabbbbbb") == ".aa.b...."  # a longer run than the last: guessed while under its length
+
+
+def test_the_same_id_with_another_setup_is_another_task() -> None:
+    guess, a = SetupGuess(), _task("t-a", [])
+    guess.reset(a)
+    guess.reset(a)
+    assert guess.next_task(a) is a
+    other = Task("t-a", "Do nothing.", {"config": [{"type": "sleep", "parameters": {"seconds": 1}}]})
+    guess.reset(other)
+    assert guess.next_task(other) is None
+
+
+def test_a_tasks_key_is_its_id_and_its_whole_config() -> None:
+    assert task_key(_task("t-a", [])) == task_key(_task("t-a", []))
+    assert task_key(_task("t-a", [])) != task_key(_task("t-b", []))
+    assert task_key(_task("t-a", [])) != task_key(_task("t-a", [_download("/home/user/x")]))
+
+
+def test_the_build_is_given_the_task_to_set_up() -> None:
+    desks = _Desks()
+    prestart = Prestarter(desks.build, desks.destroy)
+    task = _task("t-a", [])
+    prestart.prepare(office=False, task=task)
+    desk = prestart.take(time.monotonic() + 10)
+    assert desk is not None and desk.task is task
     prestart.close()
 
 
@@ -202,7 +249,7 @@ def test_a_reset_switches_to_a_fresh_desktop_and_kills_the_last(desktop: LocalDe
     host, port = desktop.tcp_endpoint()  # a grader's port, made before the switch
     _run(desktop, "touch ~/Desktop/left-behind && (sleep 600 >/dev/null 2>&1 &)")
     first_x, first_pids = desktop.display.pids, list(desktop.pids)
-    _episode(desktop, task)
+    _episode(desktop, _task("t-prestart-2", []))  # another task: a bare desktop started ahead
     assert desktop.last_reset_kind == "ahead"
     assert desktop.display.pids != first_x  # a new X server, not the last one put back
     assert _run(desktop, "ls ~/Desktop") == ""
@@ -240,7 +287,7 @@ def test_a_desktop_started_ahead_that_died_ends_as_a_restart(desktop: LocalDeskt
         time.sleep(0.01)
     _episode(desktop, task)
     assert desktop.last_reset_kind == "fallback"
-    _episode(desktop, task)
+    _episode(desktop, _task("t-prestart-died-2", []))
     assert desktop.last_reset_kind == "ahead"
 
 
@@ -258,7 +305,9 @@ def test_a_warm_libreoffice_takes_the_document_and_leaves_no_trace_otherwise(
     calc = _task("t-prestart-calc", [upload, {"type": "open", "parameters": {"path": "/home/user/Desktop/t.xlsx"}}])
     plain = _task("t-prestart-plain", [])
     baseline = _run(desktop, "cd ~/.config/libreoffice && find . -type f | sort && md5sum $(find . -type f | sort)")
-    _first_episodes(desktop, calc)  # cold: no desktop started ahead had LibreOffice waiting
+    calc_b = Task("t-prestart-calc-b", calc.instruction, calc.config)  # not a repeat: no setup ahead
+    _episode(desktop, calc)  # cold: no desktop started ahead had LibreOffice waiting
+    _episode(desktop, calc_b)
     assert [w.title for w in desktop.display.windows()] == ["t.xlsx - LibreOffice Calc"]
     _episode(desktop, calc)  # the desktop started ahead after a LibreOffice task has one waiting
     assert desktop.last_reset_kind == "ahead"
@@ -295,3 +344,89 @@ def test_the_agent_cannot_reach_the_desktop_started_ahead(desktop: LocalDesktop)
     spare_pids = len(spare.sandbox.survivors())
     listed = int(_run(desktop, "ps -e --no-headers | wc -l"))
     assert listed < spare_pids + len(desktop._processes.sandbox.survivors())  # its processes are not listed here
+
+
+# ------------------------------------------------------------------------------------ set up ahead
+
+
+def _counted_task(task_id: str) -> Task:
+    """A task whose setup leaves a count of its runs, a window, and a capture the grader reads; graded on
+    the agent's answer file."""
+    steps = [
+        {"type": "execute", "parameters": {"command": "echo ran >> ~/Desktop/setup.log", "shell": True}},
+        {"type": "execute", "parameters": {"command": ["cat", "/home/user/Desktop/setup.log"], "stdout": "ran.txt"}},
+        {"type": "launch", "parameters": {"command": ["xterm", "-title", f"setup of {task_id}", "-e", "cat"]}},
+    ]
+    evaluator = {
+        "func": ["check_include_exclude", "compare_text_file"],
+        "result": [
+            {"type": "vm_command_line", "command": "cat ~/Desktop/answer.txt ~/Desktop/setup.log", "shell": True},
+            {"type": "cache_file", "path": "ran.txt"},
+        ],
+        "expected": [
+            {"type": "rule", "rules": {"include": ["42", "ran"], "exclude": ["ran\nran"]}},
+            {"type": "cache_file", "path": "ran.txt"},
+        ],
+    }
+    return Task(task_id, "Write 42 into ~/Desktop/answer.txt.", {"config": steps, "evaluator": evaluator})
+
+
+ANSWER = "import os; open(os.path.expanduser('~/Desktop/answer.txt'), 'w').write('{}')"
+
+
+def _attempt(desktop: LocalDesktop, task: Task, answer: str) -> float:
+    _episode(desktop, task)
+    desktop.act(ANSWER.format(answer))
+    desktop.wait_before_eval()
+    return desktop.evaluate()
+
+
+@pytest.mark.desktop
+def test_a_task_given_again_is_set_up_ahead_as_a_reset_would(desktop: LocalDesktop) -> None:
+    task = _counted_task("t-prestart-again")
+    assert [_attempt(desktop, task, "42"), _attempt(desktop, task, "41")] == [1.0, 0.0]
+    assert desktop.last_reset_kind == "fast"  # the first two: in place; the second's spare is set up for it
+    _run(desktop, "touch ~/Desktop/left-behind && (sleep 600 >/dev/null 2>&1 &)")
+    first_x = desktop.display.pids
+    assert _attempt(desktop, task, "42") == 1.0  # graded as any other attempt
+    assert desktop.last_reset_kind == "prepared"
+    assert desktop.display.pids != first_x  # a fresh desktop, not the last one
+    assert _run(desktop, "cat ~/Desktop/setup.log") == "ran\n"  # its setup ran once, on it
+    assert "left-behind" not in _run(desktop, "ls ~/Desktop")
+    assert "sleep 600" not in _run(desktop, "ps -eo args")
+    assert [w.title for w in desktop.display.windows()] == ["setup of t-prestart-again"]
+    assert _attempt(desktop, task, "41") == 0.0
+    assert desktop.last_reset_kind == "prepared"
+
+
+@pytest.mark.desktop
+def test_another_task_after_a_desktop_set_up_ahead_gets_a_bare_one(desktop: LocalDesktop) -> None:
+    task, other = _counted_task("t-prestart-miss"), _counted_task("t-prestart-other")
+    for _ in range(2):
+        _episode(desktop, task)
+    prestart = desktop._processes._prestart
+    assert prestart is not None and prestart._next is not None
+    spare = prestart._next.result(timeout=60)
+    assert spare.prepared is not None  # set up for `task`, which does not come
+    assert _attempt(desktop, other, "42") == 1.0
+    assert desktop.last_reset_kind == "ahead"
+    assert [w.title for w in desktop.display.windows()] == ["setup of t-prestart-other"]  # only its own setup
+    assert _run(desktop, "cat ~/Desktop/setup.log") == "ran\n"
+    assert not _wait_gone(spare.pids)  # the desktop set up for nothing is killed
+
+
+@pytest.mark.desktop
+def test_a_desktop_told_its_next_task_sets_that_up_instead_of_guessing(desktop: LocalDesktop) -> None:
+    a, b = _counted_task("t-prestart-told-a"), _counted_task("t-prestart-told-b")
+    _episode(desktop, a)
+    desktop.expect_next(b)  # a scheduler's word: after the coming episode of a, b
+    _episode(desktop, a)
+    desktop.expect_next(b)
+    assert _attempt(desktop, b, "42") == 1.0  # b never ran on this desktop, and is set up already
+    assert desktop.last_reset_kind == "prepared"
+    assert _run(desktop, "cat ~/Desktop/setup.log") == "ran\n"
+    desktop.expect_next(None)  # told: not known; a guess would set b up (its run has two episodes)
+    _episode(desktop, b)
+    assert desktop.last_reset_kind == "prepared"
+    _episode(desktop, b)
+    assert desktop.last_reset_kind == "ahead"

@@ -60,6 +60,13 @@ def test_local_backend_grades_with_desktop_env(venv_python: str, download_cache:
         assert (right, wrong) == (1.0, 0.0), task_id
 
 
+def test_a_task_set_up_ahead_is_graded_by_desktop_env_as_any_other(venv_python: str, download_cache: Path) -> None:
+    """desktop-env's SetupController runs the setup on the desktop started ahead; its evaluator grades it."""
+    needs_local_tools()
+    result = run_in_venv(venv_python, "prepared", {"cache": str(download_cache)})
+    assert result["runs"] == [[1.0, "fast"], [0.0, "fast"], [1.0, "prepared"], [0.0, "prepared"]]
+
+
 def test_dead_vm_is_replaced_and_unverifiable_reset_reverts(venv_python: str, download_cache: Path) -> None:
     needs_local_tools()
     result = run_in_venv(venv_python, "lifecycle", {"cache": str(download_cache)})

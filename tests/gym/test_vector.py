@@ -303,6 +303,27 @@ def test_arecv_and_a_failing_desktop_in_asyncio(toy_env: DesktopVectorEnv) -> No
     asyncio.run(main())
 
 
+def test_a_reset_hands_the_next_task_to_the_desktop_when_told(toy_env: DesktopVectorEnv) -> None:
+    async def main() -> None:
+        nxt = Task("toy-1", "toy task 1", {})
+        await toy_env.areset(0, "toy-0", next_task=nxt)
+        await toy_env.areset(0, "toy-0", next_task=None)  # told: not known
+        await toy_env.areset(0, "toy-0")  # no word: the desktop is not told anything
+        await toy_env.areset(1, "toy-2", next_task=Task("toy-2", "toy task 2", {}))
+
+    asyncio.run(main())
+    assert toy_env.get_attr("hints")[:2] == (["toy-1", None], ["toy-2"])
+
+
+def test_the_gymnasium_env_hands_the_next_task_to_the_desktop_when_told() -> None:
+    env = DesktopEnv(TOY, TOY_CONFIG)
+    env.reset(options={"task": "toy-0", "next_task": "toy-1"})
+    env.reset(options={"task": "toy-0", "next_task": None})
+    env.reset(options={"task": "toy-0"})
+    assert env._desktop.hints == ["toy-1", None]  # type: ignore[attr-defined]
+    env.close()
+
+
 def test_a_cancelled_call_leaves_the_desktop_busy_until_idle(toy_env: DesktopVectorEnv) -> None:
     async def main() -> None:
         await toy_env.areset(0, "toy-0")

@@ -8,6 +8,7 @@ Loaded by the workers as ``vector_toy:ToyDesktop`` (this directory on ``PYTHONPA
 * ``CRASH``: raises :class:`DesktopCrashed` (the worker reports it; the parent replaces the worker).
 * ``BOOM``: raises ``ValueError`` (a backend bug: reported as a DesktopError, the worker is kept).
 * a task with ``config["child_pid_file"]`` starts ``sleep 600`` in reset and writes its pid there.
+* ``expect_next`` hints are kept in ``hints`` (the task ids, ``None`` for "not known"), in order.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ class ToyDesktop:
         self.task: Task | None = None
         self.last_action = ""
         self.children: list[subprocess.Popen[bytes]] = []
+        self.hints: list[str | None] = []
+
+    def expect_next(self, task: Task | None) -> None:
+        self.hints.append(None if task is None else task.task_id)
 
     @property
     def screen_size(self) -> tuple[int, int]:

@@ -381,7 +381,7 @@ def test_a_desktop_finishing_a_cancelled_attempt_does_not_hold_the_batch(
         def available(self, env_id: int) -> bool:
             return True
 
-        async def areset(self, env_id: int, task: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        async def areset(self, env_id: int, task: Any, next_task: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
             return obs, {"screenshot_png": png, "timings": {"reset_s": 0.0}}
 
         async def astep(self, env_id: int, action: str) -> tuple[Any, float, bool, bool, dict[str, Any]]:

@@ -85,6 +85,44 @@ def test_a_retry_avoids_the_desktop_it_failed_on_when_another_is_free() -> None:
     assert again is not None and again.failed_on == {0, 1} and again.try_index == 2
 
 
+def _finish(book: GroupBook, attempt: object) -> None:
+    from legato_rl.groups import Attempt
+
+    assert isinstance(attempt, Attempt)
+    book.finish(attempt, Status.OK)
+
+
+def test_a_desktop_gets_its_last_task_again_while_one_waits_and_is_told_so() -> None:
+    book = GroupBook(_tasks(3), group=4, oversample=0.0)  # t0 t0 t0 t0 t1 t1 t1 t1 t2 ...
+    first = [book.next_attempt(d) for d in (0, 1)]  # two desktops on t0, two of its attempts wait
+    assert [a.task.task_id for a in first if a] == ["t0", "t0"]
+    assert [book.likely_next(a) for a in first if a] == [first[0].task, first[1].task]  # type: ignore[union-attr]
+    third = book.next_attempt(2)  # t0's last waiting attempt: desktops 0 and 1 will not both get t0 again
+    assert third is not None and third.task.task_id == "t0" and book.likely_next(third) is None
+    _finish(book, first[1])
+    again = book.next_attempt(1)
+    assert again is not None and again.task.task_id == "t0"  # its last task, ahead of nothing else
+    _finish(book, first[0])
+    moved = book.next_attempt(0)  # no t0 waits: the queue's first
+    assert moved is not None and moved.task.task_id == "t1" and book.likely_next(moved) is not None
+    _finish(book, third)
+    other = book.next_attempt(2)
+    assert other is not None and other.task.task_id == "t1"
+    _finish(book, moved)
+    assert (nxt := book.next_attempt(0)) is not None and nxt.task.task_id == "t1"  # t1 again, not t2
+
+
+def test_a_retry_goes_before_a_desktops_last_task() -> None:
+    book = GroupBook(_tasks(2), group=3, oversample=0.0)  # t0 t0 t0 t1 t1 t1
+    t0 = [book.next_attempt(d) for d in (0, 1, 2)]
+    t1 = book.next_attempt(3)
+    assert t1 is not None and t1.task.task_id == "t1" and t0[0] is not None
+    book.requeue(t0[0], failed_on=0)  # queue: t0 (retry), t1, t1
+    _finish(book, t1)
+    retry = book.next_attempt(3)
+    assert retry is not None and retry.task.task_id == "t0" and retry.try_index == 1  # it waited already: first
+
+
 def test_group_advantages_live_with_the_group_rules_and_count_only_completed_attempts() -> None:
     from legato_rl import groups, summary
 

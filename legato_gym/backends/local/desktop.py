@@ -19,10 +19,11 @@ from legato_gym.backends.local.display import Display
 from legato_gym.backends.local.graders import file_cache, grade_locally, make_grader
 from legato_gym.backends.local.lifecycle import DesktopProcesses
 from legato_gym.backends.local.options import LocalOptions, resolve_grader
-from legato_gym.backends.local.prestart import opens_office_first
+from legato_gym.backends.local.prestart import Desk, Prepared, opens_office_first, task_key
 from legato_gym.backends.local.waits import ReadySignals, fixed_wait
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import SPECIAL_ACTIONS, ActResult, Observation, Task, Waited
+from legato_gym.episode import UNKNOWN, Unknown
 from legato_gym.errors import DeadlineExceeded, DesktopCrashed, DesktopError, StateError
 from legato_gym.options import typed_options
 
@@ -81,8 +82,11 @@ class LocalDesktop:
         self.state_dir: Path = self._processes.state_dir
         self._waits = ReadySignals(self._processes, self.options)
         self._grading = make_grader(self.grader, self._processes, self.config.screen, self.options)
+        self._processes.setup_ahead = self._setup_ahead
         self.files = self._grading.files
         self._task: Task | None = None
+        self._next_hint: Task | Unknown | None = UNKNOWN  # from expect_next(), for the coming reset's episode
+        self._hint: Task | Unknown | None = UNKNOWN  # the current episode's
         self._expected_windows = 0
         self._expected_titles: list[str] = []
         self._actions: list[str] = []
@@ -90,8 +94,9 @@ class LocalDesktop:
         self._closed = False
         self._capabilities: Capabilities | None = None
         #: How the last reset went: ``"fast"``, ``"ahead"`` (switched to the desktop started ahead,
-        #: ``LocalOptions.prestart``), ``"restart"`` (asked for) or ``"fallback"`` (survivors, X server state
-        #: that could not be put back, or a desktop started ahead that failed).
+        #: ``LocalOptions.prestart``), ``"prepared"`` (switched to the desktop started ahead with the task
+        #: already set up on it), ``"restart"`` (asked for) or ``"fallback"`` (survivors, X server state that
+        #: could not be put back, or a desktop started ahead that failed).
         self.last_reset_kind = ""
         try:
             self._processes.boot(time.monotonic() + self.config.timeouts.reset)
@@ -198,18 +203,33 @@ class LocalDesktop:
         _check_tasks([task], self._capabilities)
         self._grading.check(task)
 
+    def expect_next(self, task: Task | None) -> None:
+        """The task of the reset after the coming one, as far as the caller knows (``None``: not known).
+
+        With ``LocalOptions.prestart``, the desktop started ahead during the coming episode is set up for
+        ``task`` (a reset of it is then only the switch), or left bare for ``None``. Without a word, the
+        desktop guesses from the runs of tasks it was given (:class:`.prestart.SetupGuess`).
+        """
+        self._next_hint = task
+
     def reset(self, task: Task) -> None:
         """Kill the last episode's apps, restore the home baseline, then run the task's setup."""
         if self._closed:
             raise StateError("reset() called after close(); create a new LocalDesktop")
+        self._hint, self._next_hint = self._next_hint, UNKNOWN
         self.check_task(task)
         deadline = time.monotonic() + self.config.timeouts.reset
         self._task, self._actions, self._expected_windows, self._expected_titles = None, [], 0, []
         try:
             office = opens_office_first(list(task.config.get("config") or []))
-            self.last_reset_kind = self._processes.reset(deadline, office=office)
-            settle = self._waits.settle_windows if self.config.ready_signal else None
-            windows, titles = self._grading.setup(task, deadline, settle)
+            self.last_reset_kind = self._processes.reset(deadline, office=office, task=task)
+            prepared = self._processes.prepared
+            if prepared is not None:  # the setup ran on this desk while the last episode went on
+                self._grading.adopt(task)
+                windows, titles = prepared.windows, list(prepared.titles)
+            else:
+                settle = self._waits.settle_windows if self.config.ready_signal else None
+                windows, titles = self._grading.setup(task, deadline, settle)
         except DesktopError:
             raise
         except (OSError, ValueError) as exc:
@@ -222,13 +242,13 @@ class LocalDesktop:
         self._require_task("wait_after_reset")
         if not self.config.ready_signal:
             waited = fixed_wait(30 * self.config.fixed_wait)
-            self._processes.start_next()
+            self._start_next()
             return waited
         start = time.monotonic()
         deadline = start + self.config.timeouts.ready
         ready = self._waits.settle_windows(self._expected_windows, deadline, self._expected_titles)
         self._last_input = time.monotonic()
-        self._processes.start_next()
+        self._start_next()
         return Waited(seconds=time.monotonic() - start, ready=ready)
 
     def observe(self) -> Observation:
@@ -239,7 +259,7 @@ class LocalDesktop:
     def act(self, action: str) -> ActResult:
         """Run one ``pyautogui`` action inside the sandbox (a fresh process), then wait for the screen."""
         self._require_task("act")
-        self._processes.start_next()  # if wait_after_reset() was not called
+        self._start_next()  # if wait_after_reset() was not called
         self._actions.append(action)
         self._grading.record(action)
         start = time.monotonic()
@@ -264,6 +284,19 @@ class LocalDesktop:
         settle_start = time.monotonic()
         self._waits.wait_quiet(self._waits.busy_deadline(settle_start + self.config.timeouts.ready))
         return ActResult(act_s=act_s, ready_s=time.monotonic() - settle_start)
+
+    def _start_next(self) -> None:
+        assert self._task is not None
+        self._processes.start_next(self._task, self._hint)
+
+    def _setup_ahead(self, desk: Desk, task: Task, deadline: float) -> Prepared:
+        """Run ``task``'s setup on a desk started ahead, then its ready signal (run by the prestart thread)."""
+        signals = ReadySignals(desk, self.options)
+        settle = signals.settle_windows if self.config.ready_signal else None
+        windows, titles = self._grading.setup_ahead(task, desk, deadline, settle)
+        if settle is not None:  # what wait_after_reset() waits for: done here, so the reset's wait is short
+            settle(windows, deadline, titles)
+        return Prepared(task_key(task), windows, tuple(titles))
 
     def _run_action(self, command: str) -> dict[str, Any]:
         timeout = self.config.timeouts.act

@@ -5,6 +5,9 @@ built-in getters and metrics (:mod:`.grading`), in a per-task cache folder. :cla
 both to desktop-env's own controllers and evaluator (:mod:`legato_gym.backends.osworld.session`), after
 putting what the file cache holds where desktop-env looks first (:func:`prefill_osworld`). A desktop picks
 one with :func:`make_grader` from its resolved ``grader`` option.
+
+Either can also run a task's setup on a desk started ahead (:meth:`Grader.setup_ahead`, in the background
+while the current episode runs) and later take that desk's episode on as set up (:meth:`Grader.adopt`).
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from legato_gym.backends.local import apps, grading
 from legato_gym.backends.local.client import DesktopClient
 from legato_gym.backends.local.file_cache import FileCache
-from legato_gym.backends.local.lifecycle import DesktopProcesses
+from legato_gym.backends.local.lifecycle import DesktopProcesses, Port
 from legato_gym.backends.local.options import LocalOptions
+from legato_gym.backends.local.prestart import Desk
 from legato_gym.backends.local.task_setup import SetupRunner, check_setup
 from legato_gym.backends.local.tasks import TASK_DATA
 from legato_gym.contract import Task, task_path
@@ -55,6 +59,15 @@ class Grader(Protocol):
 
     def setup(self, task: Task, deadline: float, settle: Settle | None) -> tuple[int, list[str]]:
         """Run the task's setup; the windows it opens and the titles that show them loaded."""
+
+    def setup_ahead(self, task: Task, desk: Desk, deadline: float, settle: Settle | None) -> tuple[int, list[str]]:
+        """Run the task's setup on ``desk`` (started ahead, not yet the current one), as :meth:`setup` would.
+
+        Called from the thread that builds desks, while the current episode runs on the grader's desktop.
+        """
+
+    def adopt(self, task: Task) -> None:
+        """Start an episode of ``task`` on the desk :meth:`setup_ahead` set up, which is now the current one."""
 
     def postconfig(
         self, task: Task, steps: Sequence[Mapping[str, Any]], deadline: float, settle: Settle | None, windows: int
@@ -93,6 +106,21 @@ class LocalGrader:
             runner.settle = lambda windows, until: settle(windows, until, runner.titles)
         runner.run(task.setup)
         return runner.expected_windows, list(runner.titles)
+
+    def setup_ahead(self, task: Task, desk: Desk, deadline: float, settle: Settle | None) -> tuple[int, list[str]]:
+        cache = cache_dir(self._processes.state_dir / "ahead", task)  # made the episode's cache by adopt()
+        runner = SetupRunner(desk.client, cache, self.screen, deadline, None, files=self.files)
+        if settle is not None:
+            runner.settle = lambda windows, until: settle(windows, until, runner.titles)
+        runner.run(task.setup)
+        return runner.expected_windows, list(runner.titles)
+
+    def adopt(self, task: Task) -> None:
+        cache = task_path(self._processes.state_dir / "cache", task.task_id)
+        if cache.exists():
+            shutil.rmtree(cache)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        task_path(self._processes.state_dir / "ahead" / "cache", task.task_id).rename(cache)
 
     def postconfig(
         self, task: Task, steps: Sequence[Mapping[str, Any]], deadline: float, settle: Settle | None, windows: int
@@ -137,34 +165,43 @@ class OSWorldGrader:
     def session(self) -> OSWorldSession:
         """desktop-env's session for this desktop (made at first use)."""
         if self._session is None:
-            from legato_gym.backends.osworld.session import Endpoint, OSWorldSession
-
-            host, port = self._processes.endpoint("server")
-            chromium_port, vlc_port = self._processes.endpoint("devtools")[1], self._processes.endpoint("vlc")[1]
-            cache = self.options.download_cache or "~/.cache/legato/osworld-downloads"
-            self._session = OSWorldSession(
-                Endpoint(host, port, chromium_port=chromium_port, vlc_port=vlc_port),
-                screen=self.screen,
-                download_cache=Path(cache).expanduser(),
-                work_dir=self._processes.state_dir / "osworld",
-            )
+            endpoint = self._processes.endpoint
+            ports: dict[Port, tuple[str, int]] = {
+                "server": endpoint("server"),
+                "devtools": endpoint("devtools"),
+                "vlc": endpoint("vlc"),
+            }
+            self._session = self._new_session(ports, self._processes.state_dir / "osworld")
         return self._session
+
+    def _new_session(self, ports: Mapping[Port, tuple[str, int]], work_dir: Path) -> OSWorldSession:
+        from legato_gym.backends.osworld.session import Endpoint, OSWorldSession
+
+        host, port = ports["server"]
+        endpoint = Endpoint(host, port, chromium_port=ports["devtools"][1], vlc_port=ports["vlc"][1])
+        cache = self.options.download_cache or "~/.cache/legato/osworld-downloads"
+        return OSWorldSession(endpoint, screen=self.screen, download_cache=Path(cache).expanduser(), work_dir=work_dir)
 
     def check(self, task: Task) -> None:
         """Nothing beyond the coverage check: desktop-env runs every setup step and metric it has."""
 
     def setup(self, task: Task, deadline: float, settle: Settle | None) -> tuple[int, list[str]]:
+        self.adopt(task)
+        self.session.setup(task.setup)
+        return _opened(task)
+
+    def setup_ahead(self, task: Task, desk: Desk, deadline: float, settle: Settle | None) -> tuple[int, list[str]]:
+        with self._processes.desk_endpoints(desk) as ports:
+            session = self._new_session(ports, self._processes.state_dir / "osworld-ahead")
+            session.begin(task.config, task_path(TASK_DATA, task.task_id))
+            prefill_osworld(self.files, task.config, session.download_cache, session.work_dir)
+            session.setup(task.setup)
+        return _opened(task)
+
+    def adopt(self, task: Task) -> None:
         session = self.session
         session.begin(task.config, task_path(TASK_DATA, task.task_id))
         prefill_osworld(self.files, task.config, session.download_cache, session.work_dir)
-        session.setup(task.setup)
-        windows = sum(
-            1
-            for step in task.setup
-            if step.get("type") == "open"
-            or (step.get("type") == "launch" and apps.opens_window((step.get("parameters") or {}).get("command", "")))
-        )
-        return windows, apps.ready_titles(task.setup)
 
     def postconfig(
         self, task: Task, steps: Sequence[Mapping[str, Any]], deadline: float, settle: Settle | None, windows: int
@@ -177,6 +214,17 @@ class OSWorldGrader:
 
     def evaluate(self, task: Task, actions: Sequence[str]) -> float:
         return self.session.evaluate()
+
+
+def _opened(task: Task) -> tuple[int, list[str]]:
+    """The windows an OSWorld setup opens, and the titles that show them loaded (desktop-env runs it)."""
+    windows = sum(
+        1
+        for step in task.setup
+        if step.get("type") == "open"
+        or (step.get("type") == "launch" and apps.opens_window((step.get("parameters") or {}).get("command", "")))
+    )
+    return windows, apps.ready_titles(task.setup)
 
 
 def make_grader(grader: str, processes: DesktopProcesses, screen: tuple[int, int], options: LocalOptions) -> Grader:

@@ -4,17 +4,20 @@ A desktop is an X server (Xvfb) on the host and a bwrap sandbox on it (window ma
 OSWorld-protocol server), in one cgroup, with a state folder of its own. A fast reset kills the sandbox (its
 pid namespace), checks that nothing survived and that the X server is as the first sandbox left it, and
 starts a fresh sandbox; anything else restarts the whole desktop, X server included. With
-``LocalOptions.prestart`` a reset switches to a whole desktop started ahead instead (:mod:`.prestart`).
+``LocalOptions.prestart`` a reset switches to a whole desktop started ahead instead (:mod:`.prestart`), which
+may have the task set up already.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -24,7 +27,15 @@ from legato_gym.backends.local.display import Display, require_tools
 from legato_gym.backends.local.forward import UnixForwarder
 from legato_gym.backends.local.limits import Cgroup, Limits
 from legato_gym.backends.local.options import LocalOptions
-from legato_gym.backends.local.prestart import Desk, Prestarter, cool_office, warm_office
+from legato_gym.backends.local.prestart import (
+    Desk,
+    Prepared,
+    Prestarter,
+    SetupGuess,
+    cool_office,
+    task_key,
+    warm_office,
+)
 from legato_gym.backends.local.sandbox import (
     DEVTOOLS_PORT,
     VLC_HTTP_PORT,
@@ -34,6 +45,8 @@ from legato_gym.backends.local.sandbox import (
 )
 from legato_gym.backends.local.xstate import XBaseline
 from legato_gym.config import DesktopConfig
+from legato_gym.contract import Task
+from legato_gym.episode import UNKNOWN, Unknown
 from legato_gym.errors import DesktopCrashed, MissingDependencyError, StateError
 
 __all__ = ["HOME_DIRS", "DesktopProcesses", "Port", "sweep_stale"]
@@ -45,6 +58,10 @@ HOME_DIRS = ("Desktop", "Documents", "Downloads", "Music", "Pictures", "Public",
 
 #: The desktop's ports that a loopback TCP forwarder reaches: its server, Chrome's DevTools, VLC's HTTP.
 Port = Literal["server", "devtools", "vlc"]
+
+#: Runs a task's setup on a desk started ahead and waits for its ready signal (given by the desktop, which
+#: knows the grader): ``setup_ahead(desk, task, deadline)``.
+SetupAhead = Callable[[Desk, Task, float], Prepared]
 
 
 class DesktopProcesses:
@@ -95,6 +112,11 @@ class DesktopProcesses:
         self._next_office = False
         self._resets = 0  # so far: the first episode starts no desktop ahead (start_next)
         self._x_display: Display | None = None  # the X server the X baseline was captured on
+        #: With ``prestart``: runs a task's setup on a desk started ahead (``None``: desks are left bare).
+        self.setup_ahead: SetupAhead | None = None
+        #: The task setup the current desk came with (a reset that switched to a desk set up ahead for it).
+        self.prepared: Prepared | None = None
+        self._guess = SetupGuess()
         if options.prestart and config.fast_reset:
             self._prestart = Prestarter(self._build_desk, self._destroy_desk)
 
@@ -144,7 +166,7 @@ class DesktopProcesses:
         self._x_display = self._display
         self._start_sandbox(deadline)
 
-    def reset(self, deadline: float, *, office: bool = False) -> str:
+    def reset(self, deadline: float, *, office: bool = False, task: Task | None = None) -> str:
         """Kill the episode's processes and start a fresh sandbox, or restart the whole desktop.
 
         A restart when ``config.fast_reset`` is off or the X server died, and as a fallback when processes
@@ -157,11 +179,17 @@ class DesktopProcesses:
             deadline: monotonic time to be done by.
             office: the task's setup opens LibreOffice first (:func:`.prestart.opens_office_first`): it may
                 use a warm LibreOffice of the desktop started ahead, and the next one starts one too.
+            task: the task the reset is for: a desk started ahead and set up for it is used as it is
+                (:attr:`prepared`), and the next one may be set up for it (:class:`.prestart.SetupGuess`).
 
         Returns:
-            ``"fast"``, ``"ahead"`` (switched to the desktop started ahead), ``"restart"`` (asked for, or the
-            X server gone) or ``"fallback"``.
+            ``"fast"``, ``"ahead"`` (switched to the desktop started ahead), ``"prepared"`` (switched to the
+            desktop started ahead, with ``task`` set up on it: :attr:`prepared`), ``"restart"`` (asked for,
+            or the X server gone) or ``"fallback"``.
         """
+        self.prepared = None
+        if task is not None:
+            self._guess.reset(task)
         if not self.config.fast_reset or self._display is None or not self._display.alive():
             self._restart(deadline)
             return "restart"
@@ -169,7 +197,7 @@ class DesktopProcesses:
         if self._prestart is not None:
             self._next_office = office  # the next desktop's build starts with start_next()
             if self._prestart.pending or self._display is not self._x_display:
-                return self._switch(deadline, office)
+                return self._switch(deadline, office, task)
         kill_deadline = min(deadline, time.monotonic() + self.options.kill_timeout)
         if not self._kill_sandbox(kill_deadline):
             logger.warning("processes or windows survived the sandbox kill; restarting the whole desktop")
@@ -319,12 +347,17 @@ class DesktopProcesses:
             self._display.stop()
         self.boot(deadline)
 
-    def _switch(self, deadline: float, office: bool) -> str:
+    def _switch(self, deadline: float, office: bool, task: Task | None) -> str:
         """Switch to the desktop started ahead; hand this one to be killed; start the next one."""
         assert self._prestart is not None
         self._prestart.prepare(office)  # (when start_next() was not called: the build starts now)
         # a build that hangs leaves half the reset's time to restart the whole desktop instead
         desk = self._prestart.take(deadline - (deadline - time.monotonic()) / 2)
+        if desk is not None and desk.prepared is not None and (task is None or desk.prepared.key != task_key(task)):
+            logger.info("the desktop started ahead was set up for another task; starting a bare one now")
+            self._prestart.prepare(office)
+            self._prestart.retire(desk)  # killed once the bare one is built (one thread does both, in turn)
+            desk = self._prestart.take(deadline - (deadline - time.monotonic()) / 2)
         if desk is not None and not desk.alive():
             logger.warning("the desktop started ahead died before its episode; restarting the whole desktop")
             self._destroy_desk(desk)
@@ -343,20 +376,47 @@ class DesktopProcesses:
             forwarder.retarget(self.sandbox.socket_path if port == "server" else self.sandbox.devtools_path)
         if desk.office and not office:
             cool_office(desk.client, timeout=max(1.0, deadline - time.monotonic()))
+        if desk.prepared is not None:
+            self.prepared = desk.prepared
+            return "prepared"
         return "ahead"
 
-    def start_next(self) -> None:
+    def start_next(self, task: Task | None = None, hint: Task | Unknown | None = UNKNOWN) -> None:
         """With ``prestart``, start building the next episode's desktop (no-op if one is built or under way).
 
         Called once the episode's own setup is ready, so that the build does not slow it down. Not in the
         first episode after boot: a desktop used for one episode (a test, a one-off evaluation) never pays
         for a second one, and a collection's desktops start theirs from their second episode.
-        """
-        if self._prestart is not None and self._resets >= 2:
-            self._prestart.prepare(self._next_office)
 
-    def _build_desk(self, slot: str, office: bool) -> Desk:
-        """A whole desktop (X server, sandbox, server) for a later episode; run by :class:`.Prestarter`."""
+        Args:
+            task: the episode's task: the next desktop is set up for it too when the desktop's runs of tasks
+                say it comes again (:class:`.prestart.SetupGuess`) and :attr:`setup_ahead` is set.
+            hint: the next episode's task as the caller knows it (``None``: not known), instead of a guess.
+        """
+        if self._prestart is None or self._resets < 2:
+            return
+        ahead = hint if not isinstance(hint, Unknown) else self._guess.next_task(task) if task is not None else None
+        self._prestart.prepare(self._next_office, ahead if self.setup_ahead is not None else None)
+
+    @contextlib.contextmanager
+    def desk_endpoints(self, desk: Desk) -> Iterator[dict[Port, tuple[str, int]]]:
+        """Loopback TCP forwarders to a desk's ports (as :meth:`endpoint` gives the current one's), while open."""
+        forwarders: dict[Port, UnixForwarder] = {
+            "server": UnixForwarder(desk.sandbox.socket_path),
+            "devtools": UnixForwarder(desk.sandbox.devtools_path, preamble=relay.preamble(DEVTOOLS_PORT)),
+            "vlc": UnixForwarder(desk.sandbox.devtools_path, preamble=relay.preamble(VLC_HTTP_PORT)),
+        }
+        try:
+            yield {port: (str(f.host), int(f.port)) for port, f in forwarders.items()}
+        finally:
+            for forwarder in forwarders.values():
+                forwarder.close()
+
+    def _build_desk(self, slot: str, office: bool, task: Task | None = None) -> Desk:
+        """A whole desktop (X server, sandbox, server) for a later episode, set up for ``task`` if given.
+
+        Run by :class:`.Prestarter`.
+        """
         deadline = time.monotonic() + self.config.timeouts.reset
         display = self._new_display(slot)
         display.start(deadline)
@@ -366,7 +426,13 @@ class DesktopProcesses:
             display.stop()
             raise
         desk = Desk(display, sandbox, client, slot)
-        if office and shutil.which("soffice") is not None:
+        if task is not None and self.setup_ahead is not None:
+            try:
+                desk.prepared = self.setup_ahead(desk, task, deadline)
+            except BaseException:
+                self._destroy_desk(desk)
+                raise
+        elif office and shutil.which("soffice") is not None:
             try:
                 desk.office = warm_office(client, sandbox, deadline)
                 if not desk.office:

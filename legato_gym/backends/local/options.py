@@ -97,9 +97,11 @@ class LocalOptions(BackendOptions):
             desktop, X server included, is built in the background once an episode's setup is ready (from a
             desktop's second episode on), and the next reset switches to it; after a task that opened
             LibreOffice, it has a LibreOffice waiting with no window, to which the next such task's setup
-            hands its document. Costs a second desktop's memory (PSS about 85 MiB, about 130 MiB with
-            LibreOffice waiting) and its start's CPU during the episode. Off (or ``fast_reset`` off): every
-            reset is made in place.
+            hands its document. Once a desktop has been given the same task twice in a row, the next
+            desktop is set up for that task too, and a reset of it again is only the switch. Costs a second
+            desktop's memory (PSS about 85 MiB, about 130 MiB with LibreOffice waiting, what the task's apps
+            take when set up ahead) and its start's CPU during the episode. Off (or ``fast_reset`` off):
+            every reset is made in place.
         file_cache: the persistent, URL-keyed cache of OSWorld's task files (:mod:`.file_cache`) that setup
             downloads and ``cloud_file`` gold files are read from first, shared by all desktops and never
             wiped by a reset (default ``$LEGATO_FILE_CACHE`` or ``~/.cache/legato/files``).

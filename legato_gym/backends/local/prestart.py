@@ -17,12 +17,22 @@ closes, as a cold one does. The warm LibreOffice is kept only for a task whose s
 before doing anything else that could change what LibreOffice reads at start (:func:`opens_office_first`);
 otherwise it is killed and its traces are put back from the home baseline before the task's setup runs,
 so the agent never meets it.
+
+A desktop that runs one task again and again (a GRPO group's attempts on one desktop) goes further: once
+it has seen the same task twice in a row, the spare is also *set up* for that task in the background (the
+task's own setup, by the desktop's grader, and its ready signal), so that the next reset of the same task
+is only the switch. The setup is the task's, run the same way on the same fresh desktop; it only runs
+earlier, while nothing else touches that desktop: OSWorld's own loop leaves a set-up VM idle for 60 s
+before the agent's first screenshot. A reset of another task does not use it: a bare desk is built then, as
+long as a restart takes (:class:`SetupGuess` keeps such misses rare).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
+import json
 import logging
 import mimetypes
 import shlex
@@ -42,8 +52,18 @@ from legato_gym.backends.local.display import Display
 from legato_gym.backends.local.sandbox import Sandbox
 from legato_gym.backends.local.sandbox.spec import Inside
 from legato_gym.backends.local.waits import wait_cpu_idle
+from legato_gym.contract import Task
 
-__all__ = ["Desk", "Prestarter", "cool_office", "opens_office_first", "warm_office"]
+__all__ = [
+    "Desk",
+    "Prepared",
+    "Prestarter",
+    "SetupGuess",
+    "cool_office",
+    "opens_office_first",
+    "task_key",
+    "warm_office",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +82,21 @@ _IDLE_S = 0.3
 _POLL_S = 0.05
 
 
+def task_key(task: Task) -> str:
+    """What a task's setup depends on: its id and its whole config (two tasks of one id may differ)."""
+    config = json.dumps(task.config, sort_keys=True, default=str)
+    return f"{task.task_id}:{hashlib.sha256(config.encode()).hexdigest()[:16]}"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A task's setup, run on a desk started ahead: which task, and what the reset's ready signal waits for."""
+
+    key: str
+    windows: int
+    titles: tuple[str, ...]
+
+
 @dataclass
 class Desk:
     """One X server and the sandbox on it, with its server's client."""
@@ -72,6 +107,8 @@ class Desk:
     slot: str
     #: a LibreOffice with no window runs in it (:func:`warm_office`)
     office: bool = False
+    #: the task whose setup already ran on it (its next reset of that task is only the switch)
+    prepared: Prepared | None = None
 
     def alive(self) -> bool:
         return self.display.alive() and self.sandbox.alive()
@@ -153,15 +190,49 @@ def cool_office(client: DesktopClient, timeout: float) -> None:
         raise OSError(f"could not put LibreOffice's profile back after stopping it: {result}")
 
 
+class SetupGuess:
+    """Which task to set a desk started ahead up for: the task of this episode, while its run should go on.
+
+    A desktop is handed runs of one task (a GRPO group's attempts on it): its next task is guessed to be the
+    current one once the run has two episodes, unless the run is already as long as the last one was. So a
+    desktop of varied tasks never sets one up ahead; one handed runs of a steady length misses only at the
+    end of its first run (the length is not known yet); and a run of 8 gets 6 resets that are only a switch.
+    """
+
+    def __init__(self) -> None:
+        self._current: str | None = None
+        self._length = 0  # episodes of the current run so far
+        self._last_length: int | None = None  # of the run before it
+
+    def reset(self, task: Task) -> None:
+        """Note the task of the episode a reset starts."""
+        key = task_key(task)
+        if key == self._current:
+            self._length += 1
+            return
+        if self._current is not None:
+            self._last_length = self._length
+        self._current, self._length = key, 1
+
+    def next_task(self, task: Task) -> Task | None:
+        """The task to set the next desk up for, during an episode of ``task``; ``None``: a bare desk."""
+        if task_key(task) != self._current or self._length < 2:
+            return None
+        if self._last_length is not None and self._length >= self._last_length:
+            return None  # the run is as long as the last one: it likely ends here
+        return task
+
+
 class Prestarter:
     """Builds the next desktop and kills finished ones, one at a time, in a background thread.
 
     Args:
-        build: starts a desk in the given slot (``office``: with a warm LibreOffice); raises on failure.
+        build: starts a desk in the given slot (``office``: with a warm LibreOffice; ``task``: set up for
+            it); raises on failure.
         destroy: kills a desk and removes its folders.
     """
 
-    def __init__(self, build: Callable[[str, bool], Desk], destroy: Callable[[Desk], None]) -> None:
+    def __init__(self, build: Callable[[str, bool, Task | None], Desk], destroy: Callable[[Desk], None]) -> None:
         self._build, self._destroy = build, destroy
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="legato-prestart")
         self._next: Future[Desk] | None = None
@@ -169,10 +240,10 @@ class Prestarter:
         self._lock = threading.Lock()
         self._live: dict[str, Desk] = {}  # built and not taken, or handed back and not yet killed
 
-    def prepare(self, office: bool) -> None:
-        """Start building the next desk (unless one is already being built or waiting)."""
+    def prepare(self, office: bool, task: Task | None = None) -> None:
+        """Start building the next desk (unless one is already being built or waiting), set up for ``task``."""
         if self._next is None:
-            self._next = self._pool.submit(self._make, f"-{next(self._slots)}", office)
+            self._next = self._pool.submit(self._make, f"-{next(self._slots)}", office, task)
 
     @property
     def pending(self) -> bool:
@@ -220,8 +291,8 @@ class Prestarter:
             with contextlib.suppress(Exception):
                 self._destroy(desk)
 
-    def _make(self, slot: str, office: bool) -> Desk:
-        desk = self._build(slot, office)
+    def _make(self, slot: str, office: bool, task: Task | None) -> Desk:
+        desk = self._build(slot, office, task)
         with self._lock:
             self._live[slot] = desk
         return desk

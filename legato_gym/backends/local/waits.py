@@ -12,16 +12,18 @@ import shlex
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from legato_gym.backends.local import writeback
 from legato_gym.backends.local.options import LocalOptions
 from legato_gym.contract import Task, Waited
 
 if TYPE_CHECKING:
-    from legato_gym.backends.local.lifecycle import DesktopProcesses
+    from legato_gym.backends.local.client import DesktopClient
+    from legato_gym.backends.local.display import Display
+    from legato_gym.backends.local.sandbox import Sandbox
 
-__all__ = ["IDLE_TICKS", "ReadySignals", "cpu_ticks", "fixed_wait", "wait_cpu_idle"]
+__all__ = ["IDLE_TICKS", "DesktopView", "ReadySignals", "cpu_ticks", "fixed_wait", "wait_cpu_idle"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,15 +32,28 @@ logger = logging.getLogger(__name__)
 IDLE_TICKS = 2
 
 
+class DesktopView(Protocol):
+    """The X server, sandbox and server client the waits read: a desktop's current ones, or a desk's."""
+
+    @property
+    def display(self) -> Display: ...
+
+    @property
+    def sandbox(self) -> Sandbox | None: ...
+
+    @property
+    def client(self) -> DesktopClient: ...
+
+
 class ReadySignals:
     """The waits of one desktop, read from its current X server and sandbox.
 
     Args:
-        processes: the desktop's processes (the sandbox changes at every reset).
+        processes: the desktop's processes (the sandbox changes at every reset), or a desk started ahead.
         options: the local backend's options (``settle_s``, ``poll_s``, ``busy_s``, ``window_timeout``).
     """
 
-    def __init__(self, processes: DesktopProcesses, options: LocalOptions) -> None:
+    def __init__(self, processes: DesktopView, options: LocalOptions) -> None:
         self._processes = processes
         self.options = options
 
