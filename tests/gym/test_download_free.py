@@ -1,5 +1,5 @@
 """OSWorld's download-free tasks on real local desktops: scripted solutions graded by desktop-env, the CLI's
-graded records, and a GNOME-settings task that must not score when nothing was done.
+graded records, and tasks that must not score when nothing was done (a GNOME setting, two Chrome settings).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from osworld_kit import ROOT, desktop_env_python, needs_local_tools
+from osworld_kit import ROOT, desktop_env_python, needs_local_tools, run_scenarios
 from typer.testing import CliRunner
 
 from legato_gym import DesktopConfig, Task, Timeouts
@@ -26,6 +26,8 @@ OSWORLD = Path(os.environ.get("LEGATO_OSWORLD") or ROOT.parent / "shared" / "osw
 EXAMPLES = OSWORLD / "evaluation_examples" / "examples"
 pytestmark = pytest.mark.skipif(not EXAMPLES.is_dir(), reason=f"no OSWorld task data at {OSWORLD}")
 LOCK = "a4d98375-215b-4a4d-aee9-3d4370fccc41"  # gsettings: the screen locks automatically
+DARK_MODE_OFF = "93eabf48-6a27-4cb6-b963-7d5fe1e0d3a9"  # chrome_appearance_mode_ui, legato's supplement getter
+DELETE_ON_CLOSE = "99146c54-4f37-4ab8-9327-5f3291665e1e"  # data_delete_automacally
 
 
 def real(task_id: str) -> Task:
@@ -85,6 +87,21 @@ def test_scripted_download_free_tasks_score_as_the_parity_table_says() -> None:
         assert local in (None, osworld), (key, run, local)
     table = json.loads((ROOT / "docs" / "parity.json").read_text())["rows"]
     assert {(r["key"], r["run"]): (r["osworld"], r["local"]) for r in table if r["key"] in keys} == scores
+
+
+@pytest.mark.desktop
+@pytest.mark.osworld_venv
+@pytest.mark.slow
+def test_the_chrome_tasks_once_solved_at_start_score_0_untouched(tmp_path: Path) -> None:
+    """Both scored 1 after DONE alone: Chromium took the classic theme, which OSWorld's appearance getter reads as
+    light mode, and wrote a migration marker where the delete-on-close getter looks for any setting made."""
+    needs_local_tools()
+    python = desktop_env_python()
+    args = {"cache": str(tmp_path / "c"), "files": str(tmp_path / "f"), "osworld": str(OSWORLD)}
+    out = run_scenarios(
+        python, "untouched_scenarios.py", json.dumps({**args, "tasks": [DARK_MODE_OFF, DELETE_ON_CLOSE]}), timeout=600
+    )
+    assert out["scores"] == {DARK_MODE_OFF: 0.0, DELETE_ON_CLOSE: 0.0}
 
 
 @pytest.mark.desktop

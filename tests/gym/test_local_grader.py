@@ -5,6 +5,7 @@ No desktop boots here: the CLI and the Python API must refuse (or pick the grade
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -18,7 +19,7 @@ from typer.testing import CliRunner
 
 import legato_gym
 from legato_gym import DesktopConfig, Task
-from legato_gym.backends.local import LocalDesktop, LocalOptions
+from legato_gym.backends.local import LocalDesktop, LocalOptions, coverage
 from legato_gym.backends.local.coverage import Capabilities, assess, needs_no_download, task_needs
 from legato_gym.backends.local.options import resolve_grader
 from legato_gym.backends.osworld.venv import MARKER, VENV_ENV_VAR
@@ -266,14 +267,30 @@ def test_the_embedded_policy_answers_scripted_gui_steps_else_done() -> None:
 
 
 @needs_osworld
-def test_tasks_whose_getter_says_solved_on_the_untouched_desktop_are_refused() -> None:
+def test_tasks_whose_getter_says_solved_on_the_untouched_desktop_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     caps = Capabilities.detect(grader="osworld", which=lambda name: f"/usr/bin/{name}", services=["chrome-devtools"])
     config = json.loads(next((EXAMPLES / "examples" / "chrome").glob("99146c54*.json")).read_text())
-    verdict = assess(config, caps)  # Chromium writes the key it checks when it first exits
+    # Chromium wrote a migration marker into the key data_delete_automacally checks until its flags turned the
+    # migration off: the task runs now (tests/gym/test_download_free.py grades it on a real desktop)
+    assert assess(config, caps).status == "runnable"
+    monkeypatch.setitem(coverage.GETTER_SOLVED_AT_START, "data_delete_automacally", "a marker in its key")
+    verdict = assess(config, caps)
     assert verdict.status == "refused"
-    assert any(
-        r.startswith("getter data_delete_automacally answers 'solved' on the untouched") for r in verdict.reasons
+    assert verdict.reasons == (
+        "getter data_delete_automacally answers 'solved' on the untouched desktop: a marker in its key",
     )
+
+
+@needs_osworld
+def test_the_dark_mode_task_runs_where_chromes_devtools_are_relayed() -> None:
+    """Its getter, chrome_appearance_mode_ui, is legato's supplement to desktop-env: it reads the settings page."""
+    config = json.loads(next((EXAMPLES / "examples" / "chrome").glob("93eabf48*.json")).read_text())
+    everything = Capabilities.detect(grader="osworld", which=lambda name: f"/usr/bin/{name}", services=["at-spi"])
+    assert assess(config, everything).status == "runnable"
+    no_devtools = dataclasses.replace(everything, services=everything.services - {"chrome-devtools"})
+    assert assess(config, no_devtools).reasons == ("service chrome-devtools is not run by the local desktop",)
+    local = assess(config, dataclasses.replace(everything, grader="local", getters=frozenset(), metrics=None))
+    assert "getter chrome_appearance_mode_ui is not in the local grader" in local.reasons
 
 
 @needs_osworld

@@ -95,17 +95,94 @@ def test_play_and_exit_is_read_as_osworld_reads_it(tmp_path: Path) -> None:
     assert check(None, {"expected_play_and_exit": 0}) == 0.0  # the getter found no file
 
 
-def test_supplements_never_replace_desktop_envs_own_metric() -> None:
+def test_supplements_never_replace_desktop_envs_own_metric_or_getter() -> None:
     class Metrics:
         def check_play_and_exit(self) -> float:
             return 0.5
 
-    own = Metrics()
-    assert supplements.install(own) == []
-    assert own.check_play_and_exit() == 0.5
-    bare = type("Bare", (), {})()
-    assert supplements.install(bare) == ["check_play_and_exit"]
-    assert bare.check_play_and_exit is supplements.check_play_and_exit
+    class Getters:
+        def get_chrome_appearance_mode_ui(self) -> str:
+            return "theirs"
+
+    own_metrics, own_getters = Metrics(), Getters()
+    assert supplements.install(own_metrics, own_getters) == []
+    assert own_metrics.check_play_and_exit() == 0.5 and own_getters.get_chrome_appearance_mode_ui() == "theirs"
+    metrics, getters = type("Bare", (), {})(), type("Bare", (), {})()
+    assert supplements.install(metrics, getters) == ["check_play_and_exit", "get_chrome_appearance_mode_ui"]
+    assert metrics.check_play_and_exit is supplements.check_play_and_exit
+    # desktop-env resolves {"type": X} as getattr(getters, "get_" + X), called as getter(env, config)
+    assert getters.get_chrome_appearance_mode_ui is supplements.get_chrome_appearance_mode_ui
+    assert not hasattr(metrics, "get_chrome_appearance_mode_ui") and not hasattr(getters, "check_play_and_exit")
+
+
+def test_the_settings_page_is_read_as_osworld_reads_it() -> None:
+    mode = supplements.appearance_mode
+    gtk = {"extensions.theme.system_theme": 1}  # the VM's theme in its GNOME session, which OSWorld reads as dark
+    assert mode(gtk, ["Appearance", "Dark", "100%", "Monospace"]) == "dark"  # the setup's dark mode, untouched
+    assert mode(gtk, ["Light", "100%"]) == "light"  # any vote for light wins
+    assert mode(gtk, ["Device"]) == "dark"  # the GTK theme's vote outranks the device's
+    assert mode({"extensions.theme.system_theme": 0}, ["Dark"]) == "light"  # the classic theme reads as light
+    assert mode({}, ["Device"]) == "system" and mode({}, ["System default"]) == "system"
+    assert mode({}, ["Appearance", "New Tab page"]) is None  # nothing said: the Preferences file is read
+    scheme = "browser.theme.color_scheme2"
+    assert [mode({scheme: v}, []) for v in (1, "1", "LIGHT", 2, "dark", 0, "Device", 1.0)] == [
+        "light", "light", "light", "dark", "dark", "system", "system", "light"
+    ]  # fmt: skip
+    assert mode({scheme: True}, []) is None and mode({scheme: " 1"}, []) is None  # as JavaScript's === compares
+    theme = "extensions.theme.system_theme"
+    assert [mode({theme: v}, []) for v in (0, "0", False, 1, "1", True, 2, "false")] == [
+        "light", "light", "light", "dark", "dark", "dark", None, None
+    ]  # fmt: skip
+    assert mode({"browser.theme.other": 1}, []) is None  # only the three prefs OSWorld names vote
+
+
+def test_the_preferences_file_is_read_as_osworld_reads_it() -> None:
+    mode = supplements.preferences_mode
+    assert mode({"browser": {"theme": {"color_scheme": 2, "color_scheme2": 1}}}) == "light"  # color_scheme2 first
+    assert mode({"browser": {"theme": {"color_scheme": 2}}}) == "dark"
+    assert mode({"browser": {"theme": {"color_scheme2": " Dark "}}}) == "dark"
+    assert mode({"browser": {"theme": {"color_scheme2": 2}}, "extensions": {"theme": {"system_theme": 0}}}) == "light"
+    assert mode({"browser": {"theme": {"color_scheme2": 2}}, "extensions": {"theme": {"system_theme": 1}}}) == "dark"
+    assert mode({}) == "system" and mode({"browser": {"theme": {"color_scheme2": 7}}}) == "system"
+    assert mode({"browser": "not a mapping"}) == "system"
+
+
+class _FakeController:
+    """desktop-env's controller as the getter's Preferences fallback uses it: the file changes between reads."""
+
+    def __init__(self, contents: list[bytes | None]) -> None:
+        self.contents = contents
+        self.reads = 0
+
+    def execute_python_command(self, command: str) -> dict[str, str]:
+        assert "google-chrome/Default/Preferences" in command
+        return {"output": "/home/user/.config/google-chrome/Default/Preferences\n"}
+
+    def get_file(self, path: str) -> bytes | None:
+        assert path == "/home/user/.config/google-chrome/Default/Preferences"
+        self.reads += 1
+        return self.contents[min(self.reads, len(self.contents)) - 1]
+
+
+def test_without_devtools_the_mode_comes_from_the_preferences_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(supplements, "PREFERENCES_TIMEOUT_S", 1.0)
+    dark = json.dumps({"browser": {"theme": {"color_scheme2": 2}}}).encode()
+    light = json.dumps({"browser": {"theme": {"color_scheme2": 1}}}).encode()
+    env = type("Env", (), {"controller": _FakeController([None, dark, light])})()
+    assert supplements._preferences_file_mode(env) == "light"  # Chrome wrote it late: read until it says light
+    assert env.controller.reads == 3
+    env.controller = _FakeController([b"{not json", dark])
+    assert supplements._preferences_file_mode(env) == "dark"  # never light by the deadline: its last mode
+    assert env.controller.reads > 2
+    env.controller = _FakeController([None])
+    assert supplements._preferences_file_mode(env) == "system"
+
+
+def test_the_appearance_getter_outside_desktop_envs_python_says_how_to_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "playwright.sync_api", None)  # as where Playwright is not installed
+    env = type("Env", (), {"vm_ip": "127.0.0.1", "chromium_port": 9})()
+    with pytest.raises(MissingDependencyError, match=r"Playwright.*legato osworld setup"):
+        supplements.get_chrome_appearance_mode_ui(env, {"type": "chrome_appearance_mode_ui"})
 
 
 def test_requirements_leave_out_torch_and_keep_desktop_env_pins() -> None:

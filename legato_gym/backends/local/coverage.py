@@ -106,11 +106,10 @@ _SETUP_GOOGLE = {"googledrive": "uses Google Drive", "login": "logs in to a Goog
 _GETTER_LIVE_WEB = {"info_from_website", "pdf_from_url", "gotoRecreationPage_and_get_html_content", "page_info"}
 _GETTER_GOOGLE = {"googledrive_file"}
 #: Getters that answer "solved" on this desktop before the agent does anything (measured: their tasks scored 1
-#: on ``DONE``), and why. Their tasks are refused, never silently scored.
-GETTER_SOLVED_AT_START: dict[str, str] = {
-    "data_delete_automacally": "Chromium 156 writes profile.default_content_setting_values (a migration "
-    "marker) when it first exits, which this getter reads as the setting made",
-}
+#: on ``DONE``), and why. Their tasks are refused, never silently scored. None today: ``data_delete_automacally``
+#: was, until Chromium ran without the migration marker it wrote into the key that getter checks
+#: (:data:`legato_gym.backends.local.apps.chrome.CHROMIUM_FLAGS`).
+GETTER_SOLVED_AT_START: dict[str, str] = {}
 #: Getters whose answer depends on an app being installed that the task does not name, by :data:`APPS` key.
 #: ``default_video_player`` counts the app most video types open in: VLC until GNOME Videos is there.
 GETTER_APPS: dict[str, str] = {"default_video_player": "video player"}
@@ -136,8 +135,9 @@ OSWORLD_SETUP_TYPES = frozenset(
     }
 )
 #: Getters and metrics that OSWorld's 2026 task data names but desktop-env 1.0.2 does not have, and legato does
-#: not add (:mod:`legato_gym.backends.osworld.supplements` adds ``check_play_and_exit``).
-OSWORLD_MISSING = frozenset({"chrome_appearance_mode_ui", "check_structure_sim_with_threshold"})
+#: not add (:mod:`legato_gym.backends.osworld.supplements` adds ``check_play_and_exit`` and
+#: ``chrome_appearance_mode_ui``).
+OSWORLD_MISSING = frozenset({"check_structure_sim_with_threshold"})
 #: Getters that need a service inside the desktop, by service name.
 GETTER_SERVICES: dict[str, str] = {
     "vlc_playing_info": "vlc-http",
@@ -151,6 +151,7 @@ GETTER_SERVICES: dict[str, str] = {
             "active_tab_html_parse",
             "active_tab_url_parse",
             "chrome_language",
+            "chrome_appearance_mode_ui",
             "chrome_font_size",
             "shortcuts_on_desktop",
             "number_of_search_results",

@@ -38,7 +38,7 @@ CLIENT_PASSWORD = "password"
 
 
 def import_desktop_env() -> Any:
-    """``desktop_env.desktop_env`` (with the shim installed, and the metrics it lacks added from
+    """``desktop_env.desktop_env`` (with the shim installed, and the getters and metrics it lacks added from
     :mod:`.supplements`), or a clear error outside its interpreter."""
     shim.install()
     # desktop-env logs an ERROR at import when OSWorld's private proxy list is absent (legato never uses it),
@@ -53,7 +53,7 @@ def import_desktop_env() -> Any:
             f"desktop-env does not import in this interpreter ({exc}); run the osworld backend with "
             "DesktopConfig.python set to desktop-env's interpreter: create it with `legato osworld setup`"
         ) from exc
-    supplements.install(module.metrics)
+    supplements.install(module.metrics, module.getters)
     return module
 
 

@@ -22,10 +22,14 @@ __all__ = ["CHROME_PROFILE", "CHROMIUM_FLAGS", "bin_entries", "chrome_files", "c
 #: Chrome's user data folder, where OSWorld's getters read Preferences, Bookmarks, History.
 CHROME_PROFILE = ".config/google-chrome"
 
-#: Chrome's first-run state: the profile has been used, the default-browser question was answered.
+#: Chrome's first-run state: the profile has been used, the default-browser question was answered. And the
+#: theme Chrome gives itself in the VM's GNOME session, GTK (``extensions.theme.system_theme`` 1): in a session
+#: that is not GNOME, as the desktop's, it takes the classic one (0), which OSWorld's ``chrome_appearance_mode_ui``
+#: reads as light mode, and which shows the Mode dropdown the GTK theme hides.
 CHROME_PREFERENCES: dict[str, Any] = {
     "browser": {"check_default_browser": False, "has_seen_welcome_page": True},
     "distribution": {"skip_first_run_ui": True, "suppress_first_run_default_browser_prompt": True},
+    "extensions": {"theme": {"system_theme": 1}},
     "profile": {"exit_type": "Normal", "exited_cleanly": True},
     "session": {"restore_on_startup": 5},
 }
@@ -43,6 +47,10 @@ CHROMIUM_FLAGS = (
     "--password-store=basic",
     "--test-type",  # no "unsupported command-line flag: --no-sandbox" infobar
     "--force-renderer-accessibility",  # the page's contents in the AT-SPI tree, not only the browser's frame
+    # Local Network Access came after the VM's Chrome, and with it a migration that writes a marker into
+    # profile.default_content_setting_values at Chromium's first exit: OSWorld's data_delete_automacally reads
+    # any value there as "delete data on close" set. Off, the key holds only what the user sets, as on the VM.
+    "--disable-features=LocalNetworkAccessChecks",
 )
 
 _CHROME_DESKTOP = """[Desktop Entry]
