@@ -267,3 +267,10 @@ def test_vs_code_tasks_score_one_for_the_right_solution_and_zero_for_the_wrong(t
         assert result["theme"]["right"]["saved"] == '{"workbench.colorTheme": "Visual Studio Dark"}\n', result
         assert result["theme"]["wrong"]["saved"] == '{"workbench.colorTheme": "Visual Studio Light"}\n', result
     assert result["edit"]["right"]["titles"] == ["notes.txt - Visual Studio Code"]
+
+
+def test_only_vs_codes_workbench_gets_longer_than_busy_s_to_finish_loading_after_its_title() -> None:
+    from legato_gym.backends.local.apps import loads_after_title
+
+    assert loads_after_title(["hello.py - Visual Studio Code"])
+    assert not loads_after_title(["t.xlsx - LibreOffice Calc", "VLC media player", "Chromium"])  # a video: busy_s

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from legato_gym.backends.local import writeback
+from legato_gym.backends.local import apps, writeback
 from legato_gym.backends.local.options import LocalOptions
 from legato_gym.contract import Task, Waited
 
@@ -64,7 +64,9 @@ class ReadySignals:
         mapped = display.wait_windows(windows, window_deadline)
         loaded = display.wait_titles(titles, window_deadline)
         if titles:  # an app drawn is not yet an app that takes input: wait until it stops computing
-            loaded = self.wait_idle(self.busy_deadline(window_deadline)) and loaded
+            slow = apps.loads_after_title(titles)  # up to window_timeout again, not busy_s, from its title
+            until = min(deadline, time.monotonic() + self.options.window_timeout) if slow else window_deadline
+            loaded = self.wait_idle(until if slow else self.busy_deadline(until)) and loaded
         settled = display.wait_settled(self.busy_deadline(deadline), self.options.settle_s, self.options.poll_s)
         return mapped and loaded and settled
 

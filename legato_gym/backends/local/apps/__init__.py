@@ -53,7 +53,14 @@ from legato_gym.backends.local.apps.media import (
     vlcrc,
 )
 from legato_gym.backends.local.apps.office import LIBREOFFICE_PROFILE, libreoffice_files
-from legato_gym.backends.local.apps.ready import WINDOWLESS, open_title, opens_window, ready_title, ready_titles
+from legato_gym.backends.local.apps.ready import (
+    WINDOWLESS,
+    loads_after_title,
+    open_title,
+    opens_window,
+    ready_title,
+    ready_titles,
+)
 from legato_gym.backends.local.apps.thunderbird import (
     THUNDERBIRD_PREFS,
     THUNDERBIRD_PROFILE,
@@ -95,6 +102,7 @@ __all__ = [
     "gimp_title",
     "install_hash",
     "libreoffice_files",
+    "loads_after_title",
     "media_files",
     "open_title",
     "openbox_keybinds",

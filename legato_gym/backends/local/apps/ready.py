@@ -10,7 +10,7 @@ from legato_gym.backends.local import vscode
 from legato_gym.backends.local.apps.media import GIMP_TITLE, VLC_MEDIA, VLC_TITLE, gimp_title
 from legato_gym.backends.local.commands import command_words
 
-__all__ = ["WINDOWLESS", "open_title", "opens_window", "ready_title", "ready_titles"]
+__all__ = ["WINDOWLESS", "loads_after_title", "open_title", "opens_window", "ready_title", "ready_titles"]
 
 _OFFICE_TITLES = {"--calc": "LibreOffice Calc", "--writer": "LibreOffice Writer", "--impress": "LibreOffice Impress"}
 _DOCUMENT = (".xlsx", ".xls", ".ods", ".csv", ".docx", ".doc", ".odt", ".rtf", ".pptx", ".ppt", ".odp", ".pdf")
@@ -72,6 +72,16 @@ def ready_titles(steps: Sequence[Mapping[str, Any]]) -> list[str]:
         if title is not None:
             titles.append(title)
     return titles
+
+
+def loads_after_title(titles: Sequence[str]) -> bool:
+    """Whether an app of these ready titles keeps loading for seconds after its window shows its title.
+
+    VS Code's workbench (code-server in a browser window) titles the window with the file, then starts its
+    extension host and renders the editor for about 3 s more on 2 cores (measured): longer than a ready
+    signal waits for apps that never stop working (``LocalOptions.busy_s``, a playing video).
+    """
+    return any(title.endswith(vscode.APP_NAME) for title in titles)
 
 
 #: Programs that OSWorld's setups launch and that map no window (the DevTools port forwarder, killers).
