@@ -34,8 +34,9 @@ pytestmark = [
     ),
 ]
 
-#: Small bounds, so that the attempts to exceed them stay cheap.
-OPTIONS = LocalOptions(memory_mb=384, max_processes=96, tmpfs_mb=64)
+#: Small bounds, so that the attempts to exceed them stay cheap. No desktop started ahead: it would share the
+#: desktop's bounds (one cgroup) and race the fork bomb for the last pids while it builds.
+OPTIONS = LocalOptions(memory_mb=384, max_processes=96, tmpfs_mb=64, prestart=False)
 CONFIG = DesktopConfig(screen=(640, 480), options=OPTIONS)
 TASK = Task("t-escape", "Try to get out.", {"config": [], "evaluator": {"func": "infeasible"}})
 PROBE = "/home/user/.escape-probe"
