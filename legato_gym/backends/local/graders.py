@@ -100,16 +100,16 @@ class LocalGrader:
         grading.check_evaluator(task)
 
     def setup(self, task: Task, deadline: float, settle: Settle | None) -> tuple[int, list[str]]:
-        cache = cache_dir(self._processes.state_dir, task)
-        runner = SetupRunner(self._processes.client, cache, self.screen, deadline, None, files=self.files)
-        if settle is not None:
-            runner.settle = lambda windows, until: settle(windows, until, runner.titles)
-        runner.run(task.setup)
-        return runner.expected_windows, list(runner.titles)
+        return self._setup(self._processes.client, self._processes.state_dir, task, deadline, settle)
 
     def setup_ahead(self, task: Task, desk: Desk, deadline: float, settle: Settle | None) -> tuple[int, list[str]]:
-        cache = cache_dir(self._processes.state_dir / "ahead", task)  # made the episode's cache by adopt()
-        runner = SetupRunner(desk.client, cache, self.screen, deadline, None, files=self.files)
+        ahead = self._processes.state_dir / "ahead"  # its cache becomes the episode's in adopt()
+        return self._setup(desk.client, ahead, task, deadline, settle)
+
+    def _setup(
+        self, client: DesktopClient, root: Path, task: Task, deadline: float, settle: Settle | None
+    ) -> tuple[int, list[str]]:
+        runner = SetupRunner(client, cache_dir(root, task), self.screen, deadline, None, files=self.files)
         if settle is not None:
             runner.settle = lambda windows, until: settle(windows, until, runner.titles)
         runner.run(task.setup)
