@@ -60,13 +60,30 @@ from legato_rl.store import (
     open_run,
     prompt_ids_of,
     read_progress,
+    task_digests,
     tasks_sha256,
 )
 from legato_rl.summary import Summary, summarize_run, write_summary
 
-__all__ = ["CollectOptions", "Collector", "Progress", "collect"]
+__all__ = ["CollectOptions", "Collector", "Progress", "collect", "grader_of"]
 
 log = logging.getLogger(__name__)
+
+
+def grader_of(backend: Backend, config: DesktopConfig) -> str:
+    """The grader that scores a backend's attempts: what the run's manifest and its graded records name.
+
+    ``osworld`` is desktop-env's getters and metrics (the osworld backend's, and the local backend's with
+    ``grader="osworld"``, or ``"auto"`` where desktop-env's interpreter runs the desktops); ``local`` is the
+    local backend's built-in grader; ``fake`` the fake suite's; a backend of your own grades with its own
+    ``evaluate``, named by the backend's name.
+    """
+    if backend.name == "local":
+        from legato_gym.backends.local.options import LocalOptions, resolve_grader
+
+        options = config.options if isinstance(config.options, LocalOptions) else LocalOptions()
+        return resolve_grader(options.grader, config.python)
+    return backend.name
 
 
 @dataclass
@@ -78,6 +95,8 @@ class _Play:
     policy: PolicyStamp
     #: the task this desktop will likely play next (its desktop may set it up meanwhile)
     next_task: Task | None = None
+    #: the grader that scores it (:func:`grader_of`), named by a graded record
+    grader: str | None = None
     episode: Episode = field(init=False)
     steps: list[StepRecord] = field(default_factory=list)
 
@@ -88,6 +107,7 @@ class _Play:
         ended = time.time()
         episode = self.episode
         task = self.attempt.task
+        graded = status in COMPLETED_STATUSES or status is Status.SURPLUS
         return RolloutRecord(
             rollout_id=self.attempt.rollout_id,
             task_id=task.task_id,
@@ -98,7 +118,8 @@ class _Play:
             status=status.value,
             try_index=self.attempt.try_index,
             desktop=self.desktop,
-            reward=episode.reward if status in COMPLETED_STATUSES or status is Status.SURPLUS else None,
+            reward=episode.reward if graded else None,
+            grader=self.grader if graded and episode.reward is not None else None,
             error=error,
             timing=episode.timing(ended),
             steps=tuple(self.steps),
@@ -143,6 +164,7 @@ class Collector:
         self.ray = ray
         self.backend = backend or resolve_backend(options.backend)  # resolved once, passed to the vector env
         self.harness: Harness = harness or QwenHarness(image_max=options.image_max)
+        self.grader = grader_of(self.backend, desktop)
         self.book = GroupBook(self.tasks, group=options.group, oversample=options.oversample)
         self.progress = progress if progress is not None else Progress()
         self.progress.groups, self.progress.desktops = len(self.book.groups), options.desktops
@@ -164,17 +186,22 @@ class Collector:
         return RunManifest(
             tasks_sha256=tasks_sha256(self.tasks),
             n_tasks=len(self.tasks),
+            tasks=task_digests(self.tasks),
             group=self.options.group,
             oversample=self.options.oversample,
             policy_model=self.policy_config.model,
             policy_version=self.policy_config.version,
             max_steps=self.options.max_steps,
+            rollout_timeout=self.options.rollout_timeout,
             backend=self.options.backend,
+            grader=self.grader,
             harness=self.harness.name,
             image_max=self.options.image_max,
+            screen=self.desktop_config.screen,
             temperature=self.policy_config.sampling.temperature,
             top_p=self.policy_config.sampling.top_p,
             max_tokens=self.policy_config.sampling.max_tokens,
+            extra_body=dict(self.policy_config.sampling.extra_body),
         )
 
     async def run(self) -> Summary:
@@ -272,7 +299,7 @@ class Collector:
                     self._idle.discard(env_id)
                 continue
             stamp = PolicyStamp(self.policy_config.model, self.policy_config.version)  # stamped at dispatch
-            play = _Play(attempt, env_id, stamp, self.book.likely_next(attempt))
+            play = _Play(attempt, env_id, stamp, self.book.likely_next(attempt), self.grader)
             task = asyncio.ensure_future(self._run_attempt(env, client, play))
             self._running[env_id] = (play, task)
             self.progress.busy += 1

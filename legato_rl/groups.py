@@ -218,14 +218,29 @@ class GroupBook:
         Args:
             ended: ``(group_id, attempt_index, status)`` of every attempt that has a final record.
             tries: ``(group_id, attempt_index)`` of every ``retried`` record.
+
+        Raises:
+            ConfigError: a record names a group that these tasks do not have (a group id holds its task's
+                position: the tasks were reordered, removed or renamed since the run began). Nothing is
+                restored, and nothing would be played twice or left out unsaid.
         """
+        ended, tries = list(ended), list(tries)
+        unknown = sorted(({gid for gid, _, _ in ended} | {gid for gid, _ in tries}) - set(self.groups))
+        if unknown:
+            named = ", ".join(unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
+            raise ConfigError(
+                f"the run's records name {len(unknown)} group(s) that these tasks do not have ({named}): a group "
+                "id is g<position>-<task_id>, so the tasks were reordered, removed or renamed since the run began. "
+                "Give the run's tasks as they were (the same tasks, in the same order), or another --out for a new "
+                "batch"
+            )
         retried: dict[tuple[str, int], int] = {}
         for key in tries:
             retried[key] = retried.get(key, 0) + 1
         done: set[tuple[str, int]] = set()
         for gid, index, status in ended:
-            group = self.groups.get(gid)
-            if group is None or (gid, index) in done:
+            group = self.groups[gid]
+            if (gid, index) in done:
                 continue
             done.add((gid, index))
             group.ended += 1

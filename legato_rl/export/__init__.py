@@ -20,6 +20,8 @@ Each row holds exactly these fields, in this order (JSONL value; Parquet type):
 * ``advantage``: the rollout's group advantage (``double`` not null).
 * ``policy_version``: the version stamped on the rollout (``--version``), or null (``string``).
 * ``weight_version``: the weight version the server reported for this reply, or null (``string``).
+* ``grader``: the grader that scored the rollout's reward (``osworld``, ``local``, ``fake``, ...), or null
+  for records written before records named it (``string``).
 
 With ``image_column`` (Parquet only) a last column ``images`` holds the step's screenshots in the order
 ``messages`` references them, as a Hugging Face ``datasets`` ``List(Image())`` column

@@ -41,6 +41,7 @@ EXPORT_FIELDS = (
     "advantage",
     "policy_version",
     "weight_version",
+    "grader",
 )
 #: The column ``image_column=True`` adds after :data:`EXPORT_FIELDS`.
 IMAGES_FIELD = "images"
@@ -109,6 +110,7 @@ def step_row(
         "advantage": advantage,
         "policy_version": record.policy.version,
         "weight_version": step.model.weight_version,
+        "grader": record.grader,
     }
 
 

@@ -64,6 +64,7 @@ def parquet_schema(*, image_column: bool = False) -> Any:
         pa.field("advantage", pa.float64(), nullable=False),
         pa.field("policy_version", pa.string()),
         pa.field("weight_version", pa.string()),
+        pa.field("grader", pa.string()),
     ]
     metadata = {"legato.schema": EXPORT_SCHEMA}
     if image_column:

@@ -50,6 +50,7 @@ __all__ = ["DIALECT", "OPTIONAL_FIELDS", "record_json_schema", "render_record_js
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 #: Keys a ``legato.rollout/v0`` record may lack (added since its first records), by object.
 OPTIONAL_FIELDS: dict[str, frozenset[str]] = {
+    "RolloutRecord": frozenset({"grader"}),
     "StepRecord": frozenset({"prompt_ids"}),
     "ModelStats": frozenset({"weight_version"}),
 }

@@ -3,7 +3,7 @@
 Record layout (every key always present, ``null`` when it does not apply)::
 
     {"schema": "legato.rollout/v0", "rollout_id", "task_id", "domain", "group_id", "attempt", "try",
-     "desktop", "policy": {"model", "version"}, "status", "reward", "error": {"kind", "type", "message"},
+     "desktop", "policy": {"model", "version"}, "status", "reward", "grader", "error": {"kind", "type", "message"},
      "n_steps", "timing": {"reset_s", "wait_after_reset_s", "model_s", "act_s", "wait_s", "obs_s",
      "wait_before_eval_s", "eval_s", "total_s"}, "started_at", "ended_at",
      "steps": [{"index", "started_at", "request": {"model", "messages", "sampling", "extras", "order"},
@@ -14,8 +14,8 @@ Record layout (every key always present, ``null`` when it does not apply)::
                 "description", "parse_error",
                 "actions": [{"action", "act_s", "wait_s", "ready_s", "obs_s"}]}]}
 
-Fields added since the first ``legato.rollout/v0`` records (``prompt_ids``, ``model.weight_version``) are
-optional: records without them read as ``null``, so the schema name is unchanged.
+Fields added since the first ``legato.rollout/v0`` records (``grader``, ``prompt_ids``,
+``model.weight_version``) are optional: records without them read as ``null``, so the schema name is unchanged.
 
 :class:`Status` and the sets of statuses (:data:`FINAL_STATUSES`, :data:`COMPLETED_STATUSES`,
 :data:`FAILED_STATUSES`) are defined here and nowhere else: the group rules (:mod:`legato_rl.groups`), the
@@ -402,6 +402,9 @@ class RolloutRecord:
         policy: model and version, stamped when the attempt was dispatched.
         status: one of :data:`STATUSES`.
         reward: the evaluator's score, or ``None`` when the try was not graded.
+        grader: the grader that scored ``reward`` (``osworld``: desktop-env's getters and metrics, ``local``:
+            the local backend's built-in one, ``fake``: the fake suite's, else the backend's own name), or
+            ``None`` when the try was not graded (or was written before records named their grader).
         error: why the try failed (``status`` ``error`` or ``retried``), else ``None``.
         timing: seconds by phase.
         steps: one per policy call.
@@ -424,6 +427,7 @@ class RolloutRecord:
     steps: tuple[StepRecord, ...] = ()
     started_at: float | None = None
     ended_at: float | None = None
+    grader: str | None = None
 
     def __post_init__(self) -> None:
         status = str(self.status)
@@ -460,6 +464,7 @@ class RolloutRecord:
             "policy": shallow(self.policy),
             "status": self.status,
             "reward": self.reward,
+            "grader": self.grader,
             "error": shallow(self.error) if self.error is not None else None,
             "n_steps": self.n_steps,
             "timing": shallow(self.timing),
@@ -495,6 +500,7 @@ class RolloutRecord:
                 policy=build(PolicyStamp, data["policy"], "policy"),
                 status=data["status"],
                 reward=None if data["reward"] is None else float(data["reward"]),
+                grader=data.get("grader"),
                 error=None if error is None else build(ErrorInfo, error, "error"),
                 timing=build(Timing, data["timing"], "timing"),
                 steps=tuple(StepRecord.from_json(step) for step in data["steps"]),

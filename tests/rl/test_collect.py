@@ -34,7 +34,7 @@ from legato_rl.testing import Faults, ReferencePolicyServer, ScriptedSolver
 SCREEN = (320, 240)
 RECORD_KEYS = {
     "schema", "rollout_id", "task_id", "domain", "group_id", "attempt", "try", "desktop", "policy", "status",
-    "reward", "error", "n_steps", "timing", "started_at", "ended_at", "steps",
+    "reward", "grader", "error", "n_steps", "timing", "started_at", "ended_at", "steps",
 }  # fmt: skip
 TIMING_KEYS = {
     "reset_s", "wait_after_reset_s", "model_s", "act_s", "wait_s", "obs_s", "wait_before_eval_s", "eval_s",
