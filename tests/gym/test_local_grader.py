@@ -1,6 +1,7 @@
 """Which grader grades the local backend's tasks, and the refusal at load from every entry point.
 
-No desktop boots here: the CLI and the Python API must refuse (or pick the grader) before one would.
+No desktop boots here but in one test (the grader a run records): the CLI and the Python API must refuse (or
+pick the grader) before one would.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from typing import Any
 
 import gymnasium
 import pytest
-from osworld_kit import refused_tasks_file
+from osworld_kit import needs_local_tools, refused_tasks_file
 from typer.testing import CliRunner
 
 import legato_gym
 from legato_gym import DesktopConfig, Task
-from legato_gym.backends.local import LocalDesktop, LocalOptions, coverage
+from legato_gym.backends.local import LocalDesktop, LocalOptions, coverage, default_tasks
 from legato_gym.backends.local.coverage import Capabilities, assess, needs_no_download, task_needs
 from legato_gym.backends.local.options import resolve_grader
 from legato_gym.backends.osworld.venv import MARKER, VENV_ENV_VAR
@@ -29,6 +30,7 @@ from legato_gym.tasks import load_tasks
 from legato_gym.vector import process as vector_process
 from legato_rl.cli.app import app
 from legato_rl.cli.collect import _stamp_grader, local_solution
+from legato_rl.store import read_record_dicts
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = Path(os.environ.get("LEGATO_OSWORLD") or ROOT.parent / "shared" / "osworld") / "evaluation_examples"
@@ -143,6 +145,27 @@ def test_the_summary_records_the_grader(tmp_path: Path) -> None:
     summary.write_text(json.dumps({"schema": "legato.summary/v0", "n_records": 3}))
     _stamp_grader(summary, "osworld")
     assert json.loads(summary.read_text()) == {"schema": "legato.summary/v0", "n_records": 3, "grader": "osworld"}
+
+
+@pytest.mark.desktop
+def test_a_run_records_its_grader_and_refuses_a_resume_with_another(tmp_path: Path, desktop_env_venv: str) -> None:
+    """A resume with another --grader was accepted, and one batch mixed the rewards of two graders."""
+    needs_local_tools()
+    task = next(t for t in default_tasks(DesktopConfig()) if t.task_id == "local-terminal-create-file")
+    tasks, run = tmp_path / "tasks.json", tmp_path / "run"
+    tasks.write_text(json.dumps([{"task_id": task.task_id, "domain": task.domain, "config": dict(task.config)}]))
+    argv = ["rl", "collect", "--backend", "local", "--policy-url", "embedded", "--tasks", str(tasks), "--out", str(run),
+            "--group", "1", "--desktops", "1", "--no-prestart", "--quiet"]  # fmt: skip
+    first = cli(*argv, "--grader", "local")
+    assert first.exit_code == 0, first.output
+    (record,) = read_record_dicts(run)
+    assert (record["status"], record["reward"], record["grader"]) == ("ok", 1.0, "local")
+    written = (run / "run.json").read_bytes()
+    assert json.loads(written)["grader"] == "local"
+    again = cli(*argv, "--grader", "osworld")  # desktop-env's interpreter is "set up": osworld would grade
+    assert again.exit_code == 2, again.output
+    assert "--grader: the run has 'local', this command gives 'osworld' (resume with --grader local)" in said(again)
+    assert list(read_record_dicts(run)) == [record] and (run / "run.json").read_bytes() == written
 
 
 # ----------------------------------------------------------------------------- refused at load, everywhere

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from legato_gym import ConfigError, DesktopConfig, Timeouts
+from legato_gym import ConfigError, DesktopConfig, Task, Timeouts
 from legato_gym.backends.fake import default_tasks
 from legato_gym.png import encode_png
 from legato_rl.cli.app import app
@@ -125,6 +125,8 @@ def test_group_closes_and_later_attempts_are_skipped(tmp_path: Path, server: Ref
     assert all(sorted(s) == ["ok", "skipped"] for s in by_group.values()), by_group
     skipped = [r for r in records if r["status"] == "skipped"]
     assert all(r["steps"] == [] and r["reward"] is None and r["desktop"] is None for r in skipped)
+    assert {r["grader"] for r in skipped} == {None}  # not graded
+    assert {r["grader"] for r in records if r["status"] == "ok"} == {"fake"}
 
 
 def test_stragglers_are_cancelled_or_surplus(tmp_path: Path, server: ReferencePolicyServer) -> None:
@@ -144,9 +146,9 @@ def test_stragglers_are_cancelled_or_surplus(tmp_path: Path, server: ReferencePo
         assert other in {"cancelled", "surplus"}
     for r in records:
         if r["status"] == "cancelled":
-            assert r["reward"] is None
+            assert r["reward"] is None and r["grader"] is None
         if r["status"] == "surplus":
-            assert r["reward"] is not None
+            assert r["reward"] is not None and r["grader"] == "fake"
 
 
 def test_desktop_crashes_are_retried_then_error_env(tmp_path: Path, server: ReferencePolicyServer) -> None:
@@ -239,6 +241,59 @@ def test_resume_refuses_other_arguments(tmp_path: Path, server: ReferencePolicyS
     collect(tasks, _policy(server), out=tmp_path / "run", desktops=1, group=1, backend="fake", desktop=config)
     with pytest.raises(ConfigError, match="group"):
         collect(tasks, _policy(server), out=tmp_path / "run", desktops=1, group=2, backend="fake", desktop=config)
+
+
+def _changed(task: Task, **config: Any) -> Task:
+    return Task(task.task_id, task.instruction, {**task.config, **config}, domain=task.domain)
+
+
+def test_a_resume_is_the_same_batch_or_a_refusal_that_changes_nothing(
+    tmp_path: Path, server: ReferencePolicyServer
+) -> None:
+    """Resuming a finished run with its tasks reordered ran them again: 10 of 11 tasks got two groups."""
+    config, run = _config(), tmp_path / "run"
+    tasks = default_tasks(config)[:3]
+    a, b, c = (f"fake/{t.task_id}" for t in tasks)
+
+    def resume(given: list[Task]) -> None:
+        collect(given, _policy(server), out=run, desktops=2, group=1, backend="fake", desktop=config)
+
+    resume(tasks)
+    records, written = _records(run), (run / "run.json").read_bytes()
+    assert len(records) == 3 and {r["grader"] for r in records} == {"fake"}  # who scored each reward
+    assert json.loads(written)["grader"] == "fake"
+    for given, said in [
+        (tasks[::-1], f"the same 3 tasks in another order (2 moved: task 0 was {a}, now {c}, task 2 was {c}, now {a})"),
+        ([tasks[0], _changed(tasks[1], evaluator={"func": "infeasible"}), tasks[2]],
+         f"--tasks: task 1 ({b}): config.evaluator changed"),
+        (tasks[:2], f"--tasks: task 2 ({c}) is missing"),
+    ]:  # fmt: skip
+        with pytest.raises(ConfigError) as info:
+            resume(given)
+        assert said in str(info.value), str(info.value)
+        assert _records(run) == records and (run / "run.json").read_bytes() == written  # nothing ran, nothing rewritten
+    resume(tasks)  # the same batch: nothing to run again
+    assert _records(run) == records and (run / "run.json").read_bytes() == written
+
+
+def test_a_run_without_task_digests_refuses_records_of_groups_its_tasks_lack(
+    tmp_path: Path, server: ReferencePolicyServer
+) -> None:
+    """A run.json from before the tasks were kept in order: the records' group ids catch a reorder, which today
+    skipped those records without a word and ran every moved task again."""
+    config, run = _config(), tmp_path / "run"
+    tasks = default_tasks(config)[:3]
+    collect(tasks, _policy(server), out=run, desktops=2, group=1, backend="fake", desktop=config)
+    manifest = json.loads((run / "run.json").read_text())
+    manifest.pop("tasks", None)  # as a run.json written before the tasks were kept
+    (run / "run.json").write_text(json.dumps(manifest))
+    records = _records(run)
+    with pytest.raises(ConfigError) as info:
+        collect(tasks[::-1], _policy(server), out=run, desktops=2, group=1, backend="fake", desktop=config)
+    message = str(info.value)
+    assert f"the run's records name 2 group(s) that these tasks do not have (g0000-{tasks[0].task_id}" in message
+    assert "the tasks were reordered, removed or renamed" in message and "another --out" in message
+    assert _records(run) == records
 
 
 _KILLED_COLLECT = textwrap.dedent(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from legato_rl.store import (
     read_manifest,
     read_record_dicts,
     read_records,
+    task_digests,
     tasks_sha256,
 )
 
@@ -510,6 +512,90 @@ def test_tasks_digest_ignores_order_and_source_but_not_content() -> None:
     assert tasks_sha256([a, b]) == tasks_sha256([b, Task("a", "do a", {"config": []}, domain="os")])
     assert tasks_sha256([a, b]) != tasks_sha256([a])
     assert tasks_sha256([a]) != tasks_sha256([Task("a", "do A", {"config": []}, domain="os")])
+
+
+def _task(task_id: str, *, instruction: str = "do it", evaluator: str = "exact_match", domain: str = "os") -> Task:
+    config = {"id": task_id, "instruction": instruction, "config": [], "evaluator": {"func": evaluator}}
+    return Task(task_id, instruction, config, domain=domain)
+
+
+TASKS = [_task("a"), _task("b"), _task("c")]
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (TASKS[::-1], "--tasks: the same 3 tasks in another order (2 moved: task 0 was os/a, now os/c, task 2 was "
+                      "os/c, now os/a); group ids hold each task's position"),
+        ([TASKS[0], _task("b", evaluator="fuzzy_match"), TASKS[2]], "--tasks: task 1 (os/b): config.evaluator changed"),
+        ([TASKS[0], _task("b", instruction="do it now"), TASKS[2]],
+         "--tasks: task 1 (os/b): instruction, config.instruction changed"),
+        ([TASKS[0], _task("b", domain="chrome"), TASKS[2]], "--tasks: task 1 (os/b): domain changed"),
+        (TASKS[:2], "--tasks: task 2 (os/c) is missing"),
+        ([*TASKS, _task("d")], "--tasks: task 3 (os/d) is not in the run"),
+        ([TASKS[1], TASKS[0], _task("c", evaluator="x")], "task 2 (os/c): config.evaluator changed"),
+    ],
+)  # fmt: skip
+def test_a_resume_names_each_task_that_differs_by_position_id_and_part(
+    tmp_path: Path, given: list[Task], said: str
+) -> None:
+    """The tasks digest ignored order while group ids hold a task's position, and named no task."""
+    open_run(tmp_path, manifest(tasks=task_digests(TASKS)))
+    written = (tmp_path / "run.json").read_bytes()
+    assert open_run(tmp_path, manifest(tasks=task_digests(TASKS))) is True
+    with pytest.raises(ConfigError) as info:
+        open_run(tmp_path, manifest(tasks=task_digests(given)))
+    message = str(info.value)
+    assert said in message, message
+    assert "give the run's tasks as they were (the same tasks, in the same order); or give another --out" in message
+    assert "the run has" not in message  # no digests: the task and its part say it
+    assert (tmp_path / "run.json").read_bytes() == written  # a resume, refused or not, never rewrites it
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("grader", "local",
+         "--grader: the run has 'osworld', this command gives 'local' (resume with --grader osworld)"),
+        ("rollout_timeout", 60.0, "--rollout-timeout: the run has None, this command gives 60.0 (resume without "
+                                  "--rollout-timeout)"),
+        ("screen", (1280, 720), "the screen size (DesktopConfig.screen): the run has [1920, 1080], this command "
+                                "gives [1280, 720]"),
+        ("extra_body", {"chat_template_kwargs": {"enable_thinking": True}},
+         "the extra request fields (Sampling.extra_body): the run has {}, this command gives"),
+    ],
+)  # fmt: skip
+def test_a_resume_with_another_grader_or_setting_that_changes_rewards_is_refused(
+    tmp_path: Path, field: str, value: Any, said: str
+) -> None:
+    """A resume with another --grader was accepted: one batch held the rewards of two graders."""
+    run = {"grader": "osworld", "screen": (1920, 1080), "extra_body": {}}
+    open_run(tmp_path, manifest(**run))
+    written = (tmp_path / "run.json").read_bytes()
+    assert open_run(tmp_path, manifest(**run)) is True  # a tuple read back as a JSON list is the same screen
+    with pytest.raises(ConfigError) as info:
+        open_run(tmp_path, manifest(**{**run, field: value}))
+    assert said in str(info.value), str(info.value)
+    assert "give the run's own values above; or give another --out for a new batch" in str(info.value)
+    assert (tmp_path / "run.json").read_bytes() == written
+
+
+def test_a_run_made_before_a_setting_was_recorded_resumes_with_any_value_and_keeps_its_manifest(
+    tmp_path: Path,
+) -> None:
+    """run.json files without tasks, grader, rollout_timeout, screen or extra_body: compared by what they hold."""
+    open_run(tmp_path, manifest(tasks_sha256=tasks_sha256(TASKS)))
+    data = json.loads((tmp_path / "run.json").read_text())
+    for key in ("tasks", "grader", "rollout_timeout", "screen", "extra_body"):
+        del data[key]
+    (tmp_path / "run.json").write_text(json.dumps(data))
+    old = read_manifest(tmp_path)
+    assert old is not None and old.tasks is None and old.absent >= {"grader", "rollout_timeout", "screen"}
+    now = manifest(tasks_sha256=tasks_sha256(TASKS), tasks=task_digests(TASKS), grader="local", rollout_timeout=9.0)
+    assert open_run(tmp_path, now) is True
+    assert json.loads((tmp_path / "run.json").read_text()) == data  # not rewritten with the new fields
+    with pytest.raises(ConfigError, match=r"--tasks \(the task list\): the run has"):  # only the digest to compare
+        open_run(tmp_path, replace(now, tasks_sha256=tasks_sha256(TASKS[:2]), tasks=task_digests(TASKS[:2])))
 
 
 @pytest.mark.parametrize("syncfs", [True, False])
