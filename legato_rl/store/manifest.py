@@ -181,7 +181,8 @@ class RunManifest:
         "max_tokens": "--max-tokens",
         "extra_body": "the extra request fields (Sampling.extra_body)",
     }
-    #: Compared fields that older manifests lack (``None``): compared only when both runs have a value.
+    #: Compared fields that a caller may leave ``None`` (and that older manifests hold as ``None``): compared only
+    #: when both sides have a value.
     LENIENT: ClassVar[frozenset[str]] = frozenset({"temperature", "top_p", "max_tokens"})
 
     def to_json(self) -> dict[str, Any]:
@@ -270,10 +271,13 @@ def check_manifest(existing: RunManifest, wanted: RunManifest, *, run_dir: str |
             continue
         if name in RunManifest.LENIENT and (old is None or new is None):
             continue
+        if name == "grader" and existing.backend != wanted.backend:
+            continue  # another backend grades with its own: the backend's line says it
         if old != new:
             tasks_differ = tasks_differ or option.startswith("--tasks")
             values_differ = values_differ or not option.startswith("--tasks")
-            diffs.append(f"{option}: the run has {_shown(old)}, this command gives {_shown(new)}{_fix(option, old)}")
+            fix = _fix(option, old) if name != "grader" or existing.backend == "local" else ""
+            diffs.append(f"{option}: the run has {_shown(old)}, this command gives {_shown(new)}{fix}")
     if diffs:
         where = f" at {run_dir}" if str(run_dir) else ""
         listed = diffs[:_MAX_LISTED] + ([f"and {len(diffs) - _MAX_LISTED} more"] if len(diffs) > _MAX_LISTED else [])

@@ -127,3 +127,5 @@ def test_collect_runs_download_free_tasks_to_graded_records_with_desktop_envs_gr
         ids[2]: ("ok", 0.0),  # banners still on
     }
     assert json.loads((out / "summary.json").read_text())["grader"] == "osworld"
+    assert {r["grader"] for r in records.values()} == {"osworld"}  # each reward names who scored it
+    assert json.loads((out / "run.json").read_text())["grader"] == "osworld"

@@ -569,7 +569,7 @@ def test_a_resume_with_another_grader_or_setting_that_changes_rewards_is_refused
     tmp_path: Path, field: str, value: Any, said: str
 ) -> None:
     """A resume with another --grader was accepted: one batch held the rewards of two graders."""
-    run = {"grader": "osworld", "screen": (1920, 1080), "extra_body": {}}
+    run = {"backend": "local", "grader": "osworld", "screen": (1920, 1080), "extra_body": {}}
     open_run(tmp_path, manifest(**run))
     written = (tmp_path / "run.json").read_bytes()
     assert open_run(tmp_path, manifest(**run)) is True  # a tuple read back as a JSON list is the same screen
@@ -578,6 +578,16 @@ def test_a_resume_with_another_grader_or_setting_that_changes_rewards_is_refused
     assert said in str(info.value), str(info.value)
     assert "give the run's own values above; or give another --out for a new batch" in str(info.value)
     assert (tmp_path / "run.json").read_bytes() == written
+
+
+def test_another_backend_is_named_once_not_as_a_grader_too() -> None:
+    with pytest.raises(ConfigError) as info:
+        check_manifest(manifest(backend="fake", grader="fake"), manifest(backend="local", grader="local"))
+    assert "--backend: the run has 'fake', this command gives 'local' (resume with --backend fake)" in str(info.value)
+    assert "--grader" not in str(info.value)
+    with pytest.raises(ConfigError) as info:  # a backend of your own has no --grader to give
+        check_manifest(manifest(backend="x:Desk", grader="x:Desk"), manifest(backend="x:Desk", grader="y"))
+    assert "--grader: the run has 'x:Desk', this command gives 'y'). To resume" in str(info.value)
 
 
 def test_a_run_made_before_a_setting_was_recorded_resumes_with_any_value_and_keeps_its_manifest(
