@@ -81,8 +81,8 @@ def grader_of(backend: Backend, config: DesktopConfig) -> str:
     if backend.name == "local":
         from legato_gym.backends.local.options import LocalOptions, resolve_grader
 
-        options = config.options if isinstance(config.options, LocalOptions) else LocalOptions()
-        return resolve_grader(options.grader, config.python)
+        options = backend.configure(config).options  # a mapping of options read as LocalOptions
+        return resolve_grader(options.grader if isinstance(options, LocalOptions) else "auto", config.python)
     return backend.name
 
 

@@ -147,6 +147,18 @@ def test_the_summary_records_the_grader(tmp_path: Path) -> None:
     assert json.loads(summary.read_text()) == {"schema": "legato.summary/v0", "n_records": 3, "grader": "osworld"}
 
 
+def test_a_run_names_the_grader_its_desktops_will_use(desktop_env_venv: str) -> None:
+    from legato_gym import resolve_backend
+    from legato_rl.collect import grader_of
+
+    local = resolve_backend("local")
+    assert grader_of(local, DesktopConfig(options=LocalOptions(grader="local"), python=desktop_env_venv)) == "local"
+    assert grader_of(local, DesktopConfig(options={"grader": "auto"}, python=desktop_env_venv)) == "osworld"
+    assert grader_of(local, DesktopConfig(options={"grader": "local"}, python=desktop_env_venv)) == "local"
+    assert grader_of(local, DesktopConfig(python="/usr/bin/python3-elsewhere")) == "local"  # auto, no desktop-env
+    assert grader_of(resolve_backend("fake"), DesktopConfig()) == "fake"
+
+
 @pytest.mark.desktop
 def test_a_run_records_its_grader_and_refuses_a_resume_with_another(tmp_path: Path, desktop_env_venv: str) -> None:
     """A resume with another --grader was accepted, and one batch mixed the rewards of two graders."""
