@@ -359,3 +359,24 @@ def test_resume_with_another_temperature_is_refused_naming_it(tmp_path: Path) ->
     )
     _one_error_line(_cli("rl", "collect", *FAKE, "--out", out, "--temperature", "0.7", "--max-tokens", "99"),
                     "--max-tokens: the run has 2048, this command gives 99")  # fmt: skip
+
+
+def test_resume_with_the_tasks_reordered_is_one_line_naming_them_and_runs_nothing(tmp_path: Path) -> None:
+    """The issue's case: a finished run resumed with its tasks in another order ran them all again."""
+    from legato_gym.backends.fake import default_tasks
+
+    tasks = [{"task_id": t.task_id, "domain": t.domain, "config": dict(t.config)} for t in default_tasks(None)[:4]]
+    given, reordered = tmp_path / "tasks.json", tmp_path / "reordered.json"
+    given.write_text(json.dumps(tasks))
+    reordered.write_text(json.dumps([tasks[1], tasks[0], *tasks[2:]]))
+    out = tmp_path / "run"
+    first = _cli("rl", "collect", *FAKE, "--out", str(out), "--tasks", str(given))
+    assert first.exit_code == 0, first.output
+    records = (out / "rollouts.jsonl").read_bytes()
+    a, b = (f"fake/{t['task_id']}" for t in tasks[:2])
+    _one_error_line(
+        _cli("rl", "collect", *FAKE, "--out", str(out), "--tasks", str(reordered)),
+        f"--tasks: the same 4 tasks in another order (2 moved: task 0 was {a}, now {b}, task 1 was {b}, now {a})",
+        "give the run's tasks as they were (the same tasks, in the same order); or give another --out",
+    )
+    assert (out / "rollouts.jsonl").read_bytes() == records
