@@ -81,7 +81,8 @@ def _type_name(param: Any, ctx: Any) -> str:
 
 
 def _clean(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+    # help texts escape "[" from rich's markup as "\\[" (tests/rl/test_cli_help.py); the page shows "["
+    return " ".join(text.replace("\\[", "[").split()).replace("|", "\\|")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -60,7 +60,7 @@ class DesktopConfig:
         ready_signal: wait for ready signals (screen settled, windows mapped) instead of fixed sleeps.
         fixed_wait: with ``ready_signal=False``, seconds to sleep after each action (OSWorld's 2 s
             pause); the waits after reset and before grading scale as OSWorld's do (60 s and 20 s for
-            a 2 s pause).
+            a 2 s pause). Refused (``ConfigError``) with ``ready_signal=True``, which would ignore it.
         fast_reset: reset by killing the task's apps and restoring the home baseline; ``False``
             restarts (or snapshot-reverts) the whole desktop every rollout, for baselines.
         timeouts: per-phase deadlines.
@@ -95,5 +95,11 @@ class DesktopConfig:
             raise ConfigError(f"screen={self.screen!r} is too small; give (width, height), e.g. (1920, 1080)")
         if self.fixed_wait < 0:
             raise ConfigError(f"fixed_wait={self.fixed_wait!r} must be >= 0 seconds")
+        if self.fixed_wait and self.ready_signal:
+            raise ConfigError(
+                f"fixed_wait={self.fixed_wait!r} is slept only without the ready signal, and ready_signal is on, "
+                "so it would be ignored: add ready_signal=False (CLI: --no-ready-signal) for OSWorld-style fixed "
+                "sleeps, or drop fixed_wait (--fixed-wait) to wait on the ready signal"
+            )
         if self.osworld_path is not None and not isinstance(self.osworld_path, Path):
             object.__setattr__(self, "osworld_path", Path(self.osworld_path).expanduser())

@@ -13,7 +13,8 @@ reported at once in a :class:`~legato_gym.errors.ConformanceError`.
 
 What is checked:
 
-* ``screen_size`` is ``(width, height)`` of positive ints, and the desktop matches the ``Desktop`` protocol;
+* the desktop matches the ``Desktop`` protocol (the seven calls), and its ``screen_size``, when it has one
+  (it is optional), is ``(width, height)`` of positive ints; without it, the first observation gives the size;
 * ``observe``, ``act`` and ``evaluate`` before the first ``reset`` raise ``StateError``;
 * ``reset`` returns ``None``; ``wait_after_reset`` and ``wait_before_eval`` return ``Waited``; ``observe``
   returns an ``Observation`` whose screenshot is a new ``(height, width, 3)`` ``uint8`` array, whose
@@ -180,17 +181,19 @@ def _check_lifecycle(c: _Checker, desktop: Any, task: Task, graded: bool) -> Non
     c.check(
         "implements the Desktop protocol",
         isinstance(desktop, Desktop),
-        "missing one of screen_size, reset, wait_after_reset, observe, act, wait_before_eval, evaluate, close",
+        "missing one of reset, wait_after_reset, observe, act, wait_before_eval, evaluate, close",
     )
-    ok, size = c.call("screen_size", lambda: desktop.screen_size)
-    size_ok = (
-        ok
-        and isinstance(size, tuple)
-        and len(size) == 2
-        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in size)
-    )
-    if not c.check("screen_size is (width, height)", size_ok, f"got {size!r}"):
-        return
+    size: Any = None  # without screen_size (optional), the first observation's size
+    if hasattr(type(desktop), "screen_size") or hasattr(desktop, "screen_size"):
+        ok, size = c.call("screen_size", lambda: desktop.screen_size)
+        size_ok = (
+            ok
+            and isinstance(size, tuple)
+            and len(size) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in size)
+        )
+        if not c.check("screen_size is (width, height)", size_ok, f"got {size!r}"):
+            return
 
     for episode, (last, expected) in enumerate((("FAIL", 1.0), ("DONE", 0.0)), start=1):
         tag = f"episode {episode}: "
@@ -202,6 +205,15 @@ def _check_lifecycle(c: _Checker, desktop: Any, task: Task, graded: bool) -> Non
         if ok:
             _check_waited(c, f"{tag}wait_after_reset()", value)
         ok, first = c.call(f"{tag}observe()", desktop.observe)
+        if size is None:
+            shape: tuple[int, ...] = getattr(getattr(first, "screenshot", None), "shape", ())
+            if not c.check(
+                f"{tag}observe() gives the screen's size (no screen_size)",
+                ok and len(shape) == 3 and shape[0] > 0 and shape[1] > 0,
+                f"the first observation's screenshot has shape {shape!r}, expected (height, width, 3)",
+            ):
+                return
+            size = (int(shape[1]), int(shape[0]))
         if ok:
             _check_observation(c, f"{tag}observe()", first, size, task)
         width, height = size

@@ -23,6 +23,10 @@ A backend signals infrastructure failure with :class:`~legato_gym.errors.Desktop
 by the vector env. A task the backend cannot run raises :class:`~legato_gym.errors.UnsupportedTaskError`
 from :meth:`Desktop.reset` (or earlier, from :meth:`Desktop.check_task`).
 
+A backend may have a ``screen_size`` property, ``(width, height)`` fixed for the desktop's lifetime; without
+it, the screen's size is its first observation's, which must be ``DesktopConfig.screen`` (the spaces are
+built from that).
+
 A backend may also have ``expect_next(task)``, called before ``reset`` by a caller that knows which task the
 reset *after* it will be for (``None``: not known): a scheduler handing a desktop a GRPO group's attempts
 one after the other. It is a hint, never a promise: the local backend sets that task up on the desktop it
@@ -53,6 +57,7 @@ __all__ = [
     "Observation",
     "Task",
     "Waited",
+    "screen_size_of",
     "task_id_problem",
     "task_path",
 ]
@@ -222,12 +227,11 @@ class ActResult:
 
 @runtime_checkable
 class Desktop(Protocol):
-    """A desktop backend. See the module docstring for the call order and the error rules."""
+    """A desktop backend: the seven calls. See the module docstring for the call order and the error rules.
 
-    @property
-    def screen_size(self) -> tuple[int, int]:
-        """``(width, height)`` of the screen in pixels; fixed for the desktop's lifetime."""
-        ...
+    Anything else is optional, looked up with ``getattr``: ``screen_size`` (:func:`screen_size_of`),
+    ``check_task(task)``, ``expect_next(task)``, the class's ``check_tasks`` and ``options_class``.
+    """
 
     def reset(self, task: Task) -> None:
         """Bring the desktop to the task's starting state and run its setup."""
@@ -256,3 +260,13 @@ class Desktop(Protocol):
     def close(self) -> None:
         """Release every process and resource of the desktop. Idempotent."""
         ...
+
+
+def screen_size_of(desktop: object) -> tuple[int, int] | None:
+    """A desktop's optional ``screen_size``, ``(width, height)``; ``None`` when it has none (then its first
+    observation gives the size, which must be ``DesktopConfig.screen``)."""
+    size = getattr(desktop, "screen_size", None)
+    if size is None:
+        return None
+    width, height = size
+    return int(width), int(height)

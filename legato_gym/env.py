@@ -33,7 +33,7 @@ from gymnasium import spaces
 
 from legato_gym.backends import Backend, resolve_backend
 from legato_gym.config import DesktopConfig
-from legato_gym.contract import Desktop, Observation, Task
+from legato_gym.contract import Desktop, Observation, Task, screen_size_of
 from legato_gym.episode import Episode
 from legato_gym.errors import ConfigError, StateError, UnknownTaskError
 from legato_gym.registration import with_step_limit
@@ -161,7 +161,7 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
             if not self._tasks:
                 raise ConfigError("tasks=[] gives reset() nothing to pick from; pass at least one task or None")
         self._last_screenshot: npt.NDArray[np.uint8] | None = None
-        width, height = self._desktop.screen_size
+        width, height = screen_size_of(self._desktop) or self.config.screen  # the first observation's otherwise
         self.observation_space = spaces.Dict(
             {
                 "screenshot": spaces.Box(0, 255, (height, width, 3), np.uint8),

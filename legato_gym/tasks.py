@@ -37,6 +37,8 @@ from legato_gym.errors import TaskFileError, UnknownTaskError
 __all__ = ["check_task_id", "examples_dir", "load_osworld_task", "load_tasks", "suggest", "task_from_config"]
 
 _EXAMPLES = Path("evaluation_examples") / "examples"
+#: How messages name tasks given as parsed JSON (a list in Python) rather than a file.
+_PARSED = "tasks"
 
 
 def suggest(value: str, candidates: Sequence[str]) -> str:
@@ -183,9 +185,12 @@ def load_osworld_task(domain: str, task_id: str, *, osworld_path: str | Path | N
 
 def _entry_task(entry: Any, index: int, name: str, osworld_path: str | Path | None) -> Task:
     where = f"{name}: entry {index}"
+    if isinstance(entry, Task):  # a list built in Python may hold tasks already read
+        return entry
     if not isinstance(entry, Mapping):
         raise TaskFileError(
-            f'{where}: expected an object {{"task_id", "domain"}} or {{"task_id", "config"}}, not {entry!r:.80}'
+            f'{where}: expected an object {{"task_id", "domain"}} or {{"task_id", "config"}}'
+            f"{' (or a Task)' if name == _PARSED else ''}, not {entry!r:.80}"
         )
     task_id = entry.get("task_id")
     if task_id is None and "id" in entry and "instruction" in entry:
@@ -221,7 +226,8 @@ def load_tasks(
     """Read a tasks file (or its parsed JSON) into tasks, in file order.
 
     Args:
-        source: path of a JSON tasks file, or the parsed JSON itself (see the module docstring for shapes).
+        source: path of a JSON tasks file, or the parsed JSON itself (see the module docstring for shapes);
+            a list may also hold :class:`Task` values, kept as they are.
         osworld_path: OSWorld checkout for ``{"task_id", "domain"}`` entries and split files
             (default ``$LEGATO_OSWORLD``).
 
@@ -232,7 +238,7 @@ def load_tasks(
         TaskFileError: unreadable file or a malformed entry; the message names the entry index and field.
         UnknownTaskError: an unknown domain or task id, with the closest match.
     """
-    name = "tasks"
+    name = _PARSED
     data: Any = source
     base_source: Path | None = None
     if isinstance(source, (str, Path)):

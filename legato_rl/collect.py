@@ -30,7 +30,7 @@ import asyncio
 import logging
 import time
 from asyncio import FIRST_COMPLETED
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ from legato_rl.errors import PolicyError, PolicyUnavailable
 from legato_rl.groups import Attempt, GroupBook, Status
 from legato_rl.harness import Harness, QwenHarness
 from legato_rl.health import Breaker, check_policy, unavailable_kind
-from legato_rl.policy import ChatResult, PolicyClient, PolicyConfig
+from legato_rl.policy import ChatResult, Limits, PolicyClient, PolicyConfig
 from legato_rl.rollout import Episode, InlineWhileCheap, PlayedStep
 from legato_rl.rollout import play as play_attempt
 from legato_rl.store import (
@@ -493,13 +493,16 @@ class Collector:
 
 
 def collect(
-    tasks: Sequence[Task] | str | Path,
+    tasks: Sequence[Task | Mapping[str, Any]] | str | Path,
     policy: PolicyConfig,
     *,
     out: str | Path,
     desktops: int = CollectOptions.desktops,
     group: int = CollectOptions.group,
     oversample: float = CollectOptions.oversample,
+    max_inflight: int | None = None,
+    step_timeout: float | None = None,
+    retries: int | None = None,
     max_steps: int = CollectOptions.max_steps,
     rollout_timeout: float | None = CollectOptions.rollout_timeout,
     env_retries: int = CollectOptions.env_retries,
@@ -514,13 +517,20 @@ def collect(
     """Collect one batch of graded rollouts and return its summary (the contents of ``OUT/summary.json``).
 
     Args:
-        tasks: the tasks (one GRPO group each), or the path of a tasks file.
+        tasks: the tasks (one GRPO group each): the path of a tasks file, or a list of what a tasks file
+            holds (``{"task_id", "domain"}`` and ``{"task_id", "config"}`` dicts) and :class:`Task` values.
         policy: the policy server, its sampling and its limits (``limits=Limits(max_inflight=...,
             step_timeout=..., retries=...)``).
         out: the run directory. Running again with the same arguments resumes an interrupted run.
         desktops: desktops run at once.
         group: completed attempts per task (one GRPO group).
         oversample: extra attempts per group as a fraction of ``group``; stragglers are cancelled.
+        max_inflight: cap on concurrent model requests across all desktops (``--max-inflight``); sets
+            ``policy.limits.max_inflight``.
+        step_timeout: seconds per model call (``--step-timeout``); sets ``policy.limits.step_timeout``.
+        retries: retries of a failed model call (``--retries``); sets ``policy.limits.retries``. Each of
+            these three may be given here or in ``policy.limits``; given here and set in ``policy.limits``
+            to another value than ``Limits``' default, it is a :class:`~legato_gym.ConfigError` naming both.
         max_steps: policy calls per attempt; the attempt is graded when it reaches them.
         rollout_timeout: wall-clock cap per attempt; graded and marked ``truncated`` when it hits.
         env_retries: times an attempt is queued again after a desktop failure.
@@ -534,10 +544,9 @@ def collect(
         progress: a :class:`Progress` that the run keeps up to date, for a display in another thread.
 
     Example:
-        >>> from legato.rl import DesktopConfig, Limits, PolicyConfig, collect  # doctest: +SKIP
-        >>> policy = PolicyConfig("http://localhost:8000/v1", "Qwen/Qwen3-VL-8B-Instruct",
-        ...                       limits=Limits(max_inflight=8, step_timeout=120.0))  # doctest: +SKIP
-        >>> collect("tasks.json", policy, out="runs/step-1", backend="fake",
+        >>> from legato.rl import DesktopConfig, PolicyConfig, collect  # doctest: +SKIP
+        >>> policy = PolicyConfig("http://localhost:8000/v1", "Qwen/Qwen3-VL-8B-Instruct")  # doctest: +SKIP
+        >>> collect("tasks.json", policy, out="runs/step-1", backend="fake", max_inflight=8, step_timeout=120.0,
         ...         desktop=DesktopConfig(ready_signal=False, fixed_wait=2.0))  # doctest: +SKIP
     """
     resolved = resolve_backend(backend)  # an unknown or unbuilt backend fails here, before anything is written
@@ -546,7 +555,8 @@ def collect(
         from legato_gym.backends.osworld.remote import resolve_python
 
         config = replace(config, python=resolve_python(config))
-    task_list = load_tasks(tasks, osworld_path=config.osworld_path) if isinstance(tasks, (str, Path)) else list(tasks)
+    task_list = load_tasks(tasks, osworld_path=config.osworld_path)
+    policy = _with_limits(policy, max_inflight=max_inflight, step_timeout=step_timeout, retries=retries)
     options = CollectOptions(
         desktops=desktops,
         group=group,
@@ -562,3 +572,24 @@ def collect(
         task_list, policy, out, options, config, harness, ray=ray, progress=progress, backend=resolved
     )
     return asyncio.run(collector.run()).to_json()
+
+
+def _with_limits(policy: PolicyConfig, **given: Any) -> PolicyConfig:
+    """``policy`` with the limits :func:`collect` was given as keywords (``None``: not given) in its ``limits``.
+
+    Raises:
+        ConfigError: a limit given both ways with different values; the message names both.
+    """
+    limits = policy.limits
+    changes: dict[str, Any] = {}
+    for name, value in given.items():
+        if value is None:
+            continue
+        own = getattr(limits, name)
+        if own != value and own != Limits.__dataclass_fields__[name].default:
+            raise ConfigError(
+                f"collect({name}={value!r}) and PolicyConfig(limits=Limits({name}={own!r})) disagree; give "
+                f"{name} once, as collect()'s keyword or in the policy's limits"
+            )
+        changes[name] = value
+    return replace(policy, limits=replace(limits, **changes)) if changes else policy

@@ -159,7 +159,7 @@ async def _probe_replica(url: str, model: str, timeout: float, key: str | None) 
             f"{result.prompt_tokens} prompt tokens, {result.completion_tokens} completion tokens, "
             f"finish_reason={result.finish_reason}",
         )
-        _logprob_checks(result, url in client.extras_refused, add)
+        _logprob_checks(result, "return_token_ids" in client.refused_extras(url), add)
 
         cache_results: list[ChatResult] = []
         try:

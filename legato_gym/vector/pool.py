@@ -318,7 +318,8 @@ class WorkerPool:
             return
         payload = message.get("result") or {}
         if request.op == "init":
-            width, height = payload["screen_size"]
+            size = payload["screen_size"]  # None: the desktop has none, and the worker checks each observation
+            width, height = size or (self.shape[1], self.shape[0])
             if (height, width, 3) != self.shape:
                 error = DesktopCrashed(
                     f"desktop screen is {width}x{height} but config.screen={self.screen!r}; "

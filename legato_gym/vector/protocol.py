@@ -21,7 +21,7 @@ Messages, in order:
    op         args                                                         result
    ========== ============================================================ ==============================
    init       backend, config (:func:`config_to_json`), seed, env_id,      ``{"screen_size": [w, h]}``
-              max_steps, shm_fd, shm_size, png (bool, optional)
+              max_steps, shm_fd, shm_size, png (bool, optional)            (``null``: the desktop has none)
    reset      task (:meth:`Task.to_json`)                                  info + observation
    step       action                                                       reward, terminated,
                                                                            truncated, info + observation

@@ -96,9 +96,12 @@ class _Worker:
 
     def __init__(self) -> None:
         self.desktop: Any = None
+        self.desktop_config: Any = None
         self.episode: Any = None
         self.screens: ScreenBuffer | None = None
         self.png = False
+        #: ``(height, width, 3)`` every observation must have, for a desktop without ``screen_size``
+        self.unchecked_shape: tuple[int, int, int] | None = None
 
     def handle(self, op: str, args: Mapping[str, Any]) -> tuple[dict[str, Any], memoryview | bytes]:
         """Run one request; returns its result and the frame's blob."""
@@ -144,17 +147,33 @@ class _Worker:
         from legato_gym.episode import Episode
 
         backend = resolve_backend(str(args["backend"]))  # again, in this process: a class does not cross
-        self.desktop = backend.make(config_from_json(args["config"]), seed=args.get("seed"))
+        self.desktop_config = config_from_json(args["config"])
+        self.desktop = backend.make(self.desktop_config, seed=args.get("seed"))
         self.episode = Episode(self.desktop, max_steps=int(args["max_steps"]))
         if args.get("shm_fd") is not None:
             self.screens = ScreenBuffer(int(args["shm_size"]), fd=int(args["shm_fd"]))
             self.screens.close_fd()
         self.png = bool(args.get("png", False))
-        width, height = self.desktop.screen_size
-        return {"screen_size": [int(width), int(height)]}
+        from legato_gym.contract import screen_size_of
+
+        size = screen_size_of(self.desktop)
+        if size is None:  # a desktop without screen_size: each observation is checked against config.screen
+            width, height = self.desktop_config.screen
+            self.unchecked_shape = (height, width, 3)
+            return {"screen_size": None}
+        return {"screen_size": list(size)}
 
     def _observation(self, obs: Any) -> tuple[dict[str, Any], list[memoryview | bytes]]:
         image = np.ascontiguousarray(obs.screenshot, dtype=np.uint8)
+        if self.unchecked_shape is not None and image.shape != self.unchecked_shape:
+            from legato_gym.errors import DesktopCrashed
+
+            height, width, _ = self.unchecked_shape
+            raise DesktopCrashed(
+                f"the desktop's screenshot has shape {image.shape} but config.screen={(width, height)!r} "
+                f"(the backend has no screen_size, so its observations give the size): expected "
+                f"{self.unchecked_shape}; make the backend honour DesktopConfig.screen"
+            )
         meta: dict[str, Any] = {"instruction": str(obs.instruction), "shape": list(image.shape)}
         blobs: list[memoryview | bytes] = []
         if self.screens is not None and self.screens.write(image):

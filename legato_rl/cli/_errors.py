@@ -19,10 +19,12 @@ from rich.markup import escape
 from legato_gym.errors import LegatoError
 from legato_rl.store import storage_error
 
-__all__ = ["EXIT_ERROR", "describe", "fail", "terminate_as_exit"]
+__all__ = ["EXIT_ERROR", "EXIT_NOTHING_COMPLETED", "describe", "fail", "terminate_as_exit"]
 
 #: The exit status of a command that failed on a legato error or a file it cannot write.
 EXIT_ERROR = 2
+#: The exit status of ``legato rl collect`` when the batch ran but no attempt completed (every one ``error``).
+EXIT_NOTHING_COMPLETED = 1
 
 
 def describe(exc: BaseException) -> str:

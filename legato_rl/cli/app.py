@@ -18,7 +18,8 @@ __all__ = ["app", "main", "rl_app"]
 app = typer.Typer(
     name="legato",
     help="Graded desktop rollouts for computer-use RL.\n\n"
-    "Exit status: 0 done; 1 a probe or osworld check found a problem; 2 an error, reported as one 'error:' "
+    "Exit status: 0 done; 1 a probe or osworld check found a problem, or a collect in which no attempt "
+    "completed (every one ended in error); 2 an error, reported as one 'error:' "
     "line on stderr that names the value and the fix (a bad option, an --out that is a file, a read-only "
     "folder, a full disk); 130 interrupted (run the same collect again to resume).",
     no_args_is_help=True,

@@ -24,12 +24,12 @@ from legato_gym import DesktopConfig, LegatoError, Task, resolve_backend
 from legato_gym.backends.local.file_cache import FILE_CACHE_ENV_VAR
 from legato_gym.backends.local.options import GRADERS, LocalOptions
 from legato_gym.tasks import load_tasks
-from legato_rl.cli._errors import fail
+from legato_rl.cli._errors import EXIT_NOTHING_COMPLETED, fail
 from legato_rl.cli._logging import configure_logging
 from legato_rl.collect import CollectOptions, Progress, collect
 from legato_rl.groups import Status
 from legato_rl.policy import Limits, PolicyConfig, Sampling
-from legato_rl.store import write_json_atomic
+from legato_rl.store import COMPLETED_STATUSES, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,8 @@ def collect_command(
         bool, typer.Option("--ready-signal/--no-ready-signal", help="Wait on ready signals, not fixed sleeps.")
     ] = DesktopConfig.ready_signal,
     fixed_wait: Annotated[
-        float, typer.Option("--fixed-wait", help="With --no-ready-signal: seconds slept after each action.")
+        float,
+        typer.Option("--fixed-wait", help="With --no-ready-signal only: seconds slept after each action."),
     ] = DesktopConfig.fixed_wait,
     fast_reset: Annotated[
         bool, typer.Option("--fast-reset/--no-fast-reset", help="Reset in place; off: full revert every rollout.")
@@ -183,6 +184,7 @@ def collect_command(
         raise typer.Exit(130) from None
     if grader_name:
         _stamp_grader(out / "summary.json", grader_name)
+    _fail_if_nothing_completed(console, data, out)
     counts = ", ".join(f"{k} {v}" for k, v in data["status_counts"].items() if v)
     graded = f", {grader_name} grader" if grader_name else ""
     console.print(
@@ -190,6 +192,21 @@ def collect_command(
         f"{_fmt(data['rollouts_per_hour'], 0)} rollouts/h, groups short {data['groups_short']}{graded}"
     )
     typer.echo(str(out / "summary.json"))
+
+
+def _fail_if_nothing_completed(console: Console, data: dict[str, Any], out: Path) -> None:
+    """Exit 1 with one line when every attempt of the batch ended in ``error``: nothing to train on."""
+    counts = data["status_counts"]
+    errors = counts.get(Status.ERROR.value, 0)
+    if errors == 0 or any(counts.get(status.value, 0) for status in COMPLETED_STATUSES):
+        return  # a batch with some errors, or none, is done
+    kinds = ", ".join(f"{kind} {n}" for kind, n in data["errors"].items() if n)
+    fail(
+        console,
+        f"no attempt completed: all {errors} ended in error ({kinds}); the errors are in {out / 'rollouts.jsonl'}, "
+        f"summed up by: legato rl profile {out}",
+        code=EXIT_NOTHING_COMPLETED,
+    )
 
 
 def _grader_config(grader: str, backend: str, config: DesktopConfig) -> tuple[DesktopConfig, str | None]:

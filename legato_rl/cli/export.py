@@ -39,7 +39,7 @@ def export_command(
         typer.Option(
             "--image-column",
             help="Parquet only: add an 'images' column of each step's screenshots, a Hugging Face datasets "
-            f"Image list (needs legatolabs[{DATASETS_EXTRA}]).",
+            f"Image list (needs legatolabs\\[{DATASETS_EXTRA}]).",  # escaped: rich markup eats "[export]"
         ),
     ] = False,
 ) -> None:

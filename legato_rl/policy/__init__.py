@@ -27,8 +27,9 @@ asks for what a trainer needs (``logprobs``, and vLLM's ``return_token_ids`` and
 
 Token ids: vLLM >= 0.10.2 returns ``choices[i].token_ids`` and a top-level ``prompt_token_ids``; SGLang
 returns ``choices[i].response_token_ids`` and ``choices[i].prompt_token_ids``; older vLLM ignores the request
-field. A server that refuses the field with HTTP 400 naming it (OpenAI does) is asked again at once without
-the vLLM extras, and the client remembers that for the replica (logprobs are still requested).
+field. A server that refuses an extra field with HTTP 400 naming it (OpenAI does) is asked again at once
+without that field, and the client remembers that for the replica: the extras are dropped one at a time, so a
+server that refuses only ``return_weight_versions`` still returns token ids (logprobs are always requested).
 
 Weight version: SGLang reports ``metadata.weight_version``; vLLM >= 0.33 answers ``return_weight_versions``
 with ``choices[i].weight_versions`` spans. :attr:`ChatResult.weight_version` holds the label, ``None``

@@ -8,7 +8,7 @@ import logging
 import random
 import ssl
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -33,6 +33,7 @@ logger = logging.getLogger("legato_rl.policy")  # one logger for the policy clie
 
 #: Request fields only vLLM/SGLang understand; dropped for a server that answers 400 naming one of them.
 VLLM_EXTRAS: tuple[str, ...] = ("return_token_ids", "return_weight_versions")
+_MISSING_TOKEN_IDS = " Token ids will be missing: serve with vLLM >= 0.10.2 or SGLang to get them"
 
 _BODY_EXCERPT = 400
 _JSON_HEADERS = {"Content-Type": "application/json"}
@@ -71,7 +72,7 @@ class PolicyClient:
         limits = config.limits
         self._slots = asyncio.Semaphore(limits.max_inflight) if limits.max_inflight else None
         self._replicas = Replicas(config.urls, limits.replica_cooldown)
-        self._no_extras: set[str] = set()
+        self._refused: dict[str, set[str]] = {}  # per replica: the vLLM extras it refused (HTTP 400 naming them)
         self._rng = random.Random(seed)
         self._state = ClientState.OPEN
 
@@ -95,8 +96,13 @@ class PolicyClient:
 
     @property
     def extras_refused(self) -> frozenset[str]:
-        """Replicas that refused the vLLM extras (HTTP 400 naming them); asked without them since."""
-        return frozenset(self._no_extras)
+        """Replicas that refused one of the vLLM extras or more (HTTP 400 naming them); see :meth:`refused_extras`."""
+        return frozenset(url for url, fields in self._refused.items() if fields)
+
+    def refused_extras(self, url: str) -> frozenset[str]:
+        """The vLLM extras replica ``url`` refused, each by an HTTP 400 naming it; it is asked without them since
+        (and with the others)."""
+        return frozenset(self._refused.get(url, ()))
 
     @property
     def inflight(self) -> dict[str, int]:
@@ -128,8 +134,11 @@ class PolicyClient:
         if self._state is ClientState.CLOSED:
             raise StateError("PolicyClient is closed; build a new one (use `async with PolicyClient(config)`)")
 
-    def build_request(self, messages: Sequence[Mapping[str, Any]], *, extras: bool = True) -> dict[str, Any]:
-        """The JSON body for ``messages``: model, sampling, logprobs and (when ``extras``) vLLM's extras."""
+    def build_request(
+        self, messages: Sequence[Mapping[str, Any]], *, extras: bool = True, without: Collection[str] = ()
+    ) -> dict[str, Any]:
+        """The JSON body for ``messages``: model, sampling, logprobs and (when ``extras``) vLLM's extras but those
+        named in ``without``."""
         cfg, sampling = self.config, self.config.sampling
         body: dict[str, Any] = {
             "model": cfg.model,
@@ -141,8 +150,7 @@ class PolicyClient:
             "top_logprobs": 0,
         }
         if extras and cfg.vllm_extras:
-            body["return_token_ids"] = True
-            body["return_weight_versions"] = True
+            body.update((name, True) for name in VLLM_EXTRAS if name not in without)
         body.update(sampling.extra_body)
         return body
 
@@ -192,25 +200,26 @@ class PolicyClient:
                     await self._slots.acquire()
                 queued += time.monotonic() - wait_start
                 try:
-                    body = self.build_request(messages, extras=url not in self._no_extras)
-                    last_body = body
-                    attempts += 1
-                    try:
-                        response = await self._send(url, "POST", "/chat/completions", body)
-                    except PolicyHTTPError as exc:
-                        if not self._refuses_extras(exc, body):
-                            raise
-                        logger.warning(
-                            "%s refused the vLLM extras %s (HTTP 400); asking again without them, logprobs kept. "
-                            "Token ids will be missing: serve with vLLM >= 0.10.2 or SGLang to get them",
-                            url,
-                            [f for f in VLLM_EXTRAS if f in body],
-                        )
-                        self._no_extras.add(url)
-                        body = self.build_request(messages, extras=False)
+                    response: _http.Answer | None = None
+                    while response is None:  # each refusal drops the extras it names, and the rest are kept
+                        body = self.build_request(messages, without=self._refused.get(url, ()))
                         last_body = body
                         attempts += 1
-                        response = await self._send(url, "POST", "/chat/completions", body)
+                        try:
+                            response = await self._send(url, "POST", "/chat/completions", body)
+                        except PolicyHTTPError as exc:
+                            named = self._refused_fields(exc, body)
+                            if not named:
+                                raise
+                            self._refused.setdefault(url, set()).update(named)
+                            logger.warning(
+                                "%s refused %s (HTTP 400); asking again without %s, logprobs and the other "
+                                "fields kept.%s",
+                                url,
+                                ", ".join(named),
+                                "it" if len(named) == 1 else "them",
+                                _MISSING_TOKEN_IDS if "return_token_ids" in named else "",
+                            )
                     # the prompt's token ids (tens of thousands with images) are read only if someone asks
                     answer, prompt_ids = cut_prompt_ids(response.body)
                     data = self._json(url, replace(response, body=answer))
@@ -242,9 +251,11 @@ class PolicyClient:
         return ChatResult(**fields, seconds=seconds, attempts=attempts, request=last_body, url=url, queued_s=queued)
 
     @staticmethod
-    def _refuses_extras(exc: PolicyHTTPError, body: Mapping[str, Any]) -> bool:
-        sent = [f for f in VLLM_EXTRAS if f in body]
-        return exc.status_code == 400 and bool(sent) and any(f in exc.body for f in sent)
+    def _refused_fields(exc: PolicyHTTPError, body: Mapping[str, Any]) -> list[str]:
+        """The vLLM extras sent in ``body`` that an HTTP 400 names (OpenAI names the first unknown field)."""
+        if exc.status_code != 400:
+            return []
+        return [f for f in VLLM_EXTRAS if f in body and f in exc.body]
 
     async def _send(self, url: str, method: str, path: str, body: dict[str, Any] | None) -> _http.Answer:
         """One HTTP request, bounded by ``step_timeout``; failures become :class:`PolicyError`."""

@@ -128,6 +128,10 @@ class Faults:
             :data:`FAULTS` answers HTTP 500 naming the mistake.
         depth: nesting of the ``deep`` body and of the ``deep-tool-call`` brackets.
         huge_bytes: size of the ``huge`` answer's body.
+        refused_fields: request fields the server refuses, as OpenAI refuses a field it does not know: a
+            request carrying one is answered HTTP 400 ``Unrecognized request argument supplied: <field>``
+            (the first in this order), before any other fault, and is not numbered. E.g.
+            ``("return_weight_versions",)``: a server that returns token ids but refuses the weight versions.
 
     Example:
         >>> from legato_rl.testing.server import Faults
@@ -142,6 +146,7 @@ class Faults:
     plan: FaultPlan | None = None
     depth: int = 100_000
     huge_bytes: int = 24 * 1024 * 1024
+    refused_fields: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         for kind in list(self.script) + list(self.rates):
@@ -413,6 +418,9 @@ class ReferencePolicyServer:
         handler.before_send = done
         try:
             problem = request_problem(body, self.behaviour, self.model)
+            refused = [name for name in self.faults.refused_fields if isinstance(body, dict) and name in body]
+            if problem is None and refused:
+                problem = 400, f"Unrecognized request argument supplied: {refused[0]}", "invalid_request_error", None
             if problem is not None:
                 status, message, kind, param = problem
                 self._error(handler, status, message, kind, param)

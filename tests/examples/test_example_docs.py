@@ -35,6 +35,9 @@ def test_the_backend_in_backends_md_passes_the_conformance_check(
     namespace: dict[str, object] = {}
     exec(check, namespace)  # runs check_desktop; raises ConformanceError listing any failure
     assert isinstance(namespace["passed"], list) and len(namespace["passed"]) > 10
+    # the how-to's backend has the seven calls only: its screen size is its first observation's (issue 30)
+    assert "screen_size" not in module
+    assert "episode 1: observe() gives the screen's size (no screen_size)" in namespace["passed"]
     env = gym.make("legato/FakeDesktop-v0", backend="mydesk:BlankDesktop")
     env.reset(seed=0)
     assert env.step("DONE")[1:3] == (1.0, True)

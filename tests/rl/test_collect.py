@@ -519,6 +519,14 @@ def test_collect_has_one_path_for_each_setting(monkeypatch: pytest.MonkeyPatch) 
     assert seen["policy"] == policy and seen["policy"].limits == Limits(max_inflight=3, step_timeout=7.0, retries=0)
     assert seen["options"] == CollectOptions(backend="fake")  # every knob it was not given: CollectOptions' default
     assert seen["config"] == DesktopConfig()
-    for moved in ("max_inflight", "step_timeout", "retries", "ready_signal", "fixed_wait", "fast_reset"):
+    for moved in ("ready_signal", "fixed_wait", "fast_reset"):
         with pytest.raises(TypeError, match=moved):
             _collected_with(monkeypatch, **{moved: 1})
+    # product.md's knobs by their names (issue 30): one more way into the policy's limits, never an override
+    bare = PolicyConfig("http://127.0.0.1:9/v1", "m")
+    seen = _collected_with(monkeypatch, policy=bare, max_inflight=3, step_timeout=7.0, retries=0)
+    assert seen["policy"].limits == Limits(max_inflight=3, step_timeout=7.0, retries=0)
+    assert _collected_with(monkeypatch, policy=policy, max_inflight=3)["policy"] == policy  # the same value twice
+    for name, value in (("max_inflight", 4), ("step_timeout", 8.0), ("retries", 2)):
+        with pytest.raises(ConfigError, match=rf"collect\({name}="):
+            _collected_with(monkeypatch, policy=policy, **{name: value})

@@ -145,7 +145,7 @@ def test_chat_reads_every_server(behaviour: str) -> None:
             assert result.token_ids is None and result.prompt_token_ids is None
             assert result.tokens is not None and len(result.tokens) == len(result.logprobs)
         assert result.reasoning == (None if behaviour == "openai" else REPLY.reasoning)
-        assert result.attempts == (2 if behaviour == "openai" else 1)
+        assert result.attempts == (3 if behaviour == "openai" else 1)  # one 400 per extra field, then the answer
         assert result.cached_tokens == 0
         assert server.requests[-1].body == result.request
 
@@ -237,12 +237,33 @@ def test_openai_400_fallback_is_remembered() -> None:
         results, refused = run(go(config(server)))
         statuses = [r.status for r in server.requests]
         bodies = [r.body for r in server.requests]
-    assert statuses == [400, 200, 200, 200]
+    # OpenAI names the first unknown field: each extra is refused, and dropped, in its turn
+    assert statuses == [400, 400, 200, 200, 200]
     assert "return_token_ids" in bodies[0] and all("return_token_ids" not in b for b in bodies[1:])
+    assert "return_weight_versions" in bodies[1] and all("return_weight_versions" not in b for b in bodies[2:])
     assert all(b["logprobs"] is True for b in bodies)
-    assert [r.attempts for r in results] == [2, 1, 1]
+    assert [r.attempts for r in results] == [3, 1, 1]
     assert "return_token_ids" not in results[0].request
     assert refused == {server.url}
+
+
+def test_a_server_refusing_only_return_weight_versions_keeps_token_ids() -> None:
+    # issue 30, item 8: the extras are dropped one at a time, so the refusal of one keeps the other
+    async def go(cfg: PolicyConfig) -> tuple[list[ChatResult], frozenset[str]]:
+        async with PolicyClient(cfg) as client:
+            results = [await client.chat([user("hi")], rollout_id=f"r{i}") for i in range(2)]
+            return results, client.refused_extras(cfg.urls[0])
+
+    faults = Faults(refused_fields=("return_weight_versions",))
+    with ReferencePolicyServer(brain(), faults=faults) as server:
+        results, refused = run(go(config(server)))
+        answers = [(r.status, r.body) for r in server.requests]
+    assert [status for status, _ in answers] == [400, 200, 200]
+    assert all(body["return_token_ids"] is True for _, body in answers)
+    assert "return_weight_versions" in answers[0][1] and all("return_weight_versions" not in b for _, b in answers[1:])
+    assert all(r.token_ids and r.prompt_token_ids for r in results)
+    assert refused == {"return_weight_versions"}
+    assert [r.attempts for r in results] == [2, 1]
 
 
 def test_other_400_is_not_a_fallback() -> None:
