@@ -180,6 +180,18 @@ class Collector:
         self._breaker = Breaker(threshold=max(8, 2 * options.desktops))
         self._stopped: PolicyUnavailable | None = None
         self._health: asyncio.Task[None] | None = None
+        # The policy versions loaded, in order, with the time.monotonic() each was loaded at: a step records the
+        # version that was loaded when its call was asked (a batch has one; a continuous run loads more).
+        self._loaded: list[tuple[float, str | None]] = [(float("-inf"), policy.version)]
+
+    def load_version(self, version: str) -> None:
+        """The policy server has loaded ``version``: calls asked from now on carry it, and so do new records."""
+        self.policy_config = replace(self.policy_config, version=version)
+        self._loaded.append((time.monotonic(), version))
+
+    def version_at(self, asked: float) -> str | None:
+        """The version that was loaded at ``asked`` (``time.monotonic()``)."""
+        return next(version for at, version in reversed(self._loaded) if at <= asked)
 
     def manifest(self) -> RunManifest:
         """The arguments that define this batch (checked on resume)."""
@@ -378,11 +390,14 @@ class Collector:
         """
         attempt = play.attempt
         context: PromptContext | None = None  # the previous step's prompt and response token ids
+        version = self.policy_config.version  # the version loaded when the latest call was asked
 
         def cancelled() -> bool:
             return self.book.is_closed(attempt.group_id)
 
         def on_reply(result: ChatResult, asked: float) -> None:
+            nonlocal version
+            version = self.version_at(asked)
             if self._unanswered or self._breaker.count:
                 self._policy_answered(asked)
             self.progress.model_latency_s.append(result.seconds)
@@ -397,7 +412,7 @@ class Collector:
                 StepRecord.from_chat(
                     step.result, index=step.index, request=request, actions=step.actions,
                     description=step.reply.description or None, parse_error=step.reply.error,
-                    started_at=step.started_at, prompt_ids=prompt_ids,
+                    started_at=step.started_at, prompt_ids=prompt_ids, policy_version=version,
                 )
             )  # fmt: skip
 
@@ -479,6 +494,12 @@ class Collector:
             for other, task in list(self._running.values()):
                 if other.attempt.group_id == gid and task is not me and task.cancel():
                     self._end(other, Status.CANCELLED)
+        if self.book.groups[gid].finished:
+            self._group_finished(gid)
+
+    def _group_finished(self, group_id: str) -> None:
+        """Every attempt of the group has its final record (queued for the store). A batch does nothing more; a
+        continuous run hands the group to its trainer (:mod:`legato_rl.follow`)."""
 
     def _skipped(self, attempt: Attempt) -> RolloutRecord:
         stamp = PolicyStamp(self.policy_config.model, self.policy_config.version)

@@ -21,7 +21,8 @@ Definitions (each key of ``summary.json`` is always present; a figure with nothi
 * ``weight_versions``: policy calls per weight version the server reported (SGLang
   ``metadata.weight_version``, vLLM >= 0.33 ``weight_versions``); empty when it reports none.
 * ``weight_version_mismatches``: policy calls whose server-reported weight version differs from the
-  ``--version`` stamped on their record (both known). Not 0 means the server was serving other weights
+  version loaded when they were asked (the step's ``model.policy_version``, else the ``--version`` stamped on
+  their record; both known). Not 0 means the server was serving other weights
   than the records claim, or its label was never set to ``--version`` (vLLM and SGLang say ``default``):
   label the weights on the server with the same string as ``--version``.
 * ``groups``, ``groups_short``, ``groups_short_ids``: groups seen, and those that ended with fewer than
@@ -30,6 +31,10 @@ Definitions (each key of ``summary.json`` is always present; a figure with nothi
   ``{"desktops": started there, "lost": lost with their node or host agent}``, added up over the sessions
   of a resumed run. Not in the records: ``collect`` takes them from the vector env; ``{}`` for desktops on
   this host.
+* ``follow`` (continuous runs only, :mod:`legato_rl.follow`): ``staleness`` (``mean``, ``max`` over the groups
+  handed to the trainer), ``versions`` (the versions loaded, in order), ``groups_delivered``, ``groups_stale``
+  (delivered marked stale), ``groups_rerun`` (re-run for staleness), ``utilisation`` (busy desktop-seconds over
+  desktops x wall seconds) and ``utilisation_by_version`` (the same within each version's time).
 
 GRPO group advantages are computed with the group rules (:func:`legato_rl.groups.group_advantages`, also
 importable from here).
@@ -110,6 +115,8 @@ class Summary:
     weight_versions: Mapping[str, int] = field(default_factory=dict)
     weight_version_mismatches: int = 0
     nodes: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: a continuous run's figures (:func:`legato_rl.follow.follow_figures`): staleness, versions, utilisation
+    follow: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """``summary.json``'s content, keys in a fixed order."""
@@ -135,6 +142,7 @@ class Summary:
             "groups_short": self.groups_short,
             "groups_short_ids": list(self.groups_short_ids),
             "nodes": {name: dict(counts) for name, counts in self.nodes.items()},
+            **({} if self.follow is None else {"follow": dict(self.follow)}),
         }
 
 
@@ -203,7 +211,8 @@ def summarize(records: Iterable[RolloutRecord], *, group: int, wall_s: float | N
             served = step.model.weight_version
             if served is not None:
                 weight_versions[served] += 1
-                mismatches += record.policy.version is not None and served != record.policy.version
+                claimed = step.model.policy_version or record.policy.version
+                mismatches += claimed is not None and served != claimed
             if step.model.prompt_tokens is not None and step.model.cached_tokens is not None:
                 prompt_tokens += step.model.prompt_tokens
                 cached_tokens += step.model.cached_tokens

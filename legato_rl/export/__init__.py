@@ -18,7 +18,8 @@ Each row holds exactly these fields, in this order (JSONL value; Parquet type):
 * ``finish_reason``: ``stop``, ``length``, ... as the server said, or null (``string``).
 * ``reward``: the rollout's reward (``double`` not null).
 * ``advantage``: the rollout's group advantage (``double`` not null).
-* ``policy_version``: the version stamped on the rollout (``--version``), or null (``string``).
+* ``policy_version``: the version loaded when this step's call was made (the step's ``model.policy_version``;
+  for records without it, the version stamped on the rollout, ``--version``), or null (``string``).
 * ``weight_version``: the weight version the server reported for this reply, or null (``string``).
 * ``grader``: the grader that scored the rollout's reward (``osworld``, ``local``, ``fake``, ...), or null
   for records written before records named it (``string``).

@@ -108,7 +108,7 @@ def step_row(
         "finish_reason": response.finish_reason,
         "reward": record.reward,
         "advantage": advantage,
-        "policy_version": record.policy.version,
+        "policy_version": step.model.policy_version or record.policy.version,
         "weight_version": step.model.weight_version,
         "grader": record.grader,
     }

@@ -52,7 +52,7 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 OPTIONAL_FIELDS: dict[str, frozenset[str]] = {
     "RolloutRecord": frozenset({"grader"}),
     "StepRecord": frozenset({"prompt_ids"}),
-    "ModelStats": frozenset({"weight_version"}),
+    "ModelStats": frozenset({"weight_version", "policy_version"}),
 }
 #: Dataclass fields written under another key.
 _RENAMED = {"RolloutRecord": {"try_index": "try"}}

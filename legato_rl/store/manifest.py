@@ -134,6 +134,8 @@ class RunManifest:
         rollout_timeout: ``--rollout-timeout`` (``None``: no cap).
         screen: the desktops' screen size ``[width, height]`` (``DesktopConfig.screen``).
         extra_body: the request fields sent as they are (``Sampling.extra_body``).
+        follow: a continuous run's task stream (``{"order", "seed"}``, :mod:`legato_rl.follow`); ``None`` for a
+            batch.
         absent: the compared fields that the stored ``run.json`` does not have (it was written before they
             were recorded): a resume accepts any value for them. Not written.
 
@@ -159,6 +161,7 @@ class RunManifest:
     rollout_timeout: float | None = None
     screen: tuple[int, int] | None = None
     extra_body: Mapping[str, Any] | None = None
+    follow: Mapping[str, Any] | None = None
     absent: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     #: The fields a resume compares, with the option that sets each (the tasks are compared task by task).
@@ -180,6 +183,7 @@ class RunManifest:
         "top_p": "--top-p",
         "max_tokens": "--max-tokens",
         "extra_body": "the extra request fields (Sampling.extra_body)",
+        "follow": "--follow and its --order and --seed",
     }
     #: Compared fields that a caller may leave ``None`` (and that older manifests hold as ``None``): compared only
     #: when both sides have a value.
@@ -190,6 +194,7 @@ class RunManifest:
         data["tasks"] = None if self.tasks is None else [task.to_json() for task in self.tasks]
         data["screen"] = None if self.screen is None else list(self.screen)
         data["extra_body"] = None if self.extra_body is None else dict(self.extra_body)
+        data["follow"] = None if self.follow is None else dict(self.follow)
         return {"schema": MANIFEST_SCHEMA, **data}
 
     @classmethod

@@ -10,12 +10,13 @@ Record layout (every key always present, ``null`` when it does not apply)::
                 "prompt_ids": {"prefix", "start", "ids"},
                 "response": {"content", "reasoning", "token_ids", "logprobs", "tokens", "finish_reason"},
                 "model": {"seconds", "attempts", "prompt_tokens", "completion_tokens", "cached_tokens",
-                          "weight_version"},
+                          "weight_version", "policy_version"},
                 "description", "parse_error",
                 "actions": [{"action", "act_s", "wait_s", "ready_s", "obs_s"}]}]}
 
 Fields added since the first ``legato.rollout/v0`` records (``grader``, ``prompt_ids``,
-``model.weight_version``) are optional: records without them read as ``null``, so the schema name is unchanged.
+``model.weight_version``, ``model.policy_version``) are optional: records without them read as ``null``, so the
+schema name is unchanged.
 
 :class:`Status` and the sets of statuses (:data:`FINAL_STATUSES`, :data:`COMPLETED_STATUSES`,
 :data:`FAILED_STATUSES`) are defined here and nowhere else: the group rules (:mod:`legato_rl.groups`), the
@@ -95,7 +96,7 @@ COMPLETED_STATUSES = frozenset({Status.OK, Status.TRUNCATED})
 #: Statuses of failed tries: the ones whose record carries an ``error``.
 FAILED_STATUSES = frozenset({Status.ERROR, Status.RETRIED})
 #: Every ``error.kind``.
-ERROR_KINDS = ("policy", "env")
+ERROR_KINDS = ("policy", "env", "version")
 #: Top-level request keys recorded under ``request.sampling``; the rest (bar model and messages) are extras.
 SAMPLING_KEYS = frozenset(
     {
@@ -130,7 +131,8 @@ class ErrorInfo:
     """Why a try failed.
 
     Attributes:
-        kind: ``policy`` (the model server failed) or ``env`` (the desktop failed).
+        kind: ``policy`` (the model server failed), ``env`` (the desktop failed) or ``version`` (a continuous run
+            with ``partial="restart"`` cut the try short at a version change and runs the attempt again).
         type: the exception's class name.
         message: the exception's message.
     """
@@ -231,6 +233,9 @@ class ModelStats:
 
     ``weight_version`` is the weight version the server reported for the reply (SGLang
     ``metadata.weight_version``, vLLM >= 0.33 ``choices[0].weight_versions``), ``None`` when it reports none.
+    ``policy_version`` is the version legato was told was loaded when the call was made (``--version``, or the
+    trainer's latest :meth:`~legato_rl.follow.Follower.set_version` in a continuous run), ``None`` when unknown:
+    an attempt that runs across a version change shows both versions in its steps.
     """
 
     seconds: float
@@ -239,9 +244,10 @@ class ModelStats:
     completion_tokens: int | None = None
     cached_tokens: int | None = None
     weight_version: str | None = None
+    policy_version: str | None = None
 
     @classmethod
-    def from_chat(cls, result: ChatResult) -> ModelStats:
+    def from_chat(cls, result: ChatResult, policy_version: str | None = None) -> ModelStats:
         """From a :class:`~legato_rl.policy.ChatResult`."""
         return cls(
             seconds=result.seconds,
@@ -250,6 +256,7 @@ class ModelStats:
             completion_tokens=result.completion_tokens,
             cached_tokens=result.cached_tokens,
             weight_version=result.weight_version,
+            policy_version=policy_version,
         )
 
 
@@ -336,13 +343,15 @@ class StepRecord:
         parse_error: str | None = None,
         started_at: float | None = None,
         prompt_ids: PromptIds | None = None,
+        policy_version: str | None = None,
     ) -> StepRecord:
-        """The step of one policy call: its reply and usage from a :class:`~legato_rl.policy.ChatResult`."""
+        """The step of one policy call: its reply and usage from a :class:`~legato_rl.policy.ChatResult`, and the
+        policy version that was loaded when it was made."""
         return cls(
             index=index,
             request=request,
             response=Response.from_chat(result),
-            model=ModelStats.from_chat(result),
+            model=ModelStats.from_chat(result, policy_version),
             actions=tuple(actions),
             description=description,
             parse_error=parse_error,

@@ -44,7 +44,9 @@ STEP_KEYS = {
     "index", "started_at", "request", "prompt_ids", "response", "model", "description", "parse_error", "actions",
 }  # fmt: skip
 RESPONSE_KEYS = {"content", "reasoning", "token_ids", "logprobs", "tokens", "finish_reason"}
-MODEL_KEYS = {"seconds", "attempts", "prompt_tokens", "completion_tokens", "cached_tokens", "weight_version"}
+MODEL_KEYS = {
+    "seconds", "attempts", "prompt_tokens", "completion_tokens", "cached_tokens", "weight_version", "policy_version",
+}  # fmt: skip
 ACTION_KEYS = {"action", "act_s", "wait_s", "ready_s", "obs_s"}
 FINAL = {"ok", "truncated", "cancelled", "skipped", "surplus", "error"}
 
@@ -90,7 +92,7 @@ def test_happy_path_every_field(tmp_path: Path, server: ReferencePolicyServer) -
         for step in record["steps"]:
             assert set(step) == STEP_KEYS
             assert set(step["response"]) == RESPONSE_KEYS
-            assert set(step["model"]) == MODEL_KEYS
+            assert set(step["model"]) == MODEL_KEYS and step["model"]["policy_version"] == "step-7"
             response = step["response"]
             assert len(response["token_ids"]) == len(response["logprobs"]) > 0
             assert response["tokens"] is None  # only without token ids

@@ -330,7 +330,7 @@ def test_record_round_trip_has_every_field(tmp_path: Path) -> None:
         "finish_reason": "stop",
     }
     assert s["model"] == {"seconds": 0.5, "attempts": 2, "prompt_tokens": 1000, "completion_tokens": 3,
-                          "cached_tokens": 900, "weight_version": None}  # fmt: skip
+                          "cached_tokens": 900, "weight_version": None, "policy_version": None}  # fmt: skip
     assert s["actions"] == [{"action": "WAIT", "act_s": 0.1, "wait_s": None, "ready_s": 0.2, "obs_s": 0.3}]
     assert set(s["request"]) == {"model", "messages", "sampling", "extras", "order"}
     (back,) = read_records(tmp_path)
