@@ -35,7 +35,6 @@ command line's (it watches ``--version-file``).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import re
@@ -56,6 +55,7 @@ from legato_rl.harness import Harness
 from legato_rl.policy import PolicyConfig
 from legato_rl.store import ErrorInfo, RolloutRecord, read_records, write_json_atomic
 from legato_rl.store.files import SUMMARY_FILE
+from legato_rl.store.follow_log import FOLLOW_FILE, append_follow_log, read_follow_log
 from legato_rl.stream import Order, TaskStream
 from legato_rl.summary import Summary
 
@@ -72,8 +72,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: The log of a continuous run: versions loaded and groups handed over, one JSON object a line.
-FOLLOW_FILE = "follow.jsonl"
 _GROUP_ID = re.compile(r"^g(\d+)(?:r(\d+))?-")
 
 Stale = Literal["rerun", "deliver"]
@@ -243,7 +241,6 @@ class _FollowCollector(Collector):
         self._handled: set[str] = set()  # groups made ready (or handed over) once
         self._versions: dict[str | None, int] = {}  # version -> its number, in the order first loaded
         self._logged: set[str | None] = set()  # versions in follow.jsonl
-        self._log_path = Path(self.out) / FOLLOW_FILE
         self._delivered: list[int] = []  # staleness of each group handed over
         self._started_at = time.time()
         if stream.pool is None:
@@ -373,6 +370,11 @@ class _FollowCollector(Collector):
             return replace(group, staleness=staleness, stale=stale)
         return None
 
+    async def flush(self) -> None:
+        """Wait until every record written so far is durable."""
+        if self._store is not None:
+            await self._store.flush()
+
     def stop(self, *, drain: bool) -> None:
         """No group opens any more; without ``drain`` the attempts in flight are cut short unrecorded (a resume
         runs them again), with it the open groups finish."""
@@ -387,10 +389,7 @@ class _FollowCollector(Collector):
             self._wake.set()
 
     def _log(self, entry: Mapping[str, Any]) -> None:
-        with self._log_path.open("a", encoding="utf-8") as file:
-            file.write(json.dumps(entry) + "\n")
-            file.flush()
-            os.fsync(file.fileno())
+        append_follow_log(self.out, entry)
 
     # -- the run --------------------------------------------------------------------------------------------
     async def run(self) -> Summary:
@@ -405,15 +404,6 @@ class _FollowCollector(Collector):
 
 
 _PLACEHOLDER = Task(task_id="stream", instruction="", config={})
-
-
-def read_follow_log(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The lines of a continuous run's ``follow.jsonl`` (a line cut short by a kill is left out)."""
-    path = Path(run_dir) / FOLLOW_FILE
-    if not path.is_file():
-        return []
-    lines = path.read_text(encoding="utf-8").split("\n")
-    return [json.loads(line) for line in lines[:-1] if line.strip()]  # the last piece has no newline
 
 
 def follow_figures(run_dir: str | os.PathLike[str], *, desktops: int, since: float | None = None) -> dict[str, Any]:
@@ -566,9 +556,11 @@ class Follower:
         assert self._run is not None
         collector = self._collector
         while True:
-            group = collector.take()
-            if group is not None:
-                return group
+            if collector.ready:
+                await collector.flush()  # its records are durable before it is handed over (and logged)
+                group = collector.take()
+                if group is not None:
+                    return group
             if self._run.done():
                 self._run.result()  # raises what stopped the run
                 raise StopAsyncIteration

@@ -24,6 +24,7 @@ from legato_rl.store import (
     SUMMARY_FILE,
     RecordError,
     check_run_dir,
+    delivered_groups,
     expand_prompt_ids,
     read_records,
     torn_tail_bytes,
@@ -101,7 +102,10 @@ def export_steps(
         412
     """
     started = time.monotonic()
-    root = check_run_dir(run_dir)
+    # A continuous run (legato_rl.follow) is exported while it runs: the groups it has handed over, whose records
+    # are all durable; groups not handed over yet, re-run for staleness, or delivered marked stale are left out.
+    handed_over = delivered_groups(run_dir) if Path(run_dir).is_dir() else None
+    root = check_run_dir(run_dir, allow_in_progress=handed_over is not None)
     path = Path(out)
     fmt = export_format(path, format)
     if image_column and fmt != "parquet":
@@ -119,7 +123,7 @@ def export_steps(
             root / ROLLOUTS_FILE,
             torn,
         )
-    advantages = group_advantages(outcomes(root))
+    advantages = group_advantages(o for o in outcomes(root) if handed_over is None or o["group_id"] in handed_over)
     writer = ParquetRows(path, image_column=image_column) if fmt == "parquet" else JsonlRows(path)
     rows = rollouts = 0
     groups: set[str] = set()
@@ -128,6 +132,9 @@ def export_steps(
         writer.open(tmp)
         try:
             for record in read_records(root):
+                if handed_over is not None and record.group_id not in handed_over:
+                    excluded["not handed over"] += 1
+                    continue
                 if record.status not in COMPLETED_STATUSES:
                     excluded[record.status] += 1
                     continue

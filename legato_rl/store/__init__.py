@@ -25,6 +25,7 @@ The package, one concern a module (every name below is importable from ``legato_
     writer.py      RolloutStore (content-addressed files, records), BackgroundWriter (off the event loop)
     reader.py      read_records, read_record_dicts, load_request, check_run_dir
     manifest.py    run.json (RunManifest, open_run) and resume (read_progress)
+    follow_log.py  a continuous run's follow.jsonl (read_follow_log, delivered_groups)
     files.py       file names, atomic and durable writes, the writer lock, a torn last line
     errors.py      RecordError, RunInProgressError, StorageError
 """
@@ -41,6 +42,7 @@ from legato_rl.store.files import (
     write_bytes_atomic,
     write_json_atomic,
 )
+from legato_rl.store.follow_log import FOLLOW_FILE, append_follow_log, delivered_groups, read_follow_log
 from legato_rl.store.manifest import (
     MANIFEST_SCHEMA,
     RunManifest,
@@ -84,6 +86,7 @@ __all__ = [
     "ERROR_KINDS",
     "FAILED_STATUSES",
     "FINAL_STATUSES",
+    "FOLLOW_FILE",
     "IMAGES_DIR",
     "IMAGE_SCHEME",
     "MANIFEST_FILE",
@@ -114,15 +117,18 @@ __all__ = [
     "StorageError",
     "TaskDigest",
     "Timing",
+    "append_follow_log",
     "check_manifest",
     "check_run_dir",
     "compare_tasks",
+    "delivered_groups",
     "expand_prompt_ids",
     "is_being_written",
     "is_run_dir",
     "load_request",
     "open_run",
     "prompt_ids_of",
+    "read_follow_log",
     "read_manifest",
     "read_progress",
     "read_record_dicts",

@@ -377,6 +377,12 @@ class BackgroundWriter:
                 queued.popleft()
         self._raise()
 
+    async def flush(self) -> None:
+        """Wait until every write submitted so far is done (they finish in order); raise the first failure."""
+        if self._queued:
+            await asyncio.wrap_future(self._queued[-1])
+        self._raise()
+
     def _submit(self, fn: Callable[[Any], None], arg: Any) -> None:
         future = self._thread.submit(fn, arg)
         future.add_done_callback(self._done)

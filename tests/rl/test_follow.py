@@ -1,0 +1,293 @@
+"""Continuous collection (legato_rl.follow) on fake desktops against the embedded reference policy server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from collections.abc import Iterator
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from legato_gym import ConfigError, DesktopConfig, Task, Timeouts
+from legato_gym.backends.fake import default_tasks
+from legato_rl.export import export_steps
+from legato_rl.follow import CompletedGroup, Follower
+from legato_rl.policy import PolicyConfig
+from legato_rl.profile import profile_run
+from legato_rl.store import read_follow_log, read_record_dicts
+from legato_rl.stream import TaskStream
+from legato_rl.testing import ReferencePolicyServer, ScriptedSolver
+
+SCREEN = (320, 240)
+FINAL = {"ok", "truncated", "cancelled", "skipped", "surplus", "error"}
+
+
+def _config(act: float = 0.05) -> DesktopConfig:
+    return DesktopConfig(
+        screen=SCREEN, options={"latency": {"act": act}}, timeouts=Timeouts(reset=60, ready=10, act=10, evaluate=10)
+    )
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ReferencePolicyServer]:
+    with ReferencePolicyServer(brain=ScriptedSolver()) as srv:
+        yield srv
+
+
+def _follower(server: ReferencePolicyServer, out: Path, version: str = "v0", **kw: Any) -> Follower:
+    config = kw.pop("desktop", _config())
+    tasks = kw.pop("tasks", default_tasks(config)[:3])
+    options: dict[str, Any] = {"desktops": 2, "group": 2, "backend": "fake", "desktop": config, **kw}
+    return Follower(tasks, PolicyConfig(server.url, server.model, version=version), out=out, **options)
+
+
+async def _until(condition: Any, what: str, deadline_s: float = 30.0) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def _step_versions(group: CompletedGroup) -> list[list[str | None]]:
+    return [[step.model.policy_version for step in record.steps] for record in group.records]
+
+
+def test_groups_come_as_they_complete_and_every_step_names_its_version(
+    tmp_path: Path, server: ReferencePolicyServer
+) -> None:
+    run = tmp_path / "run"
+
+    async def story() -> tuple[list[CompletedGroup], dict[str, Any], Any, Any]:
+        groups: list[CompletedGroup] = []
+        exported = profiled = None
+        async with _follower(server, run, max_ready=2) as follower:
+            async for group in follower:
+                groups.append(group)
+                # handed over only once its records are in rollouts.jsonl: a trainer may tail the file
+                on_disk = {r["rollout_id"] for r in read_record_dicts(run)}
+                assert {r.rollout_id for r in group.records} <= on_disk
+                if len(groups) in (2, 4):
+                    server.weight_version = f"v{len(groups)}"
+                    follower.set_version(f"v{len(groups)}")
+                if len(groups) == 4:  # export and profile read the live run
+                    exported = export_steps(run, tmp_path / "train.jsonl")
+                    profiled = profile_run(run, out=tmp_path / "profile", plots=False)
+                if len(groups) == 7:
+                    break
+            summary = await follower.stop()
+        return groups, summary, exported, profiled
+
+    groups, summary, exported, profiled = asyncio.run(story())
+    server.weight_version = "default"
+    # an endless stream: the three tasks cycled, group ids by stream position
+    tasks = default_tasks(_config())[:3]
+    assert [g.group_id for g in groups] == [f"g{i:04d}-{tasks[i % 3].task_id}" for i in range(7)]
+    assert all(len(g.completed) == 2 and g.rewards == [1.0, 1.0] for g in groups)
+    order = {"v0": 0, "v2": 1, "v4": 2}
+    for group in groups:
+        for versions in _step_versions(group):
+            assert versions and all(v in order for v in versions)
+            assert [order[v] for v in versions] == sorted(order[v] for v in versions)  # calls carry the latest
+        assert list(group.versions) == sorted({v for vs in _step_versions(group) for v in vs}, key=order.get)
+    assert groups[0].versions == ("v0",) and groups[-1].versions[-1] == "v4"
+    assert any(len(g.versions) == 2 for g in groups)  # an attempt in flight continued under the new version
+    # the export of the live run holds the groups handed over by then, whole; the profile read it as it stood
+    assert exported is not None and exported.groups == 4 and exported.rollouts == 8
+    rows = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().splitlines()]
+    assert {row["group_id"] for row in rows} == {g.group_id for g in groups[:4]}
+    assert {row["policy_version"] for row in rows} <= {"v0", "v2"}
+    assert profiled is not None and profiled.in_progress
+    # the summary: staleness as handed over, the versions loaded, utilisation
+    figures = summary["follow"]
+    stalenesses = [g.staleness for g in groups]
+    assert figures["staleness"]["max"] == max(stalenesses)
+    assert figures["staleness"]["mean"] == pytest.approx(sum(stalenesses) / len(stalenesses), abs=1e-3)
+    assert figures["versions"] == ["v0", "v2", "v4"] and figures["groups_delivered"] == 7
+    assert 0 < figures["utilisation"] <= 1
+    assert [part["version"] for part in figures["utilisation_by_version"]] == ["v0", "v2", "v4"]
+    log = read_follow_log(run)
+    assert [line["version"] for line in log if line["event"] == "version"] == ["v0", "v2", "v4"]
+
+
+def test_backpressure_stops_new_attempts_until_the_trainer_takes_a_group(
+    tmp_path: Path, server: ReferencePolicyServer
+) -> None:
+    run = tmp_path / "run"
+
+    async def story() -> tuple[int, int]:
+        follower = _follower(server, run, group=1, max_ready=2)
+        await follower.start()
+        collector = follower._collector
+        # nobody takes: two groups wait, the desktops finish what they run and start nothing more
+        await _until(lambda: follower.waiting >= 2 and not collector._running, "the desktops to stop")
+        settled = len(list(read_record_dicts(run)))
+        await asyncio.sleep(0.5)  # a window in which a desktop that ignored backpressure would start an attempt
+        assert not collector._running and len(list(read_record_dicts(run))) == settled
+        # a group in flight when the limit was reached still completes: at most desktops - 1 more than max_ready
+        assert 2 <= follower.waiting <= 3
+        taken = 0
+        while follower.waiting >= 2:
+            await follower.next_group()
+            taken += 1
+        await _until(lambda: len(list(read_record_dicts(run))) > settled, "the desktops to start again")
+        await follower.stop()
+        return settled, taken
+
+    settled, taken = asyncio.run(story())
+    assert settled in (2, 3) and taken >= 1
+
+
+def test_restart_reruns_in_flight_attempts_and_stale_groups_are_rerun_or_marked(
+    tmp_path: Path, server: ReferencePolicyServer
+) -> None:
+    async def story(run: Path, stale: str) -> list[CompletedGroup]:
+        got: list[CompletedGroup] = []
+        follower = _follower(
+            server, run, desktop=_config(act=0.1), partial="restart", max_staleness=0, stale=stale, max_ready=4
+        )
+        async with follower:
+            await _until(lambda: follower.waiting >= 1 and follower._collector._running, "a group and attempts")
+            follower.set_version("v1")  # a group waits (made under v0), attempts are in flight
+            for _ in range(3):
+                got.append(await follower.next_group())
+        return got
+
+    run = tmp_path / "rerun"
+    groups = asyncio.run(story(run, "rerun"))
+    records = list(read_record_dicts(run))
+    restarted = [r for r in records if r["status"] == "retried"]
+    assert restarted and all(r["error"]["kind"] == "version" for r in restarted)
+    # restarted tries ran again from their reset: a final record of the same attempt, steps under v1 only
+    for record in restarted:
+        again = [r for r in records if (r["group_id"], r["attempt"]) == (record["group_id"], record["attempt"])]
+        assert again[-1]["try"] == record["try"] + 1
+    for group in groups:  # every group handed over is within the bound: its steps are all v1
+        assert group.staleness == 0 and not group.stale and group.versions == ("v1",)
+    log = read_follow_log(run)
+    reruns = [line for line in log if line["event"] == "group" and line["outcome"] == "rerun"]
+    assert reruns and all(line["staleness"] == 1 for line in reruns)
+    assert all("r1-" in line["rerun_as"] for line in reruns)
+    delivered = {line["group_id"] for line in log if line["event"] == "group" and line["outcome"] == "delivered"}
+    assert delivered == {g.group_id for g in groups} and not delivered & {line["group_id"] for line in reruns}
+
+    marked = asyncio.run(story(tmp_path / "marked", "deliver"))
+    assert marked[0].stale and marked[0].staleness == 1 and marked[0].versions == ("v0",)
+    assert all(not g.stale for g in marked[1:])
+
+
+def test_task_streams_cycle_draw_and_take_an_iterable_as_it_comes(
+    tmp_path: Path, server: ReferencePolicyServer
+) -> None:
+    tasks = default_tasks(_config())[:3]
+    ids = [t.task_id for t in tasks]
+    cycled = [task.task_id for _, task in islice(TaskStream.of(tasks), 7)]
+    assert cycled == [ids[i % 3] for i in range(7)]
+    drawn = [task.task_id for _, task in islice(TaskStream.of(tasks, order="draw", seed=3), 9)]
+    again = [task.task_id for _, task in islice(TaskStream.of(tasks, order="draw", seed=3), 9)]
+    other = [task.task_id for _, task in islice(TaskStream.of(tasks, order="draw", seed=4), 9)]
+    assert drawn == again and drawn != other
+    assert all(sorted(drawn[i : i + 3]) == sorted(ids) for i in (0, 3, 6))  # each task once a pass
+    with pytest.raises(ConfigError, match="order='shuffle' must be one of cycle, draw"):
+        TaskStream.of(tasks, order="shuffle")  # type: ignore[arg-type]
+
+    def two() -> Iterator[Task]:  # an iterable that ends: the run finishes its groups, then the stream ends
+        yield tasks[1]
+        yield tasks[0]
+
+    async def story() -> list[str]:
+        follower = _follower(server, tmp_path / "run", tasks=two())
+        return [group.group_id async for group in follower]
+
+    assert sorted(asyncio.run(story())) == [f"g0000-{ids[1]}", f"g0001-{ids[0]}"]
+
+
+_KILLED_FOLLOW = textwrap.dedent(
+    """
+    import sys
+    from legato_gym import DesktopConfig
+    from legato_gym.backends.fake import default_tasks
+    from legato_rl.follow import follow
+    from legato_rl.policy import PolicyConfig
+
+    config = DesktopConfig(screen=(320, 240), options={"latency": {"act": 0.05}})
+    run = follow(default_tasks(config)[:3], PolicyConfig(sys.argv[1], sys.argv[2], version="v0"), out=sys.argv[3],
+                 desktops=2, group=2, backend="fake", desktop=config, max_ready=2, order="draw", seed=5)
+    for n, group in enumerate(run, 1):  # the blocking form; killed while it runs
+        print(group.group_id, flush=True)
+        if n % 2 == 0:
+            run.set_version(f"v{n}")
+    """
+)
+
+
+def test_a_killed_continuous_run_resumes_losing_and_duplicating_nothing(
+    tmp_path: Path, server: ReferencePolicyServer
+) -> None:
+    run = tmp_path / "run"
+    rollouts = run / "rollouts.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_FOLLOW, server.url, server.model, str(run)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        for _ in range(1200):  # poll: up to 60 s for a few groups handed over and a version change
+            handed = [line for line in read_follow_log(run) if line["event"] == "group"]
+            if (len(handed) >= 3 and rollouts.read_text().count("\n") >= 8) or proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.stdout is not None
+    printed = proc.stdout.read().split()
+    before = list(read_record_dicts(run))
+    handed_before = [line["group_id"] for line in read_follow_log(run) if line["event"] == "group"]
+    assert len(handed_before) >= 3 and set(handed_before) <= set(printed) | set(handed_before)
+    finished_not_handed = {
+        gid
+        for gid, n in Counter(r["group_id"] for r in before if r["status"] in FINAL).items()
+        if n == 2 and gid not in handed_before
+    }
+
+    async def resume() -> list[CompletedGroup]:
+        got: list[CompletedGroup] = []
+        follower = Follower(
+            default_tasks(_config())[:3], PolicyConfig(server.url, server.model, version="v9"), out=run, desktops=2,
+            group=2, backend="fake", desktop=DesktopConfig(screen=SCREEN, options={"latency": {"act": 0.05}}),
+            max_ready=2, order="draw", seed=5,
+        )  # fmt: skip
+        async with follower:
+            async for group in follower:
+                got.append(group)
+                if len(got) == len(finished_not_handed) + 3:
+                    break
+        return got
+
+    resumed = asyncio.run(resume())
+    # groups that completed but were not handed over before the kill come first
+    assert {g.group_id for g in resumed[: len(finished_not_handed)]} == finished_not_handed
+    after = list(read_record_dicts(run))
+    assert [r["rollout_id"] for r in after[: len(before)]] == [r["rollout_id"] for r in before]
+    finals = Counter((r["group_id"], r["attempt"]) for r in after if r["status"] in FINAL)
+    assert set(finals.values()) == {1}, finals  # none duplicated
+    handed = [line["group_id"] for line in read_follow_log(run) if line["event"] == "group"]
+    assert len(handed) == len(set(handed)) == len(handed_before) + len(resumed)  # each group handed over once
+    positions = sorted({int(gid[1:5]) for gid in handed})
+    assert positions == list(range(len(positions)))  # no stream position skipped: none lost
+    for group in resumed:
+        assert len(group.completed) == 2
+    # the stream resumed at the same draw: position n is the same task as before the kill
+    stream = [task.task_id for _, task in islice(TaskStream.of(default_tasks(_config())[:3], order="draw", seed=5), 99)]
+    assert all(gid.split("-", 1)[1] == stream[int(gid[1:5])] for gid in handed)
