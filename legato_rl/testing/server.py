@@ -1,6 +1,8 @@
 """The reference policy server: a real HTTP server on loopback that follows vLLM's OpenAI-compatible contract.
 
-It answers ``GET /v1/models``, ``GET /health`` and non-streaming ``POST /v1/chat/completions`` with what
+It answers ``GET /v1/models``, ``GET /health``, ``POST /update_weight_version`` (SGLang's: ``{"new_version":
+"step-42"}`` labels the weights, as a trainer does after loading new ones) and non-streaming
+``POST /v1/chat/completions`` with what
 a real server would return (ids, usage with ``prompt_tokens_details.cached_tokens``, ``logprobs.content``,
 token ids, reasoning), in the field names of the chosen behaviour:
 
@@ -203,8 +205,8 @@ class ReferencePolicyServer:
         return_logprobs: answer ``logprobs=true`` (``False`` mimics a server that drops them, as vLLM does
             with a reasoning parser and ``include_reasoning=false``).
         weight_version: the weight version label reported (SGLang ``metadata.weight_version``, vLLM
-            ``weight_versions``); ``"default"`` as both servers until told otherwise. An attribute: set it
-            between requests to mimic a weight update.
+            ``weight_versions``); ``"default"`` as both servers until told otherwise. Switch it as a trainer does
+            after a weight update: ``POST /update_weight_version`` or :meth:`set_weight_version`.
 
     Logprobs are float32 values (as vLLM computes them), written as JSON floats.
     """
@@ -392,7 +394,32 @@ class ReferencePolicyServer:
         if path == "/v1/chat/completions" and method == "POST":
             self._chat(handler, raw, authorized)
             return
+        if path == "/update_weight_version" and method == "POST":
+            self._update_weight_version(handler, raw, authorized)
+            return
         handler.send_json(404, {"detail": "Not Found"})
+
+    def _update_weight_version(self, handler: Handler, raw: bytes, authorized: bool) -> None:
+        """SGLang's ``POST /update_weight_version`` ``{"new_version": "..."}``: a trainer that loaded new weights
+        labels them; replies answered from then on report the label."""
+        if not authorized:
+            handler.send_json(401, {"error": "Unauthorized"})
+            return
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        label = body.get("new_version") if isinstance(body, dict) else None
+        if not isinstance(label, str) or not label:
+            self._error(handler, 400, "new_version must be a non-empty string", "BadRequestError", "new_version")
+            return
+        self.set_weight_version(label)
+        handler.send_json(200, {"success": True, "message": f"weight version updated to {label}"})
+
+    def set_weight_version(self, label: str) -> None:
+        """Label the weights ``label`` (what a weight update does): replies from now on report it."""
+        with self._lock:
+            self.weight_version = label
 
     def _error(self, handler: Handler, status: int, message: str, kind: str, param: str | None = None) -> None:
         handler.send_json(status, {"error": {"message": message, "type": kind, "param": param, "code": status}})

@@ -65,6 +65,30 @@ def test_models_and_health(http: httpx.Client) -> None:
         assert http.get(server.url + "/nothing").status_code == 404
 
 
+@pytest.mark.parametrize("behaviour", ["vllm", "sglang"])
+def test_update_weight_version_relabels_the_replies(http: httpx.Client, behaviour: str) -> None:
+    with ReferencePolicyServer(ReplayBrain(["x"], cycle=True), behaviour, api_key="k") as server:
+        base, auth = f"http://127.0.0.1:{server.port}", {"Authorization": "Bearer k"}
+
+        def served() -> str:
+            body = chat_body([user("hi")], return_weight_versions=True)
+            data = http.post(server.url + "/chat/completions", json=body, headers=auth).json()
+            return str(
+                data["choices"][0]["weight_versions"][0]["version"]
+                if behaviour == "vllm"
+                else data["metadata"]["weight_version"]
+            )
+
+        assert served() == "default"
+        assert http.post(base + "/update_weight_version", json={"new_version": "step-2"}).status_code == 401
+        answer = http.post(base + "/update_weight_version", json={"new_version": "step-2"}, headers=auth)
+        assert answer.status_code == 200 and answer.json()["success"] is True
+        assert served() == "step-2" and server.weight_version == "step-2"
+        refused = http.post(base + "/update_weight_version", json={"version": "step-3"}, headers=auth)
+        assert refused.status_code == 400 and "new_version" in refused.json()["error"]["message"]
+        assert served() == "step-2"
+
+
 def test_vllm_returns_token_ids_aligned_with_logprobs(http: httpx.Client) -> None:
     with ReferencePolicyServer(ReplayBrain([Reply("Action: go", "hmm")], cycle=True)) as server:
         body = post(http, server, chat_body([user("hello")], logprobs=True, top_logprobs=2, return_token_ids=True))
