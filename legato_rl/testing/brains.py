@@ -32,7 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import Task
-from legato_gym.errors import BackendUnavailableError
+from legato_gym.errors import BackendUnavailableError, ConfigError
 from legato_gym.png import png_size
 from legato_rl.images import PNG_DATA_URL
 
@@ -42,6 +42,7 @@ __all__ = [
     "ReplayBrain",
     "Reply",
     "ScriptedSolver",
+    "brain_named",
     "prompt_instruction",
     "prompt_step_index",
     "qwen_reply",
@@ -352,3 +353,17 @@ class ReplayBrain:
         if index < len(self._replies):
             return self._replies[index]
         return Reply(qwen_reply("No more replies.", [{"action": "terminate", "status": "failure"}]))
+
+
+def brain_named(name: str, seed: int, replies: str | None) -> Brain:
+    """The brain ``python -m legato_rl.testing.server --brain NAME`` answers with."""
+    if name == "scripted":
+        return ScriptedSolver()
+    if name == "random":
+        return RandomBrain(seed)
+    if name == "replay":
+        if not replies:
+            raise ConfigError("--brain replay needs --replies FILE (a JSON list of reply texts)")
+        with open(replies, encoding="utf-8") as f:
+            return ReplayBrain([str(r) for r in json.load(f)])
+    raise ConfigError(f"unknown brain {name!r}; choose scripted, random or replay")

@@ -9,6 +9,7 @@ them, and :func:`completion_body` lays a reply out in the behaviour's field name
 from __future__ import annotations
 
 import hashlib
+import json
 import struct
 import time
 import uuid
@@ -17,7 +18,14 @@ from typing import Any
 
 from legato_rl.testing.tokenizer import IM_END
 
-__all__ = ["BEHAVIOURS", "completion_body", "request_problem", "token_logprobs"]
+__all__ = [
+    "BEHAVIOURS",
+    "completion_body",
+    "new_weight_version",
+    "request_problem",
+    "token_logprobs",
+    "weight_version_answer",
+]
 
 BEHAVIOURS = ("vllm", "vllm-0.10.1", "openai", "sglang")
 
@@ -163,6 +171,26 @@ def completion_body(
         payload["system_fingerprint"] = "fp_legato"
         usage["prompt_tokens_details"] = {"cached_tokens": cached, "audio_tokens": 0}
     return payload
+
+
+def new_weight_version(raw: bytes) -> str | None:
+    """The label of SGLang's ``POST /update_weight_version`` body ``{"new_version": "step-42"}``, or ``None``."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return None
+    label = body.get("new_version") if isinstance(body, dict) else None
+    return label if isinstance(label, str) and label else None
+
+
+def weight_version_answer(authorized: bool, label: str | None) -> tuple[int, dict[str, Any]]:
+    """The status and body SGLang answers ``POST /update_weight_version`` with."""
+    if not authorized:
+        return 401, {"error": "Unauthorized"}
+    if label is None:
+        message = "new_version must be a non-empty string"
+        return 400, {"error": {"message": message, "type": "BadRequestError", "param": "new_version", "code": 400}}
+    return 200, {"success": True, "message": f"weight version updated to {label}"}
 
 
 def _float32(value: float) -> float:

@@ -1,8 +1,7 @@
 """The reference policy server: a real HTTP server on loopback that follows vLLM's OpenAI-compatible contract.
 
-It answers ``GET /v1/models``, ``GET /health``, ``POST /update_weight_version`` (SGLang's: ``{"new_version":
-"step-42"}`` labels the weights, as a trainer does after loading new ones) and non-streaming
-``POST /v1/chat/completions`` with what
+It answers ``GET /v1/models``, ``GET /health``, SGLang's ``POST /update_weight_version`` (a trainer labels
+new weights) and non-streaming ``POST /v1/chat/completions`` with what
 a real server would return (ids, usage with ``prompt_tokens_details.cached_tokens``, ``logprobs.content``,
 token ids, reasoning), in the field names of the chosen behaviour:
 
@@ -75,8 +74,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from legato_gym.errors import ConfigError
+from legato_rl.testing import chat_api
 from legato_rl.testing._http_server import Handler, HTTPServer
-from legato_rl.testing.brains import Brain, RandomBrain, ReplayBrain, Reply, ScriptedSolver
+from legato_rl.testing.brains import Brain, Reply, ScriptedSolver, brain_named
 from legato_rl.testing.chat_api import BEHAVIOURS, completion_body, request_problem, token_logprobs
 from legato_rl.testing.engine import Latency, PrefixCache
 from legato_rl.testing.tokenizer import IM_END, SPECIAL_TOKENS, ToyTokenizer
@@ -400,26 +400,14 @@ class ReferencePolicyServer:
         handler.send_json(404, {"detail": "Not Found"})
 
     def _update_weight_version(self, handler: Handler, raw: bytes, authorized: bool) -> None:
-        """SGLang's ``POST /update_weight_version`` ``{"new_version": "..."}``: a trainer that loaded new weights
-        labels them; replies answered from then on report the label."""
-        if not authorized:
-            handler.send_json(401, {"error": "Unauthorized"})
-            return
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            body = None
-        label = body.get("new_version") if isinstance(body, dict) else None
-        if not isinstance(label, str) or not label:
-            self._error(handler, 400, "new_version must be a non-empty string", "BadRequestError", "new_version")
-            return
-        self.set_weight_version(label)
-        handler.send_json(200, {"success": True, "message": f"weight version updated to {label}"})
+        label = chat_api.new_weight_version(raw) if authorized else None
+        if authorized and label is not None:
+            self.set_weight_version(label)
+        handler.send_json(*chat_api.weight_version_answer(authorized, label))
 
     def set_weight_version(self, label: str) -> None:
         """Label the weights ``label`` (what a weight update does): replies from now on report it."""
-        with self._lock:
-            self.weight_version = label
+        self.weight_version = label  # one assignment: a reply reads the label once
 
     def _error(self, handler: Handler, status: int, message: str, kind: str, param: str | None = None) -> None:
         handler.send_json(status, {"error": {"message": message, "type": kind, "param": param, "code": status}})
@@ -557,19 +545,6 @@ class ReferencePolicyServer:
         return payload, self.latency.delay(len(prompt.ids) - cached, len(ids), draw)
 
 
-def _brain(name: str, seed: int, replies: str | None) -> Brain:
-    if name == "scripted":
-        return ScriptedSolver()
-    if name == "random":
-        return RandomBrain(seed)
-    if name == "replay":
-        if not replies:
-            raise ConfigError("--brain replay needs --replies FILE (a JSON list of reply texts)")
-        with open(replies, encoding="utf-8") as f:
-            return ReplayBrain([str(r) for r in json.load(f)])
-    raise ConfigError(f"unknown brain {name!r}; choose scripted, random or replay")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m legato_rl.testing.server``: serve the reference policy until interrupted."""
     parser = argparse.ArgumentParser(
@@ -599,7 +574,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("--require-key: set LEGATO_POLICY_KEY first", file=sys.stderr)
         return 2
     server = ReferencePolicyServer(
-        _brain(args.brain, args.seed, args.replies),
+        brain_named(args.brain, args.seed, args.replies),
         args.behaviour,
         model=args.model,
         port=args.port,
