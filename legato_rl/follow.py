@@ -293,14 +293,21 @@ class _FollowCollector(Collector):
     def current(self) -> int:
         return self._number(self.policy_config.version)
 
+    def _note_start_version(self) -> None:
+        """Log the version the run started with, once (when the first group completes or the first change comes)."""
+        if not self._logged:
+            self._note_version(self.policy_config.version, self._started_at)
+
     def _note_version(self, version: str | None, at: float | None = None) -> None:
         self._number(version)
         self._logged.add(version)
         self._log({"event": "version", "version": version, "at": time.time() if at is None else at})
 
     def load_version(self, version: str) -> None:
-        if self.policy_config.version not in self._logged:  # the version loaded at start comes first
-            self._note_version(self.policy_config.version, self._started_at)
+        if self._store is None:  # before the run opened its store: the version it starts with
+            super().load_version(version)
+            return
+        self._note_start_version()
         super().load_version(version)
         self._note_version(version)
         self.changed.set()
@@ -329,6 +336,7 @@ class _FollowCollector(Collector):
         if group_id in self._handled:
             return
         self._handled.add(group_id)
+        self._note_start_version()
         records = tuple(self._records.pop(group_id, ()))
         versions = sorted(
             {step.model.policy_version for r in records for step in r.steps}, key=lambda v: self._number(v)

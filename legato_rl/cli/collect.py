@@ -25,8 +25,10 @@ from legato_gym.backends.local.file_cache import FILE_CACHE_ENV_VAR
 from legato_gym.backends.local.options import GRADERS, LocalOptions
 from legato_gym.tasks import load_tasks
 from legato_rl.cli._errors import EXIT_NOTHING_COMPLETED, fail
+from legato_rl.cli._follow import check_follow_options, run_follow
 from legato_rl.cli._logging import configure_logging
 from legato_rl.collect import CollectOptions, Progress, collect
+from legato_rl.follow import Follower, FollowOptions
 from legato_rl.groups import Status
 from legato_rl.policy import Limits, PolicyConfig, Sampling
 from legato_rl.store import COMPLETED_STATUSES, write_json_atomic
@@ -135,11 +137,60 @@ def collect_command(
             "(a second desktop's memory per desktop).",
         ),
     ] = LocalOptions.prestart,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            help="Continuous collection for asynchronous RL: the tasks cycled (or drawn) without end, each group "
+            "handed over in OUT/follow.jsonl as it completes, versions read from --control. See docs/async.md.",
+        ),
+    ] = False,
+    control: Annotated[
+        Path | None,
+        typer.Option(
+            "--control",
+            metavar="FILE",
+            help='--follow: the trainer\'s file, replaced atomically: {"version": "step-42", "taken": 17} (the '
+            "version loaded; the groups consumed), or a line holding the version alone.",
+        ),
+    ] = None,
+    order: Annotated[
+        str, typer.Option("--order", help="--follow: cycle the tasks in order, or draw them (seeded by --seed).")
+    ] = FollowOptions.order,
+    max_ready: Annotated[
+        int,
+        typer.Option("--max-ready", help="--follow: completed groups that may wait for the trainer (backpressure)."),
+    ] = FollowOptions.max_ready,
+    max_staleness: Annotated[
+        int | None,
+        typer.Option("--max-staleness", help="--follow: versions a group's oldest step may lag when handed over."),
+    ] = FollowOptions.max_staleness,
+    stale: Annotated[
+        str,
+        typer.Option("--stale", help="--follow: a group past --max-staleness is re-run (rerun), or marked (deliver)."),
+    ] = FollowOptions.stale,
+    partial: Annotated[
+        str,
+        typer.Option(
+            "--partial",
+            help="--follow: an attempt in flight at a version change continues, or restarts from its reset.",
+        ),
+    ] = FollowOptions.partial,
+    max_groups: Annotated[
+        int | None, typer.Option("--max-groups", help="--follow: stop after handing over this many groups.")
+    ] = None,
 ) -> None:
-    """Collect one batch: every task × (group + oversample) attempts, graded, in legato.rollout/v0."""
+    """Collect one batch: every task × (group + oversample) attempts, graded, in legato.rollout/v0.
+
+    With --follow: collect without end for an asynchronous trainer (docs/async.md)."""
     console = Console(stderr=True)
     configure_logging(logging.INFO, console)
     try:
+        check_follow_options(
+            follow, **{"--control": control, "--max-groups": max_groups, "--max-staleness": max_staleness,
+                       "--order": order != FollowOptions.order, "--max-ready": max_ready != FollowOptions.max_ready,
+                       "--stale": stale != FollowOptions.stale, "--partial": partial != FollowOptions.partial}
+        )  # fmt: skip
         config = DesktopConfig(ready_signal=ready_signal, fixed_wait=fixed_wait, fast_reset=fast_reset)
         if osworld is not None:
             config = replace(config, osworld_path=osworld.expanduser())
@@ -169,6 +220,17 @@ def collect_command(
             _show(progress, console, live=sys.stderr.isatty() and not quiet),
         ):
             policy = PolicyConfig(urls, served_model, version=version, sampling=sampling, limits=limits)
+            if follow:
+                follower = Follower(
+                    task_list, policy, out=out, desktops=desktops, group=group, oversample=oversample,
+                    max_steps=max_steps, rollout_timeout=rollout_timeout, env_retries=env_retries,
+                    image_max=image_max, desktop=config, backend=resolved, seed=seed, ray=ray, progress=progress,
+                    order=order, max_ready=max_ready, max_staleness=max_staleness, stale=stale,  # type: ignore[arg-type]
+                    partial=partial,  # type: ignore[arg-type]
+                )  # fmt: skip
+                data = run_follow(follower, control=control, max_groups=max_groups)
+                _say_followed(console, data, out)
+                return
             data = collect(
                 task_list, policy, out=out, desktops=desktops, group=group, oversample=oversample,
                 max_steps=max_steps, rollout_timeout=rollout_timeout, env_retries=env_retries,
@@ -190,6 +252,19 @@ def collect_command(
     console.print(
         f"[green]done[/green]: {escape(str(out))} — {counts}; success rate {_fmt(data['success_rate'])}, "
         f"{_fmt(data['rollouts_per_hour'], 0)} rollouts/h, groups short {data['groups_short']}{graded}"
+    )
+    typer.echo(str(out / "summary.json"))
+
+
+def _say_followed(console: Console, data: dict[str, Any], out: Path) -> None:
+    figures = data.get("follow") or {}
+    staleness = figures.get("staleness") or {}
+    console.print(
+        f"[green]stopped[/green]: {escape(str(out))} — {figures.get('groups_delivered', 0)} groups handed over, "
+        f"staleness mean {_fmt(staleness.get('mean'), 2)} max {staleness.get('max')}, versions "
+        f"{', '.join(str(v) for v in figures.get('versions') or []) or '-'}, desktop utilisation "
+        f"{_fmt(figures.get('utilisation'), 3)}; run the same command again to go on",
+        soft_wrap=True,
     )
     typer.echo(str(out / "summary.json"))
 

@@ -23,6 +23,7 @@ from legato_gym.backends.local.file_cache import FileCache
 from legato_gym.backends.local.options import LocalOptions
 from legato_rl.cli.app import app
 from legato_rl.collect import CollectOptions, collect
+from legato_rl.follow import FollowOptions
 from legato_rl.policy import Limits, Sampling
 from legato_rl.probe import run_probe
 
@@ -60,6 +61,9 @@ OWNERS: dict[tuple[str, str], Callable[[], object]] = {
     **{("rl collect", name): _field(DesktopConfig, name) for name in ("ready_signal", "fixed_wait", "fast_reset")},
     ("rl collect", "grader"): _field(LocalOptions, "grader"),
     ("rl collect", "prestart"): _field(LocalOptions, "prestart"),
+    **{("rl collect", name): _field(FollowOptions, name) for name in (
+        "order", "max_ready", "max_staleness", "stale", "partial",
+    )},
     ("rl probe", "timeout"): _argument(run_probe, "timeout"),
     ("osworld cache", "timeout"): _argument(FileCache.fetch, "timeout"),
     ("osworld cache", "connect_timeout"): _argument(FileCache.fetch, "connect_timeout"),

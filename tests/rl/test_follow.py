@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from legato_gym import ConfigError, DesktopConfig, Task, Timeouts
 from legato_gym.backends.fake import default_tasks
+from legato_rl.cli.app import app
 from legato_rl.export import export_steps
 from legato_rl.follow import CompletedGroup, Follower
 from legato_rl.policy import PolicyConfig
@@ -131,8 +133,10 @@ def test_backpressure_stops_new_attempts_until_the_trainer_takes_a_group(
         collector = follower._collector
         # nobody takes: two groups wait, the desktops finish what they run and start nothing more
         await _until(lambda: follower.waiting >= 2 and not collector._running, "the desktops to stop")
+        await collector.flush()
         settled = len(list(read_record_dicts(run)))
         await asyncio.sleep(0.5)  # a window in which a desktop that ignored backpressure would start an attempt
+        await collector.flush()
         assert not collector._running and len(list(read_record_dicts(run))) == settled
         # a group in flight when the limit was reached still completes: at most desktops - 1 more than max_ready
         assert 2 <= follower.waiting <= 3
@@ -291,3 +295,22 @@ def test_a_killed_continuous_run_resumes_losing_and_duplicating_nothing(
     # the stream resumed at the same draw: position n is the same task as before the kill
     stream = [task.task_id for _, task in islice(TaskStream.of(default_tasks(_config())[:3], order="draw", seed=5), 99)]
     assert all(gid.split("-", 1)[1] == stream[int(gid[1:5])] for gid in handed)
+
+
+def test_cli_follow_reads_the_control_file_and_hands_groups_over(tmp_path: Path) -> None:
+    runner = CliRunner()
+    run, control = tmp_path / "run", tmp_path / "control.json"
+    control.write_text(json.dumps({"version": "v2", "taken": 0}))  # loaded before the first call; none consumed
+    args = ["rl", "collect", "--backend", "fake", "--policy-url", "embedded", "--out", str(run), "--group", "2",
+            "--desktops", "2", "--version", "v1", "--quiet"]  # fmt: skip
+    result = runner.invoke(app, [*args, "--follow", "--control", str(control), "--max-ready", "2", "--max-groups", "2"])
+    assert result.exit_code == 0, result.output
+    assert "2 groups handed over" in result.output and result.output.strip().endswith("summary.json")
+    handed = [line for line in read_follow_log(run) if line["event"] == "group"]
+    assert [line["outcome"] for line in handed] == ["delivered", "delivered"]
+    versions = {step["model"]["policy_version"] for r in read_record_dicts(run) for step in r["steps"]}
+    assert versions <= {"v1", "v2"} and "v2" in versions
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["follow"]["groups_delivered"] == 2 and summary["follow"]["versions"][-1] == "v2"
+    refused = runner.invoke(app, [*args[:7], str(tmp_path / "other"), "--max-ready", "3"])
+    assert refused.exit_code != 0 and "--max-ready apply to continuous collection only: add --follow" in refused.output
