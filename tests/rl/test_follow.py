@@ -314,3 +314,25 @@ def test_cli_follow_reads_the_control_file_and_hands_groups_over(tmp_path: Path)
     assert summary["follow"]["groups_delivered"] == 2 and summary["follow"]["versions"][-1] == "v2"
     refused = runner.invoke(app, [*args[:7], str(tmp_path / "other"), "--max-ready", "3"])
     assert refused.exit_code != 0 and "--max-ready apply to continuous collection only: add --follow" in refused.output
+
+
+def test_a_group_rerun_twice_for_staleness_goes_before_every_other_attempt() -> None:
+    from legato_rl.follow import _FollowBook
+
+    tasks = default_tasks(_config())[:3]
+    book = _FollowBook(TaskStream.of(tasks), group=2, oversample=0.0)
+    first = book.next_attempt(0)  # opens g0000 from the stream
+    assert first is not None and first.group_id == f"g0000-{tasks[0].task_id}"
+    once = book.rerun(first.group_id)  # stale once: queued behind the groups already open
+    assert once == f"g0000r1-{tasks[0].task_id}"
+    assert book.next_attempt(0).group_id == first.group_id  # type: ignore[union-attr]
+    opened = book.next_attempt(0)  # g0000's queue is empty: the re-run opens before the stream's next group
+    assert opened is not None and opened.group_id == once
+    twice = book.rerun(once)
+    assert twice == f"g0000r2-{tasks[0].task_id}"
+    book.add(f"g0001-{tasks[1].task_id}", tasks[1])  # another open group with attempts waiting
+    book.origin[f"g0001-{tasks[1].task_id}"] = (1, 0)
+    assert book.next_attempt(0).group_id == once  # type: ignore[union-attr]
+    book._open_next()  # the twice re-run group opens: its attempts go first, ahead of g0001's
+    assert [book.next_attempt(0).group_id for _ in range(2)] == [twice, twice]  # type: ignore[union-attr]
+    assert book.next_attempt(0).group_id == f"g0001-{tasks[1].task_id}"  # type: ignore[union-attr]

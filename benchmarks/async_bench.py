@@ -1,0 +1,150 @@
+"""Continuous collection against batch-by-batch ``collect``, side by side in one run, with a simulated trainer.
+
+    python benchmarks/async_bench.py                    # 8 desktops, groups of 4, 4 groups a batch, 4 updates
+    python benchmarks/async_bench.py --updates 6 --desktops 8
+
+Fake desktops with real-ish latencies (reset 0.5 s, actions lognormal around 0.4 s, model calls 0.3 s on the
+reference policy server) stand in for OSWorld VMs. The trainer's update takes as long as one batch takes to
+collect (its first dispatch to its last record, measured on the first batch-by-batch batch), then it loads a
+new version.
+
+* **batch by batch**: ``collect`` one batch on version ``step-u``, update, ``collect`` the next on
+  ``step-u+1``, ...: the desktops wait during every update (and each ``collect`` starts its desktops).
+* **continuous**: one :class:`~legato_rl.follow.Follower`; the trainer takes a batch of groups as they
+  complete, updates while the desktops go on, loads the version, takes the next batch.
+
+Reported: rollouts per hour that the trainer trained on (completed attempts of the groups it took, over the
+wall time until its last update ended), desktop utilisation (busy desktop-seconds over desktops x that wall
+time), and the staleness of the groups it took (versions between a group's oldest step and the version loaded
+when the trainer took it), and of the steps it trained on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from legato_gym import DesktopConfig, Timeouts
+from legato_gym.backends.fake import default_tasks
+from legato_rl.collect import collect
+from legato_rl.follow import Follower
+from legato_rl.policy import PolicyConfig
+from legato_rl.store import read_records
+from legato_rl.testing import Latency, ReferencePolicyServer, ScriptedSolver
+
+TIMEOUTS = Timeouts(reset=300, ready=60, act=60, evaluate=60)
+LATENCY = {"reset": 0.5, "act": {"median": 0.4, "sigma": 0.5, "max": 5.0}}
+
+
+def _busy(run: Path, since: float, until: float) -> float:
+    """Desktop-seconds spent in attempts between ``since`` and ``until``."""
+    return sum(
+        max(0.0, min(r.ended_at, until) - max(r.started_at, since))
+        for r in read_records(run)
+        if r.desktop is not None and r.started_at is not None and r.ended_at is not None
+    )
+
+
+def batch_by_batch(policy: PolicyConfig, tasks: list[Any], root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    config = DesktopConfig(screen=(640, 360), timeouts=TIMEOUTS, options={"latency": LATENCY})
+    per_batch = args.batch_groups
+    t0 = time.time()
+    update_s: float | None = None
+    completed = busy = 0.0
+    for u in range(args.updates):
+        batch = [tasks[(u * per_batch + i) % len(tasks)] for i in range(per_batch)]
+        out = root / f"batch-{u}"
+        started = time.time()
+        summary = collect(batch, replace(policy, version=f"step-{u}"), out=out,
+                          desktops=args.desktops, group=args.group, backend="fake", desktop=config, seed=u)  # fmt: skip
+        if update_s is None:  # the trainer's update takes as long as one batch: first dispatch to last record
+            records = list(read_records(out))
+            update_s = max(float(r.ended_at or started) for r in records) - min(
+                float(r.started_at or started) for r in records
+            )
+        completed += sum(summary["status_counts"][s] for s in ("ok", "truncated"))
+        busy += _busy(out, t0, float("inf"))
+        time.sleep(update_s)  # the simulated update: the desktops wait
+    wall = time.time() - t0
+    assert update_s is not None
+    return {"wall_s": wall, "completed": completed, "rollouts_per_hour": completed / wall * 3600,
+            "utilisation": busy / (args.desktops * wall), "update_s": update_s, "staleness": (0.0, 0)}  # fmt: skip
+
+
+def continuous(
+    policy: PolicyConfig, tasks: list[Any], root: Path, args: argparse.Namespace, update_s: float
+) -> dict[str, Any]:
+    config = DesktopConfig(screen=(640, 360), timeouts=TIMEOUTS, options={"latency": LATENCY})
+    out = root / "continuous"
+
+    async def trainer() -> dict[str, Any]:
+        follower = Follower(
+            tasks, replace(policy, version="step-0"), out=out,
+            desktops=args.desktops, group=args.group, backend="fake", desktop=config,
+            max_ready=args.max_ready or args.batch_groups, max_staleness=args.max_staleness, partial=args.partial,
+        )  # fmt: skip
+        t0 = time.time()
+        staleness: list[int] = []
+        step_staleness: list[int] = []  # per step: versions between the step's and the trainer's
+        completed = 0
+        async with follower:
+            for u in range(args.updates):
+                for _ in range(args.batch_groups):
+                    group = await follower.next_group()
+                    staleness.append(group.staleness)
+                    completed += len(group.completed)
+                    step_staleness += [
+                        u - int(str(step.model.policy_version).removeprefix("step-"))
+                        for record in group.completed
+                        for step in record.steps
+                    ]
+                await asyncio.sleep(update_s)  # the simulated update: the desktops go on
+                follower.set_version(f"step-{u + 1}")
+            wall = time.time() - t0
+            summary = await follower.stop()
+        return {"wall_s": wall, "completed": completed, "rollouts_per_hour": completed / wall * 3600,
+                "utilisation": _busy(out, t0, t0 + wall) / (args.desktops * wall),
+                "staleness": (sum(staleness) / len(staleness), max(staleness)), "summary": summary,
+                "step_staleness": sum(step_staleness) / len(step_staleness)}  # fmt: skip
+
+    return asyncio.run(trainer())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--updates", type=int, default=4)
+    parser.add_argument("--desktops", type=int, default=8)
+    parser.add_argument("--group", type=int, default=4)
+    parser.add_argument("--batch-groups", type=int, default=4, help="groups per batch (per update)")
+    parser.add_argument("--max-ready", type=int, default=None, help="default: --batch-groups")
+    parser.add_argument("--max-staleness", type=int, default=None)
+    parser.add_argument("--partial", choices=("continue", "restart"), default="continue")
+    args = parser.parse_args()
+    with (
+        ReferencePolicyServer(brain=ScriptedSolver(), latency=Latency(fixed=0.3)) as server,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        policy = PolicyConfig(server.url, server.model)
+        tasks = list(default_tasks(DesktopConfig(screen=(640, 360))))
+        base = batch_by_batch(policy, tasks, Path(tmp), args)
+        cont = continuous(policy, tasks, Path(tmp), args, base["update_s"])
+    print(f"desktops {args.desktops}, group {args.group}, {args.batch_groups} groups a batch, {args.updates} "
+          f"updates of {base['update_s']:.1f} s (one batch), partial {args.partial}, max_ready "
+          f"{args.max_ready or args.batch_groups}, max_staleness {args.max_staleness}")  # fmt: skip
+    print("| | rollouts/hour | desktop utilisation | wall s | staleness mean / max |")
+    print("|---|---|---|---|---|")
+    for name, r in (("batch-by-batch collect", base), ("continuous (--follow)", cont)):
+        print(f"| {name} | {r['rollouts_per_hour']:.0f} | {100 * r['utilisation']:.1f}% | {r['wall_s']:.1f} | "
+              f"{r['staleness'][0]:.2f} / {r['staleness'][1]} |")  # fmt: skip
+    print(f"ratio: {cont['rollouts_per_hour'] / base['rollouts_per_hour']:.2f}x rollouts per hour; mean staleness "
+          f"per step (trained on): {cont['step_staleness']:.2f}")  # fmt: skip
+    print(f"summary.follow: {cont['summary']['follow']}")
+
+
+if __name__ == "__main__":
+    main()
