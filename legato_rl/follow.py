@@ -277,6 +277,8 @@ class _FollowCollector(Collector):
         for record in records:
             if record.status != Status.RETRIED.value:
                 self._records.setdefault(record.group_id, []).append(record)
+        for attempt in book.close_remaining():  # queued attempts of groups closed before the kill: skipped now,
+            self._write(self._skipped(attempt))  # so that those groups finish and are handed over below
         for gid, group in book.groups.items():
             if gid in handled:
                 self._handled.add(gid)
