@@ -23,8 +23,9 @@ command line's (it watches ``--version-file``).
   behind the current one when the trainer takes it is re-run as a new group of the same task
   (``stale="rerun"``, its id ``g<n>r<k>-<task_id>``) or handed over marked ``stale`` (``stale="deliver"``);
   never mixed silently. A group re-run twice for staleness goes before every other attempt.
-* **Backpressure.** At most ``max_ready`` completed groups wait for the trainer; past that no attempt starts
-  (those in flight finish), until the trainer takes one.
+* **Backpressure.** At most ``max_ready`` completed groups wait for the trainer: a group opens only while the
+  groups waiting and the groups open stay within ``max_ready``, and no attempt starts while ``max_ready`` wait
+  (those in flight finish); the desktops go on as soon as the trainer takes a group.
 * **The store stays true.** Records are appended as attempts end, so ``rollouts.jsonl`` may be tailed and
   ``legato rl export`` / ``profile`` read a live run. ``DIR/follow.jsonl`` logs each version loaded and each
   group handed over (``delivered``), marked stale (``stale``) or re-run (``rerun``). A killed run resumes from
@@ -50,7 +51,7 @@ from legato_gym import Backend, ConfigError, DesktopConfig, Task, resolve_backen
 from legato_gym.vector import RayPlacement
 from legato_rl.batch import CollectOptions, Progress
 from legato_rl.collect import Collector, _with_limits
-from legato_rl.groups import Attempt, GroupBook, Status, group_advantages
+from legato_rl.groups import Attempt, Group, GroupBook, Status, group_advantages
 from legato_rl.harness import Harness
 from legato_rl.policy import PolicyConfig
 from legato_rl.store import ErrorInfo, RolloutRecord, read_records, write_json_atomic
@@ -150,6 +151,7 @@ class _FollowBook(GroupBook):
         self._stream = iter(stream)
         self.position = 0  # the next stream position to open
         self.paused = False  # backpressure: no attempt starts
+        self.open_slots: int | None = None  # backpressure: groups that may be open (unfinished) at once
         self.stopping = False  # no group opens; with draining, the open ones finish
         self.draining = False
         self.reruns: deque[tuple[str, Task]] = deque()  # groups to run again, before the stream's next
@@ -169,6 +171,8 @@ class _FollowBook(GroupBook):
         return attempt
 
     def _open_next(self) -> bool:
+        if self.open_slots is not None and len(self._unfinished) >= self.open_slots:
+            return False  # the groups open would fill the trainer's queue: no new one until it takes some
         if self.reruns:
             gid, task = self.reruns.popleft()
             self.add(gid, task, first=self.origin[gid][1] >= 2)
@@ -191,8 +195,6 @@ class _FollowBook(GroupBook):
 
     def add(self, gid: str, task: Task, *, first: bool = False) -> None:
         """Open group ``gid``; ``first`` queues its attempts before all others (a group re-run twice)."""
-        from legato_rl.groups import Group
-
         n = self.attempts_per_group
         self.groups[gid] = Group(gid, task, self.group_size, n)
         attempts = [Attempt(gid, task, a) for a in range(n)]
@@ -234,6 +236,7 @@ class _FollowCollector(Collector):
         self.follow = follow
         self.seed = seed
         self.book = _FollowBook(stream, group=self.options.group, oversample=self.options.oversample)
+        self.book.open_slots = follow.max_ready
         self.progress.groups = 0
         self.ready: deque[CompletedGroup] = deque()
         self.changed = asyncio.Event()  # a group became ready, a version was loaded, or the run ended
@@ -241,7 +244,6 @@ class _FollowCollector(Collector):
         self._handled: set[str] = set()  # groups made ready (or handed over) once
         self._versions: dict[str | None, int] = {}  # version -> its number, in the order first loaded
         self._logged: set[str | None] = set()  # versions in follow.jsonl
-        self._delivered: list[int] = []  # staleness of each group handed over
         self._started_at = time.time()
         if stream.pool is None:
             self.tasks = []
@@ -344,6 +346,7 @@ class _FollowCollector(Collector):
             {step.model.policy_version for r in records for step in r.steps}, key=lambda v: self._number(v)
         )
         group = self.book.groups[group_id]
+        self.progress.groups = len(self.book.groups)
         self.ready.append(CompletedGroup(group_id, group.task, records, tuple(versions)))
         self._backpressure()
         self.changed.set()
@@ -351,10 +354,14 @@ class _FollowCollector(Collector):
     def _backpressure(self) -> None:
         book = self.book
         assert isinstance(book, _FollowBook)
-        paused = len(self.ready) >= self.follow.max_ready
-        if book.paused and not paused and self._wake is not None:
+        # The groups waiting and the groups open together stay within max_ready, so the queue never exceeds it; a
+        # drain finishes its groups.
+        paused = len(self.ready) >= self.follow.max_ready and not book.stopping
+        slots = self.follow.max_ready - len(self.ready)
+        freed = (book.paused and not paused) or (book.open_slots is not None and slots > book.open_slots)
+        if freed and self._wake is not None:
             self._wake.set()  # desktops waiting for work look again
-        book.paused = paused
+        book.paused, book.open_slots = paused, slots
 
     def take(self) -> CompletedGroup | None:
         """The next group to hand over (staleness checked now), or ``None`` when none is ready."""
@@ -376,7 +383,6 @@ class _FollowCollector(Collector):
                 continue
             stale = limit is not None and staleness > limit
             self._log({**entry, "outcome": "stale" if stale else "delivered", "at": time.time()})
-            self._delivered.append(staleness)
             return replace(group, staleness=staleness, stale=stale)
         return None
 
