@@ -166,7 +166,7 @@ def kill_cgroup(directory: Path, deadline: float) -> list[int]:
 
 
 def uid_pids(uid: int) -> list[int]:
-    """Pids of processes whose real, effective or saved uid is ``uid``."""
+    """Pids of processes whose real, effective or saved uid is ``uid`` (zombies, which hold nothing, aside)."""
     pids = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -176,6 +176,8 @@ def uid_pids(uid: int) -> list[int]:
         except OSError:
             continue
         for line in status.splitlines():
+            if line.startswith("State:") and line.split()[1] in ("Z", "X"):
+                break
             if line.startswith("Uid:"):
                 if str(uid) in line.split()[1:4]:
                     pids.append(int(entry.name))
@@ -254,6 +256,8 @@ class Lease:
                 os.close(fd)
                 return None
             if previous != owner and ready is not None and not ready(previous):
+                if previous is None:  # an empty file (ours, or a crashed taker's) is no lease: leave none
+                    path.unlink(missing_ok=True)
                 os.close(fd)
                 return None
             os.ftruncate(fd, 0)

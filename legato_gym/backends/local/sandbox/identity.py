@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
+import tempfile
 import time
 from pathlib import Path
 
@@ -55,9 +57,14 @@ class UidLease:
                 return not busy
 
             lease = reaper.Lease.try_take(directory / f"{uid}.lock", owner, ready)
-            if lease is not None:
-                self.uid, self.path, self._lease = uid, lease.path, lease
-                return
+            if lease is None:
+                continue
+            legacy = _legacy_lock(uid) if lock_dir is None else -1
+            if legacy is None:
+                lease.release()
+                continue
+            self.uid, self.path, self._lease, self._legacy = uid, lease.path, lease, legacy
+            return
         where = f" ({len(stuck)} of them run processes without a live lease: {stuck[:5]})" if stuck else ""
         raise ConfigError(
             f"all {count} sandbox uids from {first} are in use by running desktops{where}; raise the local option "
@@ -67,6 +74,32 @@ class UidLease:
     def release(self) -> None:
         """Let another desktop take the uid (idempotent); its processes must be gone."""
         self._lease.release()
+        if self._legacy >= 0:
+            os.close(self._legacy)
+            self._legacy = -1
+
+
+def _legacy_lock(uid: int) -> int | None:
+    """The lock of ``uid`` where older legato kept it (``$TMPDIR/legato-uids``), held so that desktops of
+    an older legato on this host do not take the uid too; ``None`` when one of them holds it (-1: no such
+    folder, or not ours)."""
+    directory = Path(tempfile.gettempdir()) / "legato-uids"
+    try:
+        info = os.lstat(directory)
+    except OSError:
+        return -1
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        return -1
+    try:
+        fd = os.open(directory / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return -1
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def joined_cgroup(procs: list[Path], argv: list[str]) -> list[str]:
