@@ -59,7 +59,7 @@ class UidLease:
             lease = reaper.Lease.try_take(directory / f"{uid}.lock", owner, ready)
             if lease is None:
                 continue
-            legacy = _legacy_lock(uid) if lock_dir is None else -1
+            legacy = _legacy_locks(uid) if lock_dir is None else []
             if legacy is None:
                 lease.release()
                 continue
@@ -74,32 +74,33 @@ class UidLease:
     def release(self) -> None:
         """Let another desktop take the uid (idempotent); its processes must be gone."""
         self._lease.release()
-        if self._legacy >= 0:
-            os.close(self._legacy)
-            self._legacy = -1
+        for fd in self._legacy:
+            os.close(fd)
+        self._legacy = []
 
 
-def _legacy_lock(uid: int) -> int | None:
-    """The lock of ``uid`` where older legato kept it (``$TMPDIR/legato-uids``), held so that desktops of
-    an older legato on this host do not take the uid too; ``None`` when one of them holds it (-1: no such
-    folder, or not ours)."""
-    directory = Path(tempfile.gettempdir()) / "legato-uids"
-    try:
-        info = os.lstat(directory)
-    except OSError:
-        return -1
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
-        return -1
-    try:
-        fd = os.open(directory / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    except OSError:
-        return -1
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
+def _legacy_locks(uid: int) -> list[int] | None:
+    """The locks of ``uid`` where older legato kept them (``legato-uids`` in ``$TMPDIR``, or in ``/tmp``, its
+    usual value), held so that desktops of an older legato on this host do not take the uid too; ``None``
+    when one of them holds one."""
+    held: list[int] = []
+    for directory in dict.fromkeys((Path(tempfile.gettempdir()) / "legato-uids", Path("/tmp/legato-uids"))):
+        try:
+            info = os.lstat(directory)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                continue
+            fd = os.open(directory / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            for other in held:
+                os.close(other)
+            return None
+        held.append(fd)
+    return held
 
 
 def joined_cgroup(procs: list[Path], argv: list[str]) -> list[str]:
