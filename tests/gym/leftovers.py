@@ -103,6 +103,7 @@ class Storm:
         self.proc = subprocess.Popen(
             joined_cgroup(self.cgroup.procs, argv or self.argv()),  # the shell execs it: the pid is its own
             env=env,
+            cwd=self.root,  # not a checkout: ``python -c`` imports from its folder before PYTHONPATH
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE if argv else subprocess.DEVNULL,
             stderr=subprocess.PIPE,
