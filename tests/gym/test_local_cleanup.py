@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -70,6 +71,23 @@ def test_uid_leases_live_outside_tmpdir_and_name_their_owner(tmp_path: Path, mon
     finally:
         lease.release()
     assert not lease.path.exists()
+
+
+def test_a_uid_whose_lock_an_older_legato_holds_under_tmpdir_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    uid = FIRST_UID + 40
+    (tmp_path / "legato-uids").mkdir(mode=0o700)
+    with open(tmp_path / "legato-uids" / f"{uid}.lock", "w") as held:  # an older legato's desktop has it
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lease = UidLease(uid, 2)
+        try:
+            assert lease.uid == uid + 1
+            assert not (reaper.run_dir() / "uids" / f"{uid}.lock").exists()  # its own lease was let go
+        finally:
+            lease.release()
 
 
 @root_only

@@ -47,7 +47,7 @@ from legato_gym.backends.local.xstate import XBaseline
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import Task
 from legato_gym.episode import UNKNOWN, Unknown
-from legato_gym.errors import DesktopCrashed, MissingDependencyError, StateError
+from legato_gym.errors import ConfigError, DesktopCrashed, MissingDependencyError, StateError
 
 __all__ = ["HOME_DIRS", "DesktopProcesses", "Port", "sweep_stale"]
 
@@ -105,7 +105,10 @@ class DesktopProcesses:
         self.state_dir.chmod(0o711)
         (self.state_dir / "owner.pid").write_text(str(os.getpid()))
         name = f"legato-{os.getpid()}-{self.state_dir.name.rpartition('-')[2]}"
-        self.record = reaper.DesktopRecord.create(name, reaper.Owner.current())
+        try:
+            self.record = reaper.DesktopRecord.create(name, reaper.Owner.current())
+        except OSError as exc:
+            raise ConfigError(f"cannot record the desktop in legato's run folder: {exc}") from exc
         self.record.state_dir = str(self.state_dir)
         if self._uid is not None:
             self.record.uid, self.record.uid_lease = self._uid.uid, str(self._uid.path)
