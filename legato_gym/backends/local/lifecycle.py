@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
 
-from legato_gym.backends.local import apps, relay, vscode, xstate
+from legato_gym.backends.local import apps, reaper, relay, vscode, xstate
 from legato_gym.backends.local.client import DesktopClient
 from legato_gym.backends.local.display import Display, require_tools
 from legato_gym.backends.local.forward import UnixForwarder
@@ -47,7 +47,7 @@ from legato_gym.backends.local.xstate import XBaseline
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import Task
 from legato_gym.episode import UNKNOWN, Unknown
-from legato_gym.errors import DesktopCrashed, MissingDependencyError, StateError
+from legato_gym.errors import ConfigError, DesktopCrashed, MissingDependencyError, StateError
 
 __all__ = ["HOME_DIRS", "DesktopProcesses", "Port", "sweep_stale"]
 
@@ -81,6 +81,11 @@ class DesktopProcesses:
         require_tools(["Xvfb", "openbox", "bwrap", "wmctrl", "xdotool", "setpriv"])
         python = options.python or config.python or sys.executable
         limits = Limits.from_mb(options.memory_mb, options.max_processes, options.tmpfs_mb)
+        # what killed legato processes left is taken down first; this process's own reaper takes this
+        # desktop down if the process dies without closing it (SIGKILL included)
+        if left := reaper.sweep():
+            logger.warning("leftovers of dead legato processes could not be removed: %s", "; ".join(left))
+        reaper.start_reaper()
         self._uid: UidLease | None = None
         if os.geteuid() == 0:
             self._uid = UidLease(options.uid_first, options.uid_count)
@@ -99,8 +104,19 @@ class DesktopProcesses:
         self.state_dir = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root))
         self.state_dir.chmod(0o711)
         (self.state_dir / "owner.pid").write_text(str(os.getpid()))
-        self._cgroup = Cgroup(f"legato-{os.getpid()}-{self.state_dir.name.rpartition('-')[2]}", limits)
+        name = f"legato-{os.getpid()}-{self.state_dir.name.rpartition('-')[2]}"
+        try:
+            self.record = reaper.DesktopRecord.create(name, reaper.Owner.current())
+        except OSError as exc:
+            raise ConfigError(f"cannot record the desktop in legato's run folder: {exc}") from exc
+        self.record.state_dir = str(self.state_dir)
+        if self._uid is not None:
+            self.record.uid, self.record.uid_lease = self._uid.uid, str(self._uid.path)
+        self.record.save()
+        self._cgroup = Cgroup(name, limits)
         self._cgroup.create()
+        self.record.cgroups = [str(d) for d in self._cgroup.dirs]
+        self.record.save()
         self._display: Display | None = None
         self.sandbox: Sandbox | None = None
         self._client: DesktopClient | None = None
@@ -239,10 +255,20 @@ class DesktopProcesses:
             if self._display is not None:
                 self._display.stop()
                 self._display = None
-            self._cgroup.remove(time.monotonic() + self.options.kill_timeout)
+            # whatever escaped the kills above (a process of the sandbox's session the namespace's end did not
+            # reach, a desk started ahead mid-build) is in the cgroup, and runs as the desktop's uid
+            deadline = time.monotonic() + self.options.kill_timeout
+            left = self._cgroup.kill(deadline)
+            self._cgroup.remove(deadline)
             if self._uid is not None:
-                self._uid.release()
+                left += reaper.kill_uid(self._uid.uid, deadline)
+                if not left:
+                    self._uid.release()
             shutil.rmtree(self.state_dir, ignore_errors=True)
+            if left:  # the lease and the record stay: the next sweep kills them once this process is gone
+                logger.warning("pids %s of desktop %s survived SIGKILL", left, self.state_dir.name)
+            else:
+                self.record.path.unlink(missing_ok=True)
 
     def _new_display(self, slot: str) -> Display:
         return Display(self.state_dir / f"display{slot}", self.config.screen, self.spec.host_uid, self._cgroup.procs)
@@ -255,6 +281,10 @@ class DesktopProcesses:
         )
         try:
             sandbox.start(deadline)
+            if not self._cgroup.dirs:  # else the cgroup holds them: the record need not name each
+                self.record.track(display.pids[0], group=True)
+                if sandbox.pid is not None:
+                    self.record.track(sandbox.pid, group=False)
             client = DesktopClient(sandbox.socket_path, timeout=self.config.timeouts.act)
             client.wait_up(deadline, sandbox.check_alive)
         except BaseException:

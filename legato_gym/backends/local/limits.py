@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from legato_gym.backends.local.reaper import KILL_WAIT_S, kill_cgroup
+
 __all__ = ["Cgroup", "Limits", "seccomp_filter"]
 
 logger = logging.getLogger(__name__)
@@ -99,7 +101,7 @@ class Cgroup:
 
     Args:
         name: unique per desktop; starts with ``legato-<pid>-`` so that leftovers of dead legato
-            processes can be swept.
+            processes can be swept (their processes killed, the group removed).
         limits: the bounds to set.
     """
 
@@ -190,6 +192,16 @@ class Cgroup:
                 pids.update(int(p) for p in procs.read_text().split())
         return sorted(pids)
 
+    def kill(self, deadline: float) -> list[int]:
+        """SIGKILL every process in the cgroup, again until none is left (:func:`.reaper.kill_cgroup`).
+
+        Returns the pids still there at the deadline.
+        """
+        left: list[int] = []
+        for child in self.dirs:
+            left += kill_cgroup(child, deadline)
+        return left
+
     def remove(self, deadline: float | None = None) -> None:
         """Remove the cgroup once it is empty (waits for its last processes to be reaped until ``deadline``)."""
         for child in reversed(self.dirs):
@@ -208,14 +220,28 @@ class Cgroup:
 
 
 def _sweep(parent: Path) -> None:
-    """Remove empty cgroups left by legato processes that died (``legato-<pid>-*`` whose pid is gone)."""
+    """Take down cgroups left by legato processes that died (``legato-<pid>-*`` whose pid is gone).
+
+    Their processes are killed first (an X server outlives a SIGKILLed owner); a group whose processes do not
+    go within :data:`.reaper.KILL_WAIT_S` is left for a later sweep.
+    """
     with contextlib.suppress(OSError):
         for entry in parent.iterdir():
             parts = entry.name.split("-")
             ours = len(parts) >= 3 and parts[0] == "legato" and parts[1].isdigit() and entry.is_dir()
             if ours and not Path(f"/proc/{parts[1]}").exists():
-                with contextlib.suppress(OSError):
-                    entry.rmdir()
+                if left := kill_cgroup(entry, time.monotonic() + KILL_WAIT_S):
+                    logger.warning("pids %s of the stale cgroup %s survived SIGKILL", left, entry)
+                    continue
+                deadline = time.monotonic() + KILL_WAIT_S
+                while True:  # the last killed processes leave the group once reaped
+                    try:
+                        entry.rmdir()
+                        break
+                    except OSError:
+                        if time.monotonic() >= deadline:
+                            break
+                        time.sleep(0.005)
 
 
 # ----------------------------------------------------------------------------------------------- seccomp

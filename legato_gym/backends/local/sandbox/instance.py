@@ -170,6 +170,11 @@ class Sandbox:
         return self._proc is not None and self._proc.poll() is None
 
     @property
+    def pid(self) -> int | None:
+        """Host pid of bwrap (``None`` when not started); its end ends the sandbox's pid namespace."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
     def pidns(self) -> int | None:
         """The inode of the sandbox's pid namespace (``None`` when not running)."""
         return self._pidns
