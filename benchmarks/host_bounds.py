@@ -14,7 +14,8 @@ Scenarios:
 * ``output``: an action (``action_runner="exec"``, through ``/execute``) that prints 1.5 GB;
 * ``file``: a grader fetching a 500 MB file the agent wrote (``vm_file``);
 * ``forkbomb``: an action that forks until the process bound;
-* ``killed``: an action that kills the in-desktop server, timed to the moment the desktop call ends;
+* ``killed``: an action leaves a process that kills the in-desktop server after it returned; the next action
+  is timed from its call to the moment it ends (the server's death noticed);
 * ``collect``: ``legato rl collect --backend fake --policy-url embedded`` over ``--attempts`` attempts, the
   collect process's RSS at every thousandth record.
 """
@@ -115,7 +116,8 @@ def run_scenario(name: str) -> dict[str, Any]:
         elif name == "file":
             from legato_gym.backends.local.grading import get_vm_file
 
-            write = "with open('/tmp/big.bin', 'wb') as f:\n    for _ in range(500):\n        f.write(b'x' * (1 << 20))"
+            write = "import os\nwith open('/tmp/big.bin', 'wb') as f:\n    for _ in range(500):\n"
+            write += "        f.write(b'x' * (1 << 20))"
             desktop.act(write)
             with tempfile.TemporaryDirectory() as cache:
                 start = time.monotonic()
@@ -128,12 +130,18 @@ def run_scenario(name: str) -> dict[str, Any]:
             )
             outcome = _outcome(lambda: desktop.act(bomb))
         elif name == "killed":
+            # the action leaves a process that kills the server once the action has returned: the next call is
+            # the first to meet the dead server
             kill = (
-                "import os\nfor p in os.listdir('/proc'):\n    if p.isdigit():\n"
+                "import os, subprocess\nfor p in os.listdir('/proc'):\n    if p.isdigit():\n"
                 "        try:\n            cmd = open(f'/proc/{p}/cmdline', 'rb').read()\n        except OSError:\n"
-                "            continue\n        if b'\\x00--listen\\x00' in cmd:\n            os.kill(int(p), 9)\n"
+                "            continue\n        if b'\\x00--listen\\x00' in cmd:\n"
+                "            subprocess.Popen(['sh', '-c', f'sleep 1; kill -9 {p}'], start_new_session=True)\n"
             )
-            outcome = _outcome(lambda: desktop.act(kill))
+            desktop.act(kill)
+            time.sleep(3)
+            start = time.monotonic()
+            outcome = _outcome(lambda: desktop.act("pyautogui.moveTo(5, 5)"))
         else:
             raise SystemExit(f"unknown scenario {name!r}; choose from {', '.join(SCENARIOS)}")
         seconds = time.monotonic() - start

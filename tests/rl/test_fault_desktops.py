@@ -7,6 +7,7 @@ phase is covered by a brain that kills the desktop's worker while its attempt wa
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -103,3 +104,31 @@ def test_a_retry_that_failed_on_every_desktop_still_runs(tmp_path: Path) -> None
     assert [r["status"] for r in records] == ["retried"] * 3 + ["error"]
     assert {r["desktop"] for r in records} == {0, 1}
     assert summary["errors"] == {"policy": 0, "env": 1}
+
+
+def test_a_desktop_the_agent_destroys_is_its_failure_and_one_killed_from_outside_is_retried(tmp_path: Path) -> None:
+    # the agent's actions destroy the desktop in one run (the fake desktop reports it as a local desktop reports a
+    # fork bomb at its bound); in the other the worker is killed from outside. Only the second is retried.
+    agent = _config(faults={"crash": 1.0, "crash_mode": "agent", "phases": ["act"]})
+    tasks = default_tasks(agent)[:2]
+    with ReferencePolicyServer(brain=ScriptedSolver()) as server:
+        summary = collect(tasks, PolicyConfig(server.url, server.model), out=tmp_path / "agent", desktops=2, group=2,
+                          env_retries=3, backend="fake", desktop=agent)  # fmt: skip
+    records = list(read_record_dicts(tmp_path / "agent"))
+    assert len(records) == 4, "one try per attempt: never retried"
+    for r in records:
+        assert (r["status"], r["reward"], r["n_steps"]) == ("ok", 0.0, 1), r
+        assert r["error"]["kind"] == "agent" and r["error"]["type"] == "AgentFault", r["error"]
+        assert "pids" in r["error"]["message"] and "bounds" in r["error"]["message"]
+    assert summary["errors"] == {"policy": 0, "env": 0} and summary["status_counts"]["ok"] == 4
+    stats = export_steps(tmp_path / "agent", tmp_path / "agent.jsonl")
+    rows = [json.loads(line) for line in (tmp_path / "agent.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and {row["reward"] for row in rows} == {0.0}, "the export keeps them, graded 0"
+    assert stats.rollouts == 4 and not any(stats.excluded.values())
+    outside = _config()
+    brain = KillDesktopOnCalls(ScriptedSolver(), calls={1})  # the worker killed while its attempt waits
+    with ReferencePolicyServer(brain=brain) as server:
+        collect(tasks[:1], PolicyConfig(server.url, server.model), out=tmp_path / "outside", desktops=1, group=1,
+                env_retries=3, backend="fake", desktop=outside)  # fmt: skip
+    statuses = [(r["status"], (r["error"] or {}).get("kind")) for r in read_record_dicts(tmp_path / "outside")]
+    assert statuses == [("retried", "env"), ("ok", None)]

@@ -44,6 +44,11 @@ ACTION_PREFIX = (
 )
 
 
+#: How long a desktop failure waits for the sandbox to exit, to tell whether its server ended from inside: the
+#: sandbox's init exits within milliseconds of the server (the kernel ends its pid namespace).
+_SERVER_EXIT_S = 2.0
+
+
 class LocalDesktop:
     """A real desktop on this host: Xvfb + openbox, apps and an OSWorld-protocol server in a bwrap sandbox.
 
@@ -94,6 +99,7 @@ class LocalDesktop:
         self._actions: list[str] = []
         self._last_input = 0.0  # monotonic time the last action or setup step ended
         self._episode_hits = BoundHits()  # the cgroup's bound counters when the agent's phase began
+        self._hits_seen = BoundHits()  # ... and when act() last looked
         self._episode_overflows = 0
         self._closed = False
         self._capabilities: Capabilities | None = None
@@ -240,7 +246,7 @@ class LocalDesktop:
             raise DesktopCrashed(f"reset for task {task.task_id} failed: {exc}") from exc
         self._expected_windows, self._expected_titles = windows, titles
         self._task = task
-        self._episode_hits = self._processes.bound_hits()  # the agent's phase starts here
+        self._episode_hits = self._hits_seen = self._processes.bound_hits()  # the agent's phase starts here
         self._episode_overflows = self._processes.overflows()
 
     def wait_after_reset(self) -> Waited:
@@ -274,12 +280,16 @@ class LocalDesktop:
         self._start_next()  # if wait_after_reset() was not called
         self._actions.append(action)
         self._grading.record(action)
-        before = self._processes.bound_hits()
-        with self._agent_phase(before):
+        with self._agent_phase(self._episode_hits):
             result = self._act(action)
-        if hits := self._processes.bound_hits().since(before):
+        # a bound hit since the last look (during this action, or by what an earlier one left running), even if
+        # the desktop survived it: the agent exhausted its desktop
+        now = self._processes.bound_hits()
+        hits, self._hits_seen = now.since(self._hits_seen), now
+        if hits:
             cause = hits[0].partition(":")[0]
-            raise AgentFault(cause, f"the action hit the desktop's bounds ({'; '.join(hits)}): {action[-200:]!r}")
+            raise AgentFault(cause, f"the agent's actions hit the desktop's bounds ({'; '.join(hits)}), the last: "
+                             f"{action[-200:]!r}")  # fmt: skip
         return result
 
     @contextlib.contextmanager
@@ -288,18 +298,23 @@ class LocalDesktop:
         agent caused it (docs/reliability.md, "A desktop the agent destroys"), else let it through:
 
         * an answer over its cap (:class:`ReplyTooLarge`), or a forwarded one cut at its cap;
-        * the desktop's cgroup hit its process or memory bound since ``since``;
+        * the desktop's cgroup hit its process or memory bound since ``since`` (the episode's start);
         * the server ended from inside the sandbox (only processes of its uid, the agent's, can end it).
         """
         try:
             yield
         except DesktopError as exc:
+            if not self._actions:  # the agent has not acted in this episode: nothing it did can be the cause
+                raise
             fault = self._fault(exc, since)
             if fault is not None:
                 raise fault from exc
             raise
-        if self._processes.overflows() > self._episode_overflows:
-            self._episode_overflows = self._processes.overflows()
+        overflows = self._processes.overflows()
+        if overflows > self._episode_overflows:
+            self._episode_overflows = overflows
+            if not self._actions:
+                raise ReplyTooLarge("a forwarded answer of the desktop passed its cap and was cut")
             raise AgentFault("reply_too_large", "a forwarded answer of the desktop passed its cap and was cut")
 
     def _fault(self, exc: DesktopError, since: BoundHits) -> AgentFault | None:
@@ -308,7 +323,7 @@ class LocalDesktop:
         if hits := self._processes.bound_hits().since(since):
             return AgentFault(hits[0].partition(":")[0], f"{exc} (the desktop's cgroup: {'; '.join(hits)})")
         if isinstance(exc, DesktopCrashed):
-            ended = self._processes.server_ended(self.options.kill_timeout)
+            ended = self._processes.server_ended(_SERVER_EXIT_S)
             if ended is not None:
                 return AgentFault("server_killed", f"{exc} ({ended}, from inside the sandbox)")
         return None
