@@ -25,6 +25,7 @@ Per rollout:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import io
@@ -33,7 +34,7 @@ import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ from legato_gym.config import DesktopConfig
 from legato_gym.contract import SPECIAL_ACTIONS, ActResult, Observation, Task, Waited, task_path
 from legato_gym.desktop_server.image import png_size
 from legato_gym.errors import (
+    AgentFault,
     DeadlineExceeded,
     DesktopCrashed,
     ReplyTooLarge,
@@ -155,6 +157,7 @@ class _VMDesktop:
         self._http: httpx.Client | None = None
         #: What the host reads from the VM's server, at most (docs/reliability.md).
         self.caps = ReadCaps.DEFAULT
+        self._acted = False  # the agent has acted in this episode: an answer over its cap is then its failure
         self._task: Task | None = None
         self._expected_windows = 0
         self._baseline_pids: list[int] = []
@@ -338,6 +341,7 @@ class _VMDesktop:
             raise StateError("reset() called after close(); create a new OSWorldDesktop")
         deadline = time.monotonic() + self.config.timeouts.reset
         self._task = None
+        self._acted = False
         try:
             if not self.config.fast_reset or task.domain in self.options.revert_domains:
                 self._boot(deadline, first=False)
@@ -408,10 +412,21 @@ class _VMDesktop:
         settled = self._settle(deadline)
         return Waited(seconds=time.monotonic() - start, ready=mapped and settled)
 
+    @contextlib.contextmanager
+    def _agent_phase(self) -> Iterator[None]:
+        """An answer over its cap once the agent has acted is the agent's failure (docs/reliability.md)."""
+        try:
+            yield
+        except ReplyTooLarge as exc:
+            if not self._acted:
+                raise
+            raise AgentFault("reply_too_large", str(exc)) from exc
+
     def observe_png(self) -> tuple[bytes, str]:
         """The server's PNG screenshot and the instruction."""
         task = self._require("observe")
-        return self._screenshot(), task.instruction
+        with self._agent_phase():
+            return self._screenshot(), task.instruction
 
     def observe(self) -> Observation:
         png, instruction = self.observe_png()
@@ -420,6 +435,11 @@ class _VMDesktop:
     def act(self, action: str) -> ActResult:
         self._require("act")
         self._session.record(action)
+        self._acted = True
+        with self._agent_phase():
+            return self._act(action)
+
+    def _act(self, action: str) -> ActResult:
         start = time.monotonic()
         if action not in SPECIAL_ACTIONS:
             env = self._session.env
@@ -443,6 +463,10 @@ class _VMDesktop:
 
     def wait_before_eval(self) -> Waited:
         self._require("wait_before_eval")
+        with self._agent_phase():
+            return self._wait_before_eval()
+
+    def _wait_before_eval(self) -> Waited:
         start = time.monotonic()
         self._session.postconfig()
         if not self.config.ready_signal:
@@ -453,7 +477,8 @@ class _VMDesktop:
 
     def evaluate(self) -> float:
         self._require("evaluate")
-        return float(self._session.evaluate())
+        with self._agent_phase():
+            return float(self._session.evaluate())
 
     def _require(self, call: str) -> Task:
         if self._closed:
