@@ -116,9 +116,9 @@ class DesktopClient:
             if check is not None:
                 check()
             try:
-                if self._http.get("/platform", timeout=1.0).status_code == 200:
+                if self.request("GET", "/platform", timeout=1.0).status_code == 200:
                     return
-            except httpx.TransportError:
+            except (DesktopCrashed, DeadlineExceeded):  # not up yet
                 pass
             if time.monotonic() >= deadline:
                 raise DeadlineExceeded(f"desktop server at {self.socket_path} did not answer before the deadline")
