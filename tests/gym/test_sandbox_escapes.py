@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from legato_gym import DesktopConfig, Task
+from legato_gym import DesktopConfig, Episode, Task
 from legato_gym.backends.local import LocalDesktop, LocalOptions
 from legato_gym.errors import AgentFault, DesktopCrashed, DesktopError
 
@@ -594,3 +594,35 @@ def test_a_sandbox_killed_from_outside_is_a_desktop_failure(desktops: tuple[Loca
     assert not isinstance(caught.value, AgentFault)
     a.reset(TASK)
     a.act("pyautogui.moveTo(6, 6)")
+
+
+def test_a_fork_bomb_ends_the_episode_graded_zero_and_an_outside_kill_does_not(
+    desktops: tuple[LocalDesktop, LocalDesktop],
+) -> None:
+    # the same desktops through Episode, as every env and vector-env worker drives them
+    a, _ = desktops
+    episode = Episode(a, max_steps=5)
+    episode.reset(TASK)
+    bomb = (
+        "import os, time\n"
+        "while True:\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except OSError:\n"
+        "        break\n"
+        "    if pid == 0:\n"
+        "        time.sleep(60)\n"
+        "        os._exit(0)\n"
+    )
+    _, reward, terminated, truncated, info = episode.step(bomb)
+    assert (reward, terminated, truncated) == (0.0, True, False)
+    assert info["agent_fault"]["cause"] == "pids" and "process bound" in info["agent_fault"]["message"]
+    episode.reset(TASK)  # a fresh sandbox: the bomb's processes are gone
+    episode.step("pyautogui.moveTo(8, 8)")
+    sandbox = a._processes.sandbox
+    assert sandbox is not None and sandbox.init_pid is not None
+    os.kill(sandbox.init_pid, signal.SIGKILL)  # from outside: the desktop's failure, which the episode raises
+    with pytest.raises(DesktopCrashed) as caught:
+        episode.step("pyautogui.moveTo(9, 9)")
+    assert not isinstance(caught.value, AgentFault)
+    episode.reset(TASK)
