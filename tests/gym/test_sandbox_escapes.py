@@ -26,6 +26,7 @@ import pytest
 
 from legato_gym import DesktopConfig, Episode, Task
 from legato_gym.backends.local import LocalDesktop, LocalOptions
+from legato_gym.bounds import ReadCaps
 from legato_gym.errors import AgentFault, DesktopCrashed, DesktopError
 
 pytestmark = [
@@ -626,3 +627,32 @@ def test_a_fork_bomb_ends_the_episode_graded_zero_and_an_outside_kill_does_not(
         episode.step("pyautogui.moveTo(9, 9)")
     assert not isinstance(caught.value, AgentFault)
     episode.reset(TASK)
+
+
+def test_a_forwarded_answer_over_its_cap_is_cut_and_the_agents_failure(
+    desktops: tuple[LocalDesktop, LocalDesktop],
+) -> None:
+    # desktop-env's getters read the desktop through a loopback forwarder: a file the agent made too large is
+    # cut at the forwarder's cap (small here), and the episode's next call ends as the agent's failure
+    _, b = desktops
+    b.reset(TASK)
+    assert "server" not in b._processes._forwarders, "the forwarder must be made with the small cap"
+    b._processes.caps = ReadCaps(file_bytes=1 << 20)
+    try:
+        host, port = b.tcp_endpoint()
+    finally:
+        b._processes.caps = ReadCaps.DEFAULT
+    b.act("open('/tmp/big.bin', 'wb').write(b'x' * (16 << 20))")
+    body = b"file_path=%2Ftmp%2Fbig.bin"
+    received = 0
+    with socket.create_connection((host, port), timeout=60) as conn:
+        conn.sendall(
+            b"POST /file HTTP/1.1\r\nHost: desktop\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+            b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body)
+        )
+        while data := conn.recv(1 << 16):
+            received += len(data)
+    assert 0 < received <= (1 << 20), received  # the head and the first MiB at most, never the 16 MiB
+    with pytest.raises(AgentFault, match="reply_too_large"):
+        b.observe()
+    b.reset(TASK)

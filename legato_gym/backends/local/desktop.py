@@ -303,19 +303,27 @@ class LocalDesktop:
         """
         try:
             yield
-        except DesktopError as exc:
-            if not self._actions:  # the agent has not acted in this episode: nothing it did can be the cause
+        except Exception as exc:
+            # a forwarded answer cut at its cap fails desktop-env's getter in its own way: the cut is the cause
+            self._check_overflows(exc)
+            if not isinstance(exc, DesktopError) or not self._actions:  # before the agent acted: not its doing
                 raise
             fault = self._fault(exc, since)
             if fault is not None:
                 raise fault from exc
             raise
+        self._check_overflows(None)
+
+    def _check_overflows(self, exc: Exception | None) -> None:
+        """Raise if a loopback forwarder cut an answer at its cap since the last look (:class:`.UnixForwarder`)."""
         overflows = self._processes.overflows()
-        if overflows > self._episode_overflows:
-            self._episode_overflows = overflows
-            if not self._actions:
-                raise ReplyTooLarge("a forwarded answer of the desktop passed its cap and was cut")
-            raise AgentFault("reply_too_large", "a forwarded answer of the desktop passed its cap and was cut")
+        if overflows <= self._episode_overflows:
+            return
+        self._episode_overflows = overflows
+        message = "a forwarded answer of the desktop passed its cap and was cut"
+        if not self._actions:
+            raise ReplyTooLarge(message) from exc
+        raise AgentFault("reply_too_large", message) from exc
 
     def _fault(self, exc: DesktopError, since: BoundHits) -> AgentFault | None:
         if isinstance(exc, ReplyTooLarge):
