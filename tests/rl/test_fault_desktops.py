@@ -8,19 +8,22 @@ phase is covered by a brain that kills the desktop's worker while its attempt wa
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from legato_gym import DesktopConfig, Timeouts
+from legato_gym import DesktopConfig, Task, Timeouts
 from legato_gym.backends.fake import FAULT_PHASES, default_tasks
+from legato_gym.backends.local import LocalOptions
 from legato_rl.collect import collect
 from legato_rl.export import export_steps
 from legato_rl.policy import PolicyConfig
 from legato_rl.store import read_record_dicts
-from legato_rl.testing import ReferencePolicyServer, ScriptedSolver
+from legato_rl.testing import ReferencePolicyServer, ReplayBrain, ScriptedSolver
+from legato_rl.testing.brains import qwen_reply
 from legato_rl.testing.faults import KillDesktopOnCalls
 
 SCREEN = (320, 240)
@@ -132,3 +135,32 @@ def test_a_desktop_the_agent_destroys_is_its_failure_and_one_killed_from_outside
                 env_retries=3, backend="fake", desktop=outside)  # fmt: skip
     statuses = [(r["status"], (r["error"] or {}).get("kind")) for r in read_record_dicts(tmp_path / "outside")]
     assert statuses == [("retried", "env"), ("ok", None)]
+
+
+@pytest.mark.desktop
+@pytest.mark.skipif(
+    not all(shutil.which(t) for t in ("Xvfb", "openbox", "bwrap", "wmctrl", "xdotool", "xterm")),
+    reason="needs the local backend's Debian packages (xvfb openbox bubblewrap wmctrl xdotool xterm)",
+)
+def test_a_policy_that_types_a_fork_bomb_into_a_real_terminal_fails_its_attempt(tmp_path: Path) -> None:
+    # end to end on a real local desktop: the policy opens the terminal (ctrl+alt+t) and types a fork bomb;
+    # the desktop's process bound stops it, and the attempt is the agent's failure, graded 0, never retried
+    options = LocalOptions(memory_mb=512, max_processes=96, tmpfs_mb=64, prestart=False)
+    config = DesktopConfig(
+        screen=(640, 480), ready_signal=False, fixed_wait=1.0, options=options,  # the terminal maps meanwhile
+        timeouts=Timeouts(reset=120, ready=30, act=60, evaluate=60),
+    )  # fmt: skip
+    task = Task("t-bomb", "Do nothing.", {"config": [], "evaluator": {"func": "infeasible"}})
+    replies = [
+        qwen_reply("open a terminal", [{"action": "key", "keys": ["ctrl", "alt", "t"]}]),
+        qwen_reply("wait for it", [{"action": "wait", "time": 1}]),
+        qwen_reply("fork", [{"action": "type", "text": ":(){ :|:& };:\n"}]),
+        qwen_reply("wait", [{"action": "wait", "time": 1}]),
+    ]
+    with ReferencePolicyServer(brain=ReplayBrain(replies)) as server:
+        collect([task], PolicyConfig(server.url, server.model), out=tmp_path / "run", desktops=1, group=1,
+                env_retries=2, backend="local", desktop=config, max_steps=4)  # fmt: skip
+    (record,) = read_record_dicts(tmp_path / "run")
+    assert (record["status"], record["reward"], record["n_steps"]) == ("ok", 0.0, 3), record["error"]
+    assert record["error"]["kind"] == "agent" and record["error"]["message"].startswith("pids:"), record["error"]
+    assert "forks refused at the process bound" in record["error"]["message"]
