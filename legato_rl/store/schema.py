@@ -94,8 +94,8 @@ FINAL_STATUSES = frozenset(s for s in Status if s is not Status.RETRIED)
 COMPLETED_STATUSES = frozenset({Status.OK, Status.TRUNCATED})
 #: Statuses of failed tries: the ones whose record carries an ``error``.
 FAILED_STATUSES = frozenset({Status.ERROR, Status.RETRIED})
-#: Every ``error.kind``.
-ERROR_KINDS = ("policy", "env")
+#: Every ``error.kind``: ``agent`` only on a completed try (the agent's actions destroyed its desktop; graded 0).
+ERROR_KINDS = ("policy", "env", "agent")
 #: Top-level request keys recorded under ``request.sampling``; the rest (bar model and messages) are extras.
 SAMPLING_KEYS = frozenset(
     {
@@ -130,7 +130,8 @@ class ErrorInfo:
     """Why a try failed.
 
     Attributes:
-        kind: ``policy`` (the model server failed) or ``env`` (the desktop failed).
+        kind: ``policy`` (the model server failed), ``env`` (the desktop failed) or ``agent`` (the agent's own
+            actions destroyed or exhausted its desktop: the try is completed, graded 0, and this says how).
         type: the exception's class name.
         message: the exception's message.
     """
@@ -405,7 +406,8 @@ class RolloutRecord:
         grader: the grader that scored ``reward`` (``osworld``: desktop-env's getters and metrics, ``local``:
             the local backend's built-in one, ``fake``: the fake suite's, else the backend's own name), or
             ``None`` when the try was not graded (or was written before records named their grader).
-        error: why the try failed (``status`` ``error`` or ``retried``), else ``None``.
+        error: why the try failed (``status`` ``error`` or ``retried``; or, of kind ``agent``, a completed try
+            whose desktop the agent's actions destroyed, graded 0), else ``None``.
         timing: seconds by phase.
         steps: one per policy call.
         started_at: Unix time of dispatch.
@@ -435,9 +437,14 @@ class RolloutRecord:
             raise ConfigError(f"status {self.status!r} of {self.rollout_id} must be one of {', '.join(STATUSES)}")
         object.__setattr__(self, "status", status)
         failed = status in FAILED_STATUSES
+        agent = self.error is not None and self.error.kind == "agent"
         if failed and self.error is None:
             raise ConfigError(f"record {self.rollout_id} has status {status!r} but no error; give ErrorInfo(...)")
-        if not failed and self.error is not None:
+        if agent and status not in COMPLETED_STATUSES:
+            raise ConfigError(
+                f"record {self.rollout_id} has status {status!r} and an agent error; only ok/truncated do"
+            )
+        if not failed and self.error is not None and not agent:
             raise ConfigError(f"record {self.rollout_id} has status {status!r} and an error; only error/retried do")
 
     @property

@@ -67,7 +67,7 @@ import random
 import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -205,6 +205,8 @@ class ReferencePolicyServer:
         weight_version: the weight version label reported (SGLang ``metadata.weight_version``, vLLM
             ``weight_versions``); ``"default"`` as both servers until told otherwise. An attribute: set it
             between requests to mimic a weight update.
+        record_limit: the requests kept for :attr:`requests`, the most recent (their bodies hold the
+            screenshots: ~0.35 MB an attempt); 0 keeps none (``legato rl collect --policy-url embedded``).
 
     Logprobs are float32 values (as vLLM computes them), written as JSON floats.
     """
@@ -226,6 +228,7 @@ class ReferencePolicyServer:
         seed: int = 0,
         return_logprobs: bool = True,
         weight_version: str = "default",
+        record_limit: int = 256,
     ) -> None:
         if behaviour not in BEHAVIOURS:
             raise ConfigError(f"unknown behaviour {behaviour!r}; choose one of {', '.join(BEHAVIOURS)}")
@@ -249,7 +252,9 @@ class ReferencePolicyServer:
         self._stop = threading.Event()
         self._latency_rng = random.Random(self.latency.seed)
         self._stats = ServerStats()
-        self._records: list[RecordedRequest] = []
+        if isinstance(record_limit, bool) or not isinstance(record_limit, int) or record_limit < 0:
+            raise ConfigError(f"record_limit={record_limit!r} must be an int >= 0 (0 keeps no request)")
+        self._records: deque[RecordedRequest] = deque(maxlen=record_limit)
         self.set_faults(faults or Faults())
         self._httpd: HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -318,7 +323,7 @@ class ReferencePolicyServer:
 
     @property
     def requests(self) -> list[RecordedRequest]:
-        """Every request received so far, oldest first."""
+        """The requests received, oldest first: the last ``record_limit`` of them (bodies included)."""
         with self._lock:
             return list(self._records)
 
@@ -332,7 +337,8 @@ class ReferencePolicyServer:
     def _record(self, method: str, path: str, body: Any, status: int, fault: str | None, authorized: bool) -> None:
         with self._lock:
             self._stats.statuses[status] += 1
-            self._records.append(RecordedRequest(method, path, body, status, fault, authorized))
+            if self._records.maxlen:
+                self._records.append(RecordedRequest(method, path, body, status, fault, authorized))
 
     def _authorized(self, handler: Handler) -> bool:
         if self._key is None:
