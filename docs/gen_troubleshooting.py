@@ -34,12 +34,19 @@ MEANING: dict[str, str] = {
     "message says which call was expected.",
     "ConformanceError": "A backend breaks the desktop contract; `legato_gym.check_desktop` lists every failure "
     "(docs/backends.md).",
+    "AgentFault": "The agent's own actions destroyed or exhausted its desktop (a fork bomb or a memory hog at "
+    "the desktop's bounds, its server killed from inside, an answer over its cap). Not an error of legato: "
+    "the episode ends as the agent's failure, graded 0, with `info['agent_fault']`; `legato rl collect` "
+    "records the try `ok` with an error of kind `agent` and never retries it (docs/reliability.md).",
     "DesktopError": "The desktop itself failed (infrastructure, never the agent). `legato rl collect` records "
     "the try as `retried` and runs the attempt again on another desktop (`--env-retries`).",
     "SetupError": "The task's setup failed inside the desktop (a download, a file, an app that did not "
     "start). Run the task alone on one desktop to see the setup step that failed.",
     "DesktopCrashed": "The desktop or its worker process died. The worker is replaced; if every try crashes, "
     "check the backend's logs (VM memory, Docker, KVM).",
+    "ReplyTooLarge": "A desktop answered more bytes than the host reads (`legato_gym.bounds.ReadCaps`: 16 MiB "
+    "an answer, 256 MiB a file for grading, 32 MiB a screenshot); the host stopped at the cap. After the agent "
+    "acted it is the agent's failure (`AgentFault`); before, a desktop failure (docs/backends.md).",
     "DeadlineExceeded": "A phase overran its deadline (a hang). Raise the matching `Timeouts` field if the "
     "desktop is only slow.",
     "PolicyError": "A call to the policy server failed.",
@@ -93,7 +100,8 @@ def collect() -> dict[str, list[tuple[str, str]]]:
                 name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
                 if name not in MEANING:
                     continue
-                text = _message(node.exc.args[0])
+                args = node.exc.args
+                text = _message(args[1] if name == "AgentFault" and len(args) > 1 else args[0])  # (cause, message)
                 if text:
                     found[name].append((" ".join(text.split()), str(path.relative_to(ROOT))))
     return found

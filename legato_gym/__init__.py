@@ -18,6 +18,7 @@ from legato_gym.contract import SPECIAL_ACTIONS, ActResult, Desktop, Observation
 from legato_gym.episode import Episode
 from legato_gym.errors import (
     ActionError,
+    AgentFault,
     BackendUnavailableError,
     ConfigError,
     ConformanceError,
@@ -26,6 +27,7 @@ from legato_gym.errors import (
     DesktopError,
     LegatoError,
     MissingDependencyError,
+    ReplyTooLarge,
     SetupError,
     StateError,
     TaskFileError,
@@ -72,6 +74,7 @@ __all__ = [
     "SPECIAL_ACTIONS",
     "ActResult",
     "ActionError",
+    "AgentFault",
     "Backend",
     "BackendOptions",
     "BackendUnavailableError",
@@ -87,6 +90,7 @@ __all__ = [
     "LegatoError",
     "MissingDependencyError",
     "Observation",
+    "ReplyTooLarge",
     "SetupError",
     "StateError",
     "Task",

@@ -20,8 +20,8 @@ import enum
 import time
 from typing import Any, Final
 
-from legato_gym.contract import Desktop, Observation, Task
-from legato_gym.errors import ActionError, ConfigError, StateError
+from legato_gym.contract import Desktop, Observation, Task, screen_size_of
+from legato_gym.errors import ActionError, AgentFault, ConfigError, LegatoError, StateError
 
 __all__ = ["END_ACTIONS", "UNKNOWN", "Episode", "Unknown"]
 
@@ -62,6 +62,7 @@ class Episode:
         self.desktop = desktop
         self.max_steps = max_steps
         self.steps = 0
+        self._screen: tuple[int, int] = (0, 0)  # (height, width) of the reset's observation
         self.task: Task | None = None
         self.done = False
         self.last_info: dict[str, Any] = {}
@@ -91,6 +92,7 @@ class Episode:
         t2 = time.perf_counter()
         obs = self.desktop.observe()
         t3 = time.perf_counter()
+        self._screen = obs.screenshot.shape[:2]
         self.task = task
         self._broken = False
         info: dict[str, Any] = {
@@ -115,6 +117,8 @@ class Episode:
 
         ``DONE`` and ``FAIL`` terminate the episode; reaching ``max_steps`` truncates it. Either way the desktop
         is graded (``wait_before_eval`` then ``evaluate``) and the score is the reward; other steps give 0.
+        A desktop that raises :class:`~legato_gym.errors.AgentFault` (the agent's actions destroyed or
+        exhausted it) terminates the episode with reward 0 and ``info["agent_fault"] = {"cause", "message"}``.
 
         Returns:
             ``(obs, reward, terminated, truncated, info)`` with ``info = {"step", "action", "timings": {"act_s",
@@ -129,7 +133,11 @@ class Episode:
             raise ActionError(f"an action must be a str (pyautogui code, WAIT, DONE or FAIL), not {action!r:.80}")
         self._broken = True  # until the step completes
         t0 = time.perf_counter()
-        result = self.desktop.act(action)
+        try:
+            result = self.desktop.act(action)
+        except AgentFault as fault:
+            self.steps += 1
+            return self._agent_fault(fault, action, {"act_s": time.perf_counter() - t0})
         t1 = time.perf_counter()
         self.steps += 1
         terminated = action in END_ACTIONS
@@ -138,17 +146,50 @@ class Episode:
         timings: dict[str, float] = {"act_s": max(0.0, (t1 - t0) - ready_s - wait_s), "ready_s": ready_s}
         timings["wait_s"] = wait_s
         reward = 0.0
-        if terminated or truncated:
-            reward, grading = self._grade()
-            timings.update(grading)
-        t2 = time.perf_counter()
-        obs = self.desktop.observe()
+        try:
+            if terminated or truncated:
+                reward, grading = self._grade()
+                timings.update(grading)
+            t2 = time.perf_counter()
+            obs = self.desktop.observe()
+        except AgentFault as fault:
+            return self._agent_fault(fault, action, timings)
         timings["obs_s"] = time.perf_counter() - t2
         self._broken = False
         self.done = terminated or truncated
         info: dict[str, Any] = {"step": self.steps, "action": action, "timings": timings}
         self.last_info = info
         return obs, reward, terminated, truncated, info
+
+    def _agent_fault(
+        self, fault: AgentFault, action: str, timings: dict[str, float]
+    ) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
+        """End the episode as the agent's failure: terminated, reward 0, the cause in ``info["agent_fault"]``.
+
+        The observation is the screen if the desktop still shows one, else a black screen.
+        """
+        self._broken = False
+        self.done = True
+        info: dict[str, Any] = {
+            "step": self.steps,
+            "action": action,
+            "timings": timings,
+            "agent_fault": {"cause": fault.cause, "message": str(fault)},
+        }
+        self.last_info = info
+        return self._last_screen(), 0.0, True, False, info
+
+    def _last_screen(self) -> Observation:
+        task = self.task
+        assert task is not None
+        try:
+            return self.desktop.observe()
+        except LegatoError:
+            import numpy as np  # only here: workers have numpy (their screenshots are arrays)
+
+            size = screen_size_of(self.desktop)  # else the size the reset's observation had
+            height, width = self._screen if size is None else (size[1], size[0])
+            return Observation(screenshot=np.zeros((height, width, 3), np.uint8), instruction=task.instruction)
 
     def truncate(self) -> float:
         """Grade the episode now, without another action (a rollout timeout), and end it.
@@ -158,10 +199,16 @@ class Episode:
         """
         self._check_running("truncate()")
         self._broken = True
-        reward, timings = self._grade()
+        try:
+            reward, timings = self._grade()
+        except AgentFault as fault:  # the grading found the desktop destroyed by the agent: its failure
+            reward, timings = 0.0, {}
+            self.last_info = {"agent_fault": {"cause": fault.cause, "message": str(fault)}}
+        else:
+            self.last_info = {}
         self._broken = False
         self.done = True
-        self.last_info = {"step": self.steps, "timings": timings, "truncated": True}
+        self.last_info |= {"step": self.steps, "timings": timings, "truncated": True}
         return reward
 
     def _grade(self) -> tuple[float, dict[str, float]]:

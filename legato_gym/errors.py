@@ -12,9 +12,11 @@
     ├── MissingDependencyError      an optional dependency is missing; names the extra to install
     ├── StateError                  a call made in the wrong lifecycle state; says which call was expected
     ├── ConformanceError            a backend breaks the desktop contract (check_desktop lists every failure)
+    ├── AgentFault                  the agent's own actions destroyed or exhausted the desktop: its failure
     └── DesktopError                the desktop itself failed (infrastructure, never the agent)
         ├── SetupError              the task's setup failed
         ├── DesktopCrashed          the desktop (or its worker process) died
+        ├── ReplyTooLarge           a desktop answered more bytes than its cap (legato_gym.bounds.ReadCaps)
         └── DeadlineExceeded        a phase overran its deadline (a hang)
 
 ``legato_rl`` adds its own branch (policy errors) under :class:`LegatoError`.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 __all__ = [
     "ActionError",
+    "AgentFault",
     "BackendUnavailableError",
     "ConfigError",
     "ConformanceError",
@@ -35,6 +38,7 @@ __all__ = [
     "DesktopError",
     "LegatoError",
     "MissingDependencyError",
+    "ReplyTooLarge",
     "SetupError",
     "StateError",
     "TaskFileError",
@@ -96,6 +100,33 @@ class ConformanceError(LegatoError, AssertionError):
         self.failures = list(failures or [])
 
 
+class AgentFault(LegatoError):
+    """The agent's own actions destroyed or exhausted the desktop: the episode is the agent's failure.
+
+    Raised by a desktop's ``act`` (or its grading) when the evidence says so (docs/reliability.md, "A desktop
+    the agent destroys"): the desktop's cgroup hit its process or memory bound during the agent's actions,
+    the in-desktop server was killed from inside the sandbox, or an answer overran its cap
+    (:class:`ReplyTooLarge`) after the agent acted. :class:`~legato_gym.episode.Episode` ends the episode
+    on it, graded 0, with the cause in ``info["agent_fault"]``; it is never retried as a desktop failure.
+
+    Args:
+        cause: one word: ``pids``, ``memory``, ``server_killed`` or ``reply_too_large``.
+        message: what happened, with the evidence.
+    """
+
+    CAUSES = ("pids", "memory", "server_killed", "reply_too_large")
+
+    def __init__(self, cause: str, message: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+    def __str__(self) -> str:
+        return f"{self.cause}: {super().__str__()}"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.cause, self.args[0]))
+
+
 class DesktopError(LegatoError):
     """The desktop failed: an infrastructure failure, never counted against the agent.
 
@@ -133,6 +164,14 @@ class SetupError(DesktopError):
 
 class DesktopCrashed(DesktopError):
     """The desktop, or the worker process driving it, died."""
+
+
+class ReplyTooLarge(DesktopError):
+    """A desktop answered more bytes than its cap; the host stopped reading at the cap.
+
+    A :class:`DesktopError` where nothing says who made the answer that large (a reset); during the agent's
+    actions or the grading that follows them the desktop turns it into :class:`AgentFault`.
+    """
 
 
 class DeadlineExceeded(DesktopError, TimeoutError):

@@ -16,6 +16,9 @@ Failures stay with the attempt they hit:
 * a desktop failure (worker death, setup failure, hang) records the try as ``retried`` and queues the
   attempt again, up to ``env_retries`` times, then ``error`` (kind ``env``);
 * a policy failure (after the client's own retries) is ``error`` (kind ``policy``);
+* a desktop the agent's own actions destroyed or exhausted (:class:`~legato_gym.errors.AgentFault`:
+  docs/reliability.md says on what evidence) is the agent's failure: the attempt ends ``ok`` with reward 0
+  and an ``error`` of kind ``agent`` naming the cause, and is never retried;
 * neither is ever recorded as the agent's failure, and neither stops the batch: only a policy server that
   cannot be used at all does (:mod:`legato_rl.health`). It is checked before the first attempt; during the
   batch, attempts that failed because the server was unavailable wait for its next answer before they are
@@ -380,6 +383,11 @@ class Collector:
         except LegatoError as exc:  # e.g. a task this backend cannot run: the desktop side, not the agent
             log.warning("%s: %s", attempt.rollout_id, exc)
             self._end(play, Status.ERROR, ErrorInfo.from_exception("env", exc))
+            return
+        fault = play.episode.agent_fault
+        if fault is not None and status in COMPLETED_STATUSES:  # the agent destroyed its desktop: its failure
+            log.warning("%s: the agent's actions destroyed desktop %d: %s", attempt.rollout_id, env_id, fault)
+            self._end(play, status, ErrorInfo("agent", "AgentFault", str(fault.get("message", ""))))
             return
         self._end(play, status)
 

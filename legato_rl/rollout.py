@@ -29,8 +29,9 @@ The policy is anything with :class:`Policy`'s two methods: legato's HTTP :class:
 or an adapter onto a trainer's own generation path (:class:`legato_rl.integrations.verl.ServerManagerPolicy`
 generates through verl's server manager, so the replies come from the weights verl just synced).
 
-Statuses (:class:`~legato_rl.groups.Status`): ``ok`` when the agent ended it, the step limit was reached or
-the harness gave up (graded where the agent stopped); ``truncated`` when ``rollout_timeout`` ran out or
+Statuses (:class:`~legato_rl.groups.Status`): ``ok`` when the agent ended it, the step limit was reached,
+the harness gave up (graded where the agent stopped) or the agent's own actions destroyed the desktop
+(graded 0, :attr:`Episode.agent_fault` says how); ``truncated`` when ``rollout_timeout`` ran out or
 ``exhausted`` said so (graded as it stands); ``cancelled`` when ``cancelled`` said so (not graded). A
 desktop failure raises :class:`~legato_gym.errors.DesktopError` and a policy failure
 :class:`~legato_rl.errors.PolicyError`; the :class:`Episode` passed in keeps what happened until then.
@@ -122,6 +123,8 @@ class Episode:
         steps: policy calls made.
         reward: the grade; ``None`` until graded (never graded when cancelled).
         status: how it ended; ``None`` while it runs or when it raised.
+        agent_fault: ``{"cause", "message"}`` when the agent's own actions destroyed or exhausted the desktop
+            (:class:`~legato_gym.errors.AgentFault`): the episode then ended there, graded 0.
     """
 
     task: Task
@@ -132,6 +135,7 @@ class Episode:
     steps: int = 0
     reward: float | None = None
     status: Status | None = None
+    agent_fault: dict[str, str] | None = None
 
     def add_timings(self, timings: Mapping[str, float]) -> None:
         """Add a desktop call's ``info["timings"]`` (ready-signal waits count as ``wait_s``)."""
@@ -299,6 +303,8 @@ async def _play(
                 timings = info.get("timings", {})
                 ep.add_timings(timings)
                 actions.append(ActionRecord.from_timings(action, timings))
+                if info.get("agent_fault"):
+                    ep.agent_fault = dict(info["agent_fault"])
                 if terminated or truncated:
                     ep.reward = float(reward)
                     ended = True
@@ -319,5 +325,7 @@ async def _play(
 async def _grade_now(env: DesktopVectorEnv, ep: Episode, status: Status) -> Status:
     reward, info = await env.atruncate(ep.env_id)
     ep.add_timings(info.get("timings", {}))
+    if info.get("agent_fault"):
+        ep.agent_fault = dict(info["agent_fault"])
     ep.reward = float(reward)
     return status

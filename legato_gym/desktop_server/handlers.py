@@ -20,11 +20,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .actions import SERVER_FOLDER, ActionRunner
+from .actions import ACTION_OUTPUT_LIMIT, SERVER_FOLDER, ActionRunner
 from .atspi import ATSPI_PYTHON, ATSPI_TIMEOUT, ATSPI_UNAVAILABLE
 from .image import Framebuffer
 
-__all__ = ["OPEN_FILE_TIMEOUT", "Handlers", "Response", "json_reply", "text_reply"]
+__all__ = ["OPEN_FILE_TIMEOUT", "Handlers", "Response", "json_reply", "run_capped", "text_reply"]
 
 #: OSWorld's ``/setup/open_file`` waits this long for the window (its ``TIMEOUT``).
 OPEN_FILE_TIMEOUT = 1800.0
@@ -59,6 +59,59 @@ def _expand_command(data: dict[str, Any]) -> tuple[list[str] | str, bool]:
     if isinstance(command, list):
         command = [os.path.expanduser(arg) if arg.startswith("~/") else arg for arg in command]
     return command, shell
+
+
+def _drain(stream: Any, kept: bytearray, limit: int) -> None:
+    """Read ``stream`` to its end, keeping its first ``limit`` bytes in ``kept`` (the rest is read and dropped)."""
+    fd = stream.fileno()
+    while chunk := os.read(fd, 65536):
+        if len(kept) < limit:
+            kept += chunk[: limit - len(kept)]
+
+
+def run_capped(
+    command: list[str] | str,
+    shell: bool,
+    timeout: float,
+    *,
+    merge: bool = False,
+    cwd: str | None = None,
+    limit: int = ACTION_OUTPUT_LIMIT,
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(command, capture_output=True, text=True, timeout=timeout)``, keeping at most ``limit``
+    bytes of each of stdout and stderr (the rest is read and dropped, as an action's output is): a command
+    that prints gigabytes costs this server, and the host that reads its answer, ``limit`` bytes.
+
+    ``merge`` sends stderr to stdout. Output is decoded as UTF-8 (invalid bytes replaced). Output still held
+    by processes the command left running is not waited for once it exits.
+
+    Raises:
+        subprocess.TimeoutExpired: it ran past ``timeout`` (it was killed).
+    """
+    proc = subprocess.Popen(
+        command, shell=shell, cwd=cwd, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge else subprocess.PIPE,
+    )  # fmt: skip
+    kept = {"out": bytearray(), "err": bytearray()}
+    streams = {"out": proc.stdout, "err": proc.stderr}
+    readers = [
+        threading.Thread(target=_drain, args=(stream, kept[name], limit), daemon=True)
+        for name, stream in streams.items()
+        if stream is not None
+    ]
+    for reader in readers:
+        reader.start()
+    deadline = time.monotonic() + timeout
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+    for reader in readers:  # what the command wrote before it exited is in the pipes: read it
+        reader.join(timeout=max(0.5, min(5.0, deadline - time.monotonic())))
+    out, err = (bytes(kept[name]).decode("utf-8", errors="replace") for name in ("out", "err"))
+    return subprocess.CompletedProcess(command, code, out, err)
 
 
 def _wmctrl(*args: str) -> subprocess.CompletedProcess[str]:
@@ -96,7 +149,7 @@ class Handlers:
     def execute(self, data: dict[str, Any]) -> Response:
         command, shell = _expand_command(data)
         try:
-            result = subprocess.run(command, capture_output=True, shell=shell, text=True, timeout=120)
+            result = run_capped(command, shell, 120)
         except Exception as exc:
             return json_reply({"status": "error", "message": str(exc)}, 500)
         return json_reply(
@@ -127,7 +180,7 @@ class Handlers:
         max_wait = float(data.get("max_wait_time", 10))
         interval = float(data.get("check_interval", 1))
         try:
-            result = subprocess.run(command, capture_output=True, shell=shell, text=True, timeout=120)
+            result = run_capped(command, shell, 120)
         except Exception as exc:
             return json_reply({"status": "error", "message": str(exc)}, 500)
         base = {"output": result.stdout, "error": result.stderr, "returncode": result.returncode}
@@ -172,7 +225,7 @@ class Handlers:
         path = os.path.join(tempfile.gettempdir(), f"python_exec_{uuid.uuid4().hex}.py")
         try:
             Path(path).write_text(code)
-            result = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=30)
+            result = run_capped([sys.executable, path], False, 30)
         except subprocess.TimeoutExpired:
             return json_reply(
                 {
@@ -233,14 +286,7 @@ class Handlers:
         with os.fdopen(fd, "w") as f:
             f.write(script)
         try:
-            result = subprocess.run(
-                ["/bin/bash", path],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                timeout=timeout,
-                cwd=working_dir,
-            )
+            result = run_capped(["/bin/bash", path], False, timeout, merge=True, cwd=working_dir)
         except subprocess.TimeoutExpired:
             return json_reply(
                 {

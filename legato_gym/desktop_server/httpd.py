@@ -3,6 +3,7 @@ views see them, and :func:`serve` on a unix socket, an inherited listening socke
 
 from __future__ import annotations
 
+import ctypes
 import email.parser
 import email.policy
 import json
@@ -130,10 +131,26 @@ class TCPHTTPServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
     allow_reuse_address = True
 
 
+_PR_SET_DUMPABLE = 4
+
+
+def _not_dumpable() -> None:
+    """Make this process non-dumpable: processes of its uid (the agent's actions) can then neither attach to
+    it nor open its ``/proc/PID/mem`` or take its descriptors (``pidfd_getfd``); the sandbox's seccomp
+    filter refuses those calls too. Its children get back the default when they run a program."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+            logger.warning("the server could not make itself non-dumpable: errno %d", ctypes.get_errno())
+    except (OSError, AttributeError) as exc:
+        logger.warning("the server could not make itself non-dumpable: %s", exc)
+
+
 def serve(
     listen: str, fb_path: str | None, open_file_timeout: float = OPEN_FILE_TIMEOUT, atspi_python: str = ATSPI_PYTHON
 ) -> None:
-    """Serve forever on ``unix:PATH`` or ``tcp:HOST:PORT``."""
+    """Serve forever on ``unix:PATH``, ``fd:N`` or ``tcp:HOST:PORT``."""
+    _not_dumpable()
     fb = Framebuffer(fb_path) if fb_path else None
     runner = ActionRunner()
     runner.start()  # warms up while the host runs the task's setup

@@ -346,7 +346,8 @@ def _policy_urls(
     from legato_rl.testing import ReferencePolicyServer, ScriptedSolver
 
     brain = ScriptedSolver(tasks, solution=_scripted_solution(backend))
-    with ReferencePolicyServer(brain=brain, model=model or "legato/reference-policy") as server:
+    # it keeps no request: a batch's bodies (screenshots) would grow the collect process without end
+    with ReferencePolicyServer(brain=brain, model=model or "legato/reference-policy", record_limit=0) as server:
         log.info("embedded reference policy server at %s (model %s)", server.url, server.model)
         yield (server.url,), server.model
 

@@ -2,11 +2,11 @@
 
 pydantic derives it from the record dataclasses (:mod:`legato_rl.store.schema`); this module then makes it
 describe the JSON the writer puts on disk rather than the Python objects: the ``schema`` and ``n_steps``
-keys, ``try`` for ``try_index``, ``status`` and ``error.kind`` as enums, ``error`` present exactly when the
-status is ``error`` or ``retried``, message hashes as sha256 hex, and every key required but the ones added
-since the first ``legato.rollout/v0`` records (:data:`OPTIONAL_FIELDS`). The objects stay open (no
-``additionalProperties: false``): a ``legato.rollout/v0`` record may gain optional fields, and a validator
-built from an older copy of the schema must still accept it.
+keys, ``try`` for ``try_index``, ``status`` and ``error.kind`` as enums, ``error`` present when the status is
+``error`` or ``retried`` (and, of kind ``agent``, allowed on ``ok`` and ``truncated``), message hashes as
+sha256 hex, and every key required but the ones added since the first ``legato.rollout/v0`` records
+(:data:`OPTIONAL_FIELDS`). The objects stay open (no ``additionalProperties: false``): a ``legato.rollout/v0``
+record may gain optional fields, and a validator built from an older copy of the schema must still accept it.
 
 The schema is published as ``docs/schema/legato.rollout-v0.json`` (``python docs/gen_schema.py`` rewrites it)
 and printed by ``legato rl schema``. pydantic is imported only when the schema is built.
@@ -121,7 +121,8 @@ def _describe_root(root: dict[str, Any]) -> None:
     properties["status"] = {
         "enum": list(STATUSES),
         "description": f"What became of the try: {' and '.join(completed)} are graded and count towards their "
-        f"group; {' and '.join(failed)} carry an error; {Status.RETRIED} is followed by another try of the attempt.",
+        f"group; {' and '.join(failed)} carry an error; {Status.RETRIED} is followed by another try of the attempt; "
+        f"a graded try whose desktop the agent's actions destroyed has reward 0 and an error of kind agent.",
     }
     head = {"schema": {"const": SCHEMA, "description": "The record schema's name and version."}}
     root["properties"] = {**head, **properties}
@@ -130,7 +131,12 @@ def _describe_root(root: dict[str, Any]) -> None:
     root["description"] = f"One try of one attempt: a line of rollouts.jsonl ({SCHEMA})."
     root["if"] = {"properties": {"status": {"enum": failed}}, "required": ["status"]}
     root["then"] = {"properties": {"error": {"$ref": "#/$defs/ErrorInfo"}}}
-    root["else"] = {"properties": {"error": {"type": "null"}}}
+    agent = {"allOf": [{"$ref": "#/$defs/ErrorInfo"}, {"properties": {"kind": {"const": "agent"}}}]}
+    root["else"] = {
+        "if": {"properties": {"status": {"enum": completed}}, "required": ["status"]},
+        "then": {"properties": {"error": {"anyOf": [{"type": "null"}, agent]}}},
+        "else": {"properties": {"error": {"type": "null"}}},
+    }
 
 
 def _written_order() -> dict[str, list[str]]:

@@ -95,8 +95,9 @@ FINAL_STATUSES = frozenset(s for s in Status if s is not Status.RETRIED)
 COMPLETED_STATUSES = frozenset({Status.OK, Status.TRUNCATED})
 #: Statuses of failed tries: the ones whose record carries an ``error``.
 FAILED_STATUSES = frozenset({Status.ERROR, Status.RETRIED})
-#: Every ``error.kind``.
-ERROR_KINDS = ("policy", "env", "version")
+#: Every ``error.kind``: ``agent`` only on a completed try (the agent's actions destroyed its desktop; graded 0);
+#: ``version`` only on a ``retried`` try that a continuous run cut short at a version change (``partial="restart"``).
+ERROR_KINDS = ("policy", "env", "agent", "version")
 #: Top-level request keys recorded under ``request.sampling``; the rest (bar model and messages) are extras.
 SAMPLING_KEYS = frozenset(
     {
@@ -131,8 +132,10 @@ class ErrorInfo:
     """Why a try failed.
 
     Attributes:
-        kind: ``policy`` (the model server failed), ``env`` (the desktop failed) or ``version`` (a continuous run
-            with ``partial="restart"`` cut the try short at a version change and runs the attempt again).
+        kind: ``policy`` (the model server failed), ``env`` (the desktop failed), ``agent`` (the agent's own
+            actions destroyed or exhausted its desktop: the try is completed, graded 0, and this says how) or
+            ``version`` (a continuous run with ``partial="restart"`` cut the try short at a version change and runs
+            the attempt again).
         type: the exception's class name.
         message: the exception's message.
     """
@@ -414,7 +417,8 @@ class RolloutRecord:
         grader: the grader that scored ``reward`` (``osworld``: desktop-env's getters and metrics, ``local``:
             the local backend's built-in one, ``fake``: the fake suite's, else the backend's own name), or
             ``None`` when the try was not graded (or was written before records named their grader).
-        error: why the try failed (``status`` ``error`` or ``retried``), else ``None``.
+        error: why the try failed (``status`` ``error`` or ``retried``; or, of kind ``agent``, a completed try
+            whose desktop the agent's actions destroyed, graded 0), else ``None``.
         timing: seconds by phase.
         steps: one per policy call.
         started_at: Unix time of dispatch.
@@ -444,9 +448,14 @@ class RolloutRecord:
             raise ConfigError(f"status {self.status!r} of {self.rollout_id} must be one of {', '.join(STATUSES)}")
         object.__setattr__(self, "status", status)
         failed = status in FAILED_STATUSES
+        agent = self.error is not None and self.error.kind == "agent"
         if failed and self.error is None:
             raise ConfigError(f"record {self.rollout_id} has status {status!r} but no error; give ErrorInfo(...)")
-        if not failed and self.error is not None:
+        if agent and status not in COMPLETED_STATUSES:
+            raise ConfigError(
+                f"record {self.rollout_id} has status {status!r} and an agent error; only ok/truncated do"
+            )
+        if not failed and self.error is not None and not agent:
             raise ConfigError(f"record {self.rollout_id} has status {status!r} and an error; only error/retried do")
 
     @property

@@ -68,7 +68,7 @@ import random
 import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -205,8 +205,10 @@ class ReferencePolicyServer:
         return_logprobs: answer ``logprobs=true`` (``False`` mimics a server that drops them, as vLLM does
             with a reasoning parser and ``include_reasoning=false``).
         weight_version: the weight version label reported (SGLang ``metadata.weight_version``, vLLM
-            ``weight_versions``); ``"default"`` as both servers until told otherwise. Switch it as a trainer does
-            after a weight update: ``POST /update_weight_version`` or :meth:`set_weight_version`.
+            ``weight_versions``); ``"default"`` as both servers until told otherwise. An attribute; SGLang's
+            ``POST /update_weight_version {"new_version": ...}`` switches it, as a trainer does after an update.
+        record_limit: the requests kept for :attr:`requests`, the most recent (their bodies hold the
+            screenshots: ~0.35 MB an attempt); 0 keeps none (``legato rl collect --policy-url embedded``).
 
     Logprobs are float32 values (as vLLM computes them), written as JSON floats.
     """
@@ -228,6 +230,7 @@ class ReferencePolicyServer:
         seed: int = 0,
         return_logprobs: bool = True,
         weight_version: str = "default",
+        record_limit: int = 256,
     ) -> None:
         if behaviour not in BEHAVIOURS:
             raise ConfigError(f"unknown behaviour {behaviour!r}; choose one of {', '.join(BEHAVIOURS)}")
@@ -251,7 +254,9 @@ class ReferencePolicyServer:
         self._stop = threading.Event()
         self._latency_rng = random.Random(self.latency.seed)
         self._stats = ServerStats()
-        self._records: list[RecordedRequest] = []
+        if isinstance(record_limit, bool) or not isinstance(record_limit, int) or record_limit < 0:
+            raise ConfigError(f"record_limit={record_limit!r} must be an int >= 0 (0 keeps no request)")
+        self._records: deque[RecordedRequest] = deque(maxlen=record_limit)
         self.set_faults(faults or Faults())
         self._httpd: HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -320,7 +325,7 @@ class ReferencePolicyServer:
 
     @property
     def requests(self) -> list[RecordedRequest]:
-        """Every request received so far, oldest first."""
+        """The requests received, oldest first: the last ``record_limit`` of them (bodies included)."""
         with self._lock:
             return list(self._records)
 
@@ -334,7 +339,8 @@ class ReferencePolicyServer:
     def _record(self, method: str, path: str, body: Any, status: int, fault: str | None, authorized: bool) -> None:
         with self._lock:
             self._stats.statuses[status] += 1
-            self._records.append(RecordedRequest(method, path, body, status, fault, authorized))
+            if self._records.maxlen:
+                self._records.append(RecordedRequest(method, path, body, status, fault, authorized))
 
     def _authorized(self, handler: Handler) -> bool:
         if self._key is None:
@@ -394,20 +400,12 @@ class ReferencePolicyServer:
         if path == "/v1/chat/completions" and method == "POST":
             self._chat(handler, raw, authorized)
             return
-        if path == "/update_weight_version" and method == "POST":
-            self._update_weight_version(handler, raw, authorized)
+        if path == "/update_weight_version" and method == "POST":  # SGLang's: a trainer labels new weights
+            label = chat_api.new_weight_version(raw) if authorized else None
+            self.weight_version = label or self.weight_version  # one assignment: a reply reads it once
+            handler.send_json(*chat_api.weight_version_answer(authorized, label))
             return
         handler.send_json(404, {"detail": "Not Found"})
-
-    def _update_weight_version(self, handler: Handler, raw: bytes, authorized: bool) -> None:
-        label = chat_api.new_weight_version(raw) if authorized else None
-        if authorized and label is not None:
-            self.set_weight_version(label)
-        handler.send_json(*chat_api.weight_version_answer(authorized, label))
-
-    def set_weight_version(self, label: str) -> None:
-        """Label the weights ``label`` (what a weight update does): replies from now on report it."""
-        self.weight_version = label  # one assignment: a reply reads the label once
 
     def _error(self, handler: Handler, status: int, message: str, kind: str, param: str | None = None) -> None:
         handler.send_json(status, {"error": {"message": message, "type": kind, "param": param, "code": status}})

@@ -29,6 +29,7 @@ from legato_gym.backends.local.limits import Limits
 from legato_gym.backends.local.sandbox import bwrap
 from legato_gym.backends.local.sandbox.spec import SandboxLayout, SandboxSpec
 from legato_gym.desktop_server import image
+from legato_gym.desktop_server.actions import ACTION_OUTPUT_LIMIT
 from legato_gym.png import encode_png
 
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -160,3 +161,15 @@ def test_actions_cannot_import_the_servers_modules_as_their_own(served: httpx.Cl
     reply = served.post("/legato/action", json={"code": code, "timeout": 30}).json()
     assert reply["status"] == "success" and reply["returncode"] == 0, reply
     assert reply["output"].splitlines() == ["[]", "False False"]
+
+
+def test_a_commands_output_is_kept_up_to_its_limit(served: httpx.Client) -> None:
+    # 64 MiB on stdout and 9 MiB on stderr: the server keeps 4 MiB of each, and answers
+    script = "head -c 67108864 /dev/zero | tr '\\0' x; head -c 9437184 /dev/zero | tr '\\0' y >&2; echo done >&2"
+    reply = served.post("/execute", json={"command": script, "shell": True}, timeout=120).json()
+    assert reply["status"] == "success" and reply["returncode"] == 0
+    assert reply["output"] == "x" * ACTION_OUTPUT_LIMIT and reply["error"] == "y" * ACTION_OUTPUT_LIMIT
+    merged = served.post("/run_bash_script", json={"script": "seq 3; head -c 9437184 /dev/zero >&2"}).json()
+    assert merged["output"].startswith("1\n2\n3\n") and len(merged["output"]) == ACTION_OUTPUT_LIMIT
+    invalid = served.post("/execute", json={"command": ["printf", "a\\377b"]}).json()  # a byte that is not UTF-8
+    assert invalid["output"] == "a\ufffdb"

@@ -9,9 +9,11 @@ Every probe has a positive control run the same way (an allowed write, a reachab
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -22,9 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from legato_gym import DesktopConfig, Task
+from legato_gym import DesktopConfig, Episode, Task
 from legato_gym.backends.local import LocalDesktop, LocalOptions
-from legato_gym.errors import DesktopError
+from legato_gym.bounds import ReadCaps
+from legato_gym.errors import AgentFault, DesktopCrashed, DesktopError
 
 pytestmark = [
     pytest.mark.desktop,
@@ -59,15 +62,22 @@ def desktops() -> Iterator[tuple[LocalDesktop, LocalDesktop]]:
         b.close()
 
 
-def agent(desktop: LocalDesktop, script: str, timeout: float = 60) -> tuple[int, str]:
-    """Run a shell script as the agent would: from an action (pyautogui code is Python)."""
+def agent(desktop: LocalDesktop, script: str, timeout: float = 60, fault: str | None = None) -> tuple[int, str]:
+    """Run a shell script as the agent would: from an action (pyautogui code is Python).
+
+    With ``fault``, the action must end as the agent's failure of that cause (it hit the desktop's bounds)."""
     code = (
         "import subprocess\n"
         f"r = subprocess.run({script!r}, shell=True, capture_output=True, text=True, timeout={timeout})\n"
         f"open({PROBE!r}, 'w').write('%d\\n' % r.returncode + r.stdout + r.stderr)\n"
     )
     desktop.client.execute(["rm", "-f", PROBE])
-    desktop.act(code)
+    if fault is None:
+        desktop.act(code)
+    else:
+        with pytest.raises(AgentFault) as caught:
+            desktop.act(code)
+        assert caught.value.cause == fault, caught.value
     data = desktop.client.file(PROBE)
     assert data is not None, "the action did not run"
     code_line, _, out = data.decode(errors="replace").partition("\n")
@@ -202,7 +212,8 @@ def test_server_socket_cannot_be_redirected_to_a_host_socket(
         assert "tried" in out and "control/server.sock" not in out  # the host's socket is not in the sandbox
         with contextlib.suppress(DesktopError):  # the server dies while it answers
             setup_command(a, "kill -9 $(pgrep -f /run/legato-server)")
-        with pytest.raises(DesktopError):
+        # killed from inside: the agent's doing, which the sandbox's root part tells (legato as root)
+        with pytest.raises(AgentFault if os.geteuid() == 0 else DesktopError):
             a.act("pyautogui.moveTo(5, 5)")  # the server is gone: the host reports it, on its own path
         try:
             bait.accept()
@@ -308,8 +319,8 @@ def test_fork_bomb_is_bounded_and_the_others_go_on(desktops: tuple[LocalDesktop,
         "    n += 1\n"
         "print('forked', n, flush=True)\n"
     )
-    # the children keep the output file open, not the action's pipe
-    _, out = agent(a, f"python -c {shlex.quote(bomb)} </dev/null >/tmp/bomb 2>&1; cat /tmp/bomb")
+    # the children keep the output file open, not the action's pipe; hitting the bound is the agent's failure
+    _, out = agent(a, f"python -c {shlex.quote(bomb)} </dev/null >/tmp/bomb 2>&1; cat /tmp/bomb", fault="pids")
     forked = int(out.split("forked")[1].split()[0])
     assert 0 < forked < OPTIONS.max_processes, out  # it hit the bound, not the deadline
     b.act("pyautogui.moveTo(7, 7)")  # the other desktop still runs actions
@@ -327,7 +338,10 @@ def test_memory_is_bounded_per_desktop(desktops: tuple[LocalDesktop, LocalDeskto
         "    chunks.append(bytearray(16 << 20))\n"
         "print('ALLOCATED', flush=True)\n"
     )
-    _, out = agent(a, f"python -c {shlex.quote(hog)}; echo rc=$?")
+    # the cgroup's memory bound (the whole desktop's) comes before the process's own RLIMIT_DATA: the OOM killer
+    # ends the hog, which is the agent's failure; without a cgroup the rlimit refuses the allocation
+    fault = "memory" if a._processes._cgroup.dirs else None
+    _, out = agent(a, f"python -c {shlex.quote(hog)}; echo rc=$?", fault=fault)
     assert "ALLOCATED" not in out and "rc=0" not in out, out
     b.act("pyautogui.moveTo(9, 9)")
     assert b.client.request("GET", "/cursor_position").json() == [9, 9]
@@ -486,3 +500,159 @@ def test_network_and_host_loopback_are_unreachable(desktops: tuple[LocalDesktop,
     assert lines["host"] != "CONNECTED" and not reached, output
     assert lines["net"] != "CONNECTED", output
     assert lines["dns"] != "CONNECTED", output
+
+
+# ------------------------------------------------------------------------ the server's descriptors (issue 27)
+
+#: Finds the in-desktop server (its argv has ``--listen``) and tries every way into its descriptors and memory.
+TAKEOVER = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def call(*args):
+    r = libc.syscall(*args)
+    return r, (ctypes.get_errno() if r < 0 else 0)
+server = next(int(p) for p in os.listdir('/proc') if p.isdigit()
+              and b'\x00--listen\x00' in open(f'/proc/{p}/cmdline', 'rb').read())
+pidfd, e = call(434, server, 0)                      # pidfd_open: allowed (the control)
+print('pidfd_open', pidfd >= 0, e)
+print('pidfd_getfd', *call(438, pidfd, 3, 0))          # the listening socket is fd 3
+print('ptrace', *call(101, 16, server, 0, 0))          # PTRACE_ATTACH
+buf = ctypes.create_string_buffer(16)
+iov = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 16)
+print('process_vm_readv', *call(310, server, iov, 1, iov, 1, 0))
+try:
+    os.listdir(f'/proc/{server}/fd'); print('proc_fd', 0, 0)
+except OSError as exc:
+    print('proc_fd', -1, exc.errno)
+try:
+    open(f'/proc/{server}/mem', 'rb'); print('proc_mem', 0, 0)
+except OSError as exc:
+    print('proc_mem', -1, exc.errno)
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the probe's system-call numbers are x86_64's")
+def test_the_agent_cannot_take_the_servers_descriptors_or_memory(desktops: tuple[LocalDesktop, LocalDesktop]) -> None:
+    a, _ = desktops
+    code, out = agent(a, f"python -c {shlex.quote(TAKEOVER)}")
+    results = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.strip()}
+    assert code == 0 and results["pidfd_open"] == ["True", "0"], out  # the control: the server was found
+    refused = {str(errno.EPERM), str(errno.ENOSYS), str(errno.EACCES)}
+    for name in ("pidfd_getfd", "ptrace", "process_vm_readv", "proc_fd", "proc_mem"):
+        result, err = results[name]
+        assert result == "-1" and err in refused, f"{name} reached the server: {out}"
+
+
+def _server_pid(desktop: LocalDesktop, inside: bool = False) -> int:
+    """The in-desktop server's pid on the host (``inside``: in the sandbox's pid namespace)."""
+    sandbox = desktop._processes.sandbox
+    assert sandbox is not None
+    for pid in sandbox.survivors():
+        with contextlib.suppress(OSError):
+            if b"\x00--listen\x00" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                if not inside:
+                    return pid
+                status = Path(f"/proc/{pid}/status").read_text()
+                return int(next(line for line in status.splitlines() if line.startswith("NSpid:")).split()[-1])
+    raise AssertionError("no server in the sandbox")
+
+
+def _refused(path: Path) -> bool:
+    """Whether connecting to the server's socket is refused at once (nobody holds it listening any more)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        try:
+            sock.connect(str(path))
+        except (ConnectionRefusedError, FileNotFoundError):
+            return True
+    return False
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox's root part tells how its server ended (legato as root)")
+def test_a_server_the_agent_kills_is_its_failure_noticed_at_once(desktops: tuple[LocalDesktop, LocalDesktop]) -> None:
+    a, _ = desktops
+    a.reset(TASK)
+    assert a._processes.sandbox is not None
+    path, server = a._processes.sandbox.socket_path, _server_pid(a)
+    with pytest.raises(AgentFault) as caught:
+        a.act(f"import os; os.kill({_server_pid(a, inside=True)}, 9)")
+    assert caught.value.cause == "server_killed" and "status 137" in str(caught.value), caught.value
+    assert not Path(f"/proc/{server}").exists()
+    assert _refused(path), "the host still holds the server's socket listening: connections would queue"
+    a.reset(TASK)
+    a.act("pyautogui.moveTo(4, 4)")
+
+
+def test_a_sandbox_killed_from_outside_is_a_desktop_failure(desktops: tuple[LocalDesktop, LocalDesktop]) -> None:
+    a, _ = desktops
+    a.reset(TASK)
+    sandbox = a._processes.sandbox
+    assert sandbox is not None and sandbox.init_pid is not None
+    os.kill(sandbox.init_pid, signal.SIGKILL)  # not the agent: the host (an operator, an OOM of the host)
+    assert wait_for(lambda: _refused(sandbox.socket_path)), "connections to the dead server still queue"
+    with pytest.raises(DesktopCrashed) as caught:
+        a.act("pyautogui.moveTo(6, 6)")
+    assert not isinstance(caught.value, AgentFault)
+    a.reset(TASK)
+    a.act("pyautogui.moveTo(6, 6)")
+
+
+def test_a_fork_bomb_ends_the_episode_graded_zero_and_an_outside_kill_does_not(
+    desktops: tuple[LocalDesktop, LocalDesktop],
+) -> None:
+    # the same desktops through Episode, as every env and vector-env worker drives them
+    a, _ = desktops
+    episode = Episode(a, max_steps=5)
+    episode.reset(TASK)
+    bomb = (
+        "import os, time\n"
+        "while True:\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except OSError:\n"
+        "        break\n"
+        "    if pid == 0:\n"
+        "        time.sleep(60)\n"
+        "        os._exit(0)\n"
+    )
+    _, reward, terminated, truncated, info = episode.step(bomb)
+    assert (reward, terminated, truncated) == (0.0, True, False)
+    assert info["agent_fault"]["cause"] == "pids" and "process bound" in info["agent_fault"]["message"]
+    episode.reset(TASK)  # a fresh sandbox: the bomb's processes are gone
+    episode.step("pyautogui.moveTo(8, 8)")
+    sandbox = a._processes.sandbox
+    assert sandbox is not None and sandbox.init_pid is not None
+    os.kill(sandbox.init_pid, signal.SIGKILL)  # from outside: the desktop's failure, which the episode raises
+    with pytest.raises(DesktopCrashed) as caught:
+        episode.step("pyautogui.moveTo(9, 9)")
+    assert not isinstance(caught.value, AgentFault)
+    episode.reset(TASK)
+
+
+def test_a_forwarded_answer_over_its_cap_is_cut_and_the_agents_failure(
+    desktops: tuple[LocalDesktop, LocalDesktop],
+) -> None:
+    # desktop-env's getters read the desktop through a loopback forwarder: a file the agent made too large is
+    # cut at the forwarder's cap (small here), and the episode's next call ends as the agent's failure
+    _, b = desktops
+    b.reset(TASK)
+    assert "server" not in b._processes._forwarders, "the forwarder must be made with the small cap"
+    b._processes.caps = ReadCaps(file_bytes=1 << 20)
+    try:
+        host, port = b.tcp_endpoint()
+    finally:
+        b._processes.caps = ReadCaps.DEFAULT
+    b.act("open('/tmp/big.bin', 'wb').write(b'x' * (16 << 20))")
+    body = b"file_path=%2Ftmp%2Fbig.bin"
+    received = 0
+    with socket.create_connection((host, port), timeout=60) as conn:
+        conn.sendall(
+            b"POST /file HTTP/1.1\r\nHost: desktop\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+            b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body)
+        )
+        while data := conn.recv(1 << 16):
+            received += len(data)
+    assert 0 < received <= (1 << 20), received  # the head and the first MiB at most, never the 16 MiB
+    with pytest.raises(AgentFault, match="reply_too_large"):
+        b.observe()
+    b.reset(TASK)

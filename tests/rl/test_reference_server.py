@@ -157,6 +157,19 @@ def test_auth(http: httpx.Client) -> None:
         assert [r.authorized for r in server.requests] == [False, False, True]
 
 
+def test_the_request_log_is_bounded(http: httpx.Client) -> None:
+    with ReferencePolicyServer(ReplayBrain(["ok"], cycle=True), record_limit=2) as server:
+        for text in ("a", "b", "c"):
+            assert post(http, server, chat_body([user(text)])).status_code == 200
+        assert [r.body["messages"][0]["content"][-1]["text"] for r in server.requests] == ["b", "c"]  # the most recent
+        assert server.stats.chat_requests == 3
+    with ReferencePolicyServer(ReplayBrain(["ok"], cycle=True), record_limit=0) as server:  # collect's embedded one
+        assert post(http, server, chat_body([user("a")])).status_code == 200
+        assert server.requests == [] and server.stats.chat_requests == 1
+    with pytest.raises(ConfigError, match="record_limit"):
+        ReferencePolicyServer(record_limit=-1)
+
+
 def test_reasoning_without_parser_stays_in_content(http: httpx.Client) -> None:
     with ReferencePolicyServer(ReplayBrain([Reply("Action: x", "think")]), reasoning_parser=False) as server:
         message = post(http, server, chat_body([user("hi")])).json()["choices"][0]["message"]

@@ -346,7 +346,12 @@ def test_status_and_error_must_agree() -> None:
     with pytest.raises(ConfigError, match="must be one of"):
         record(status="done")
     with pytest.raises(ConfigError, match="kind"):
-        ErrorInfo("agent", "X", "y")
+        ErrorInfo("user", "X", "y")
+    # the agent's own failure (it destroyed its desktop) rides on a graded try only
+    agent = ErrorInfo("agent", "AgentFault", "pids: 3 forks refused at the process bound")
+    assert record(reward=0.0, error=agent).to_json()["error"]["kind"] == "agent"
+    with pytest.raises(ConfigError, match="only ok/truncated"):
+        record(status="retried", reward=None, error=agent)
     failed = record(status="retried", reward=None, error=ErrorInfo.from_exception("env", RuntimeError("vm died")))
     assert failed.to_json()["error"] == {"kind": "env", "type": "RuntimeError", "message": "vm died"}
 

@@ -26,7 +26,8 @@ Options (``DesktopConfig.options``: a :class:`FakeOptions`, or ``None`` for zero
         },
         faults=Faults(                   # seeded by the desktop's seed: the same seed gives the same faults
             crash=0.01,                  #   probability per call (in "phases") of DesktopCrashed
-            crash_mode="raise",          #   "raise", or "exit": os._exit(70) so the worker process dies
+            crash_mode="raise",          #   "raise", "exit": os._exit(70) so the worker process dies, or
+                                         #   "agent": AgentFault, the agent destroyed its desktop
             hang=0.01,                   #   probability per call of blocking for hang_seconds
             hang_seconds=3600.0,         #   then DeadlineExceeded (close() from another thread ends it early)
             setup=0.05,                  #   probability per reset of SetupError

@@ -10,7 +10,7 @@ import numpy as np
 
 from legato_gym.backends.fake.options import CRASH_EXIT_CODE, FakeOptions, Latency
 from legato_gym.contract import Waited
-from legato_gym.errors import DeadlineExceeded, DesktopCrashed
+from legato_gym.errors import AgentFault, DeadlineExceeded, DesktopCrashed
 
 __all__ = ["Injector"]
 
@@ -70,6 +70,7 @@ class Injector:
 
         Raises:
             DesktopCrashed: an injected crash (with ``crash_mode="exit"`` the process exits instead).
+            AgentFault: an injected crash with ``crash_mode="agent"``: the agent destroyed the desktop.
             DeadlineExceeded: an injected hang, after ``hang_seconds``.
         """
         faults = self.options.faults
@@ -80,6 +81,10 @@ class Injector:
             if faults.crash_mode == "exit":
                 logger.error("fake desktop: injected crash during %s, exiting the process", phase)
                 os._exit(CRASH_EXIT_CODE)
+            if faults.crash_mode == "agent":  # as a local desktop reports a fork bomb that hit its bound
+                raise AgentFault(
+                    "pids", f"the agent's actions hit the desktop's bounds during {phase} (injected fault)"
+                )
             raise DesktopCrashed(f"the fake desktop crashed during {phase} (injected fault, options.faults.crash)")
         if hang < faults.hang:
             logger.warning("fake desktop: injected hang during %s for %.0fs", phase, faults.hang_seconds)

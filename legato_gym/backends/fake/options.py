@@ -66,7 +66,7 @@ class Faults:
     """Seeded fault injection; see :mod:`legato_gym.backends.fake` for each field."""
 
     crash: float = 0.0
-    crash_mode: Literal["raise", "exit"] = "raise"
+    crash_mode: Literal["raise", "exit", "agent"] = "raise"
     hang: float = 0.0
     hang_seconds: float = 3600.0
     setup: float = 0.0
@@ -77,8 +77,8 @@ class Faults:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
                 invalid(self, name, "must be a probability between 0 and 1")
-        if self.crash_mode not in ("raise", "exit"):
-            invalid(self, "crash_mode", "must be 'raise' or 'exit'")
+        if self.crash_mode not in ("raise", "exit", "agent"):
+            invalid(self, "crash_mode", "must be 'raise', 'exit' or 'agent'")
         seconds(self, "hang_seconds")
         if isinstance(self.phases, str):
             invalid(self, "phases", "must be a set of phases such as frozenset({'act'})")

@@ -6,9 +6,10 @@ and who sets a task up and grades it (legato's grader or desktop-env's) in :mod:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +19,14 @@ from legato_gym.backends.local.coverage import check_tasks as _check_tasks
 from legato_gym.backends.local.display import Display
 from legato_gym.backends.local.graders import file_cache, grade_locally, make_grader
 from legato_gym.backends.local.lifecycle import DesktopProcesses
+from legato_gym.backends.local.limits import BoundHits
 from legato_gym.backends.local.options import LocalOptions, resolve_grader
 from legato_gym.backends.local.prestart import Desk, Prepared, opens_office_first, task_key
 from legato_gym.backends.local.waits import ReadySignals, fixed_wait
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import SPECIAL_ACTIONS, ActResult, Observation, Task, Waited
 from legato_gym.episode import UNKNOWN, Unknown
-from legato_gym.errors import DeadlineExceeded, DesktopCrashed, DesktopError, StateError
+from legato_gym.errors import AgentFault, DeadlineExceeded, DesktopCrashed, DesktopError, ReplyTooLarge, StateError
 from legato_gym.options import typed_options
 
 __all__ = ["LocalDesktop"]
@@ -40,6 +42,11 @@ ACTION_PREFIX = (
     "_x11 = getattr(pyautogui, '_pyautogui_x11', None); "
     "_x11 is None or _x11.keyboardMapping.update({{'<': _x11.keyboardMapping[',']}}); {command}"
 )
+
+
+#: How long a desktop failure waits for the sandbox to exit, to tell whether its server ended from inside: the
+#: sandbox's init exits within milliseconds of the server (the kernel ends its pid namespace).
+_SERVER_EXIT_S = 2.0
 
 
 class LocalDesktop:
@@ -91,6 +98,9 @@ class LocalDesktop:
         self._expected_titles: list[str] = []
         self._actions: list[str] = []
         self._last_input = 0.0  # monotonic time the last action or setup step ended
+        self._episode_hits = BoundHits()  # the cgroup's bound counters when the agent's phase began
+        self._hits_seen = BoundHits()  # ... and when act() last looked
+        self._episode_overflows = 0
         self._closed = False
         self._capabilities: Capabilities | None = None
         #: How the last reset went: ``"fast"``, ``"ahead"`` (switched to the desktop started ahead,
@@ -236,6 +246,8 @@ class LocalDesktop:
             raise DesktopCrashed(f"reset for task {task.task_id} failed: {exc}") from exc
         self._expected_windows, self._expected_titles = windows, titles
         self._task = task
+        self._episode_hits = self._hits_seen = self._processes.bound_hits()  # the agent's phase starts here
+        self._episode_overflows = self._processes.overflows()
 
     def wait_after_reset(self) -> Waited:
         """Ready signal: the setup's windows mapped and the screen settled (else OSWorld's scaled sleep)."""
@@ -252,16 +264,79 @@ class LocalDesktop:
         return Waited(seconds=time.monotonic() - start, ready=ready)
 
     def observe(self) -> Observation:
-        """The screen (read from the X server's framebuffer) and the instruction."""
+        """The screen (read from the X server's framebuffer, which the host sizes) and the instruction."""
         task = self._require_task("observe")
-        return Observation(screenshot=self.display.screenshot(), instruction=task.instruction)
+        with self._agent_phase(self._episode_hits):
+            return Observation(screenshot=self.display.screenshot(), instruction=task.instruction)
 
     def act(self, action: str) -> ActResult:
-        """Run one ``pyautogui`` action inside the sandbox (a fresh process), then wait for the screen."""
+        """Run one ``pyautogui`` action inside the sandbox (a fresh process), then wait for the screen.
+
+        Raises:
+            AgentFault: the action destroyed or exhausted the desktop (:meth:`_agent_phase`), including a
+                bound hit during an action the desktop survived.
+        """
         self._require_task("act")
         self._start_next()  # if wait_after_reset() was not called
         self._actions.append(action)
         self._grading.record(action)
+        with self._agent_phase(self._episode_hits):
+            result = self._act(action)
+        # a bound hit since the last look (during this action, or by what an earlier one left running), even if
+        # the desktop survived it: the agent exhausted its desktop
+        now = self._processes.bound_hits()
+        hits, self._hits_seen = now.since(self._hits_seen), now
+        if hits:
+            cause = hits[0].partition(":")[0]
+            raise AgentFault(cause, f"the agent's actions hit the desktop's bounds ({'; '.join(hits)}), the last: "
+                             f"{action[-200:]!r}")  # fmt: skip
+        return result
+
+    @contextlib.contextmanager
+    def _agent_phase(self, since: BoundHits) -> Iterator[None]:
+        """Turn a desktop failure in the agent's phase into :class:`AgentFault` when the evidence says the
+        agent caused it (docs/reliability.md, "A desktop the agent destroys"), else let it through:
+
+        * an answer over its cap (:class:`ReplyTooLarge`), or a forwarded one cut at its cap;
+        * the desktop's cgroup hit its process or memory bound since ``since`` (the episode's start);
+        * the server ended from inside the sandbox (only processes of its uid, the agent's, can end it).
+        """
+        try:
+            yield
+        except Exception as exc:
+            # a forwarded answer cut at its cap fails desktop-env's getter in its own way: the cut is the cause
+            self._check_overflows(exc)
+            if not isinstance(exc, DesktopError) or not self._actions:  # before the agent acted: not its doing
+                raise
+            fault = self._fault(exc, since)
+            if fault is not None:
+                raise fault from exc
+            raise
+        self._check_overflows(None)
+
+    def _check_overflows(self, exc: Exception | None) -> None:
+        """Raise if a loopback forwarder cut an answer at its cap since the last look (:class:`.UnixForwarder`)."""
+        overflows = self._processes.overflows()
+        if overflows <= self._episode_overflows:
+            return
+        self._episode_overflows = overflows
+        message = "a forwarded answer of the desktop passed its cap and was cut"
+        if not self._actions:
+            raise ReplyTooLarge(message) from exc
+        raise AgentFault("reply_too_large", message) from exc
+
+    def _fault(self, exc: DesktopError, since: BoundHits) -> AgentFault | None:
+        if isinstance(exc, ReplyTooLarge):
+            return AgentFault("reply_too_large", str(exc))
+        if hits := self._processes.bound_hits().since(since):
+            return AgentFault(hits[0].partition(":")[0], f"{exc} (the desktop's cgroup: {'; '.join(hits)})")
+        if isinstance(exc, DesktopCrashed):
+            ended = self._processes.server_ended(_SERVER_EXIT_S)
+            if ended is not None:
+                return AgentFault("server_killed", f"{exc} ({ended}, from inside the sandbox)")
+        return None
+
+    def _act(self, action: str) -> ActResult:
         start = time.monotonic()
         if action not in SPECIAL_ACTIONS:
             prefix = ACTION_PREFIX
@@ -317,6 +392,10 @@ class LocalDesktop:
     def wait_before_eval(self) -> Waited:
         """Run the task's post-config, then wait until the screen settles (or OSWorld's scaled sleep)."""
         task = self._require_task("wait_before_eval")
+        with self._agent_phase(self._episode_hits):
+            return self._wait_before_eval(task)
+
+    def _wait_before_eval(self, task: Task) -> Waited:
         start = time.monotonic()
         deadline = start + self.config.timeouts.ready
         postconfig = list(task.evaluator.get("postconfig") or [])
@@ -334,7 +413,8 @@ class LocalDesktop:
     def evaluate(self) -> float:
         """Grade the task with OSWorld's getter and metric semantics (see :mod:`.grading`)."""
         task = self._require_task("evaluate")
-        return self._grading.evaluate(task, self._actions)
+        with self._agent_phase(self._episode_hits):
+            return self._grading.evaluate(task, self._actions)
 
     def grade_locally(self) -> float:
         """Grade the desktop as it is now with the built-in grader (:mod:`.grading`), whatever ``grader`` is.

@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 
 from legato_gym.backends.local.relay import pump
+from legato_gym.bounds import ReadCaps
 
 __all__ = ["UnixForwarder"]
 
@@ -40,11 +41,21 @@ class _Handler(socketserver.BaseRequestHandler):
             except OSError:
                 upstream.close()
                 return
-        back = threading.Thread(target=pump, args=(upstream, self.request), daemon=True)
+        back = threading.Thread(target=self._answer, args=(upstream,), daemon=True)
         back.start()
         pump(self.request, upstream)
         back.join()
         upstream.close()
+
+    def _answer(self, upstream: socket.socket) -> None:
+        limit = self.server.limit
+        if pump(upstream, self.request, limit) > limit:
+            self.server.overflows += 1
+            logger.warning(
+                "forwarder: %s answered more than the cap of %d bytes; the connection was cut",
+                self.server.socket_path,
+                limit,
+            )
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
@@ -52,6 +63,8 @@ class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
     allow_reuse_address = True
     socket_path: Path
     preamble: bytes
+    limit: int
+    overflows: int
 
 
 class UnixForwarder:
@@ -66,18 +79,35 @@ class UnixForwarder:
         port: port to listen on; 0 lets the kernel choose a free one (see :attr:`port`).
         preamble: bytes written upstream before the connection's own (the port line the sandbox's
             :mod:`.relay` reads to pick the app port a connection is for).
+        limit: the most bytes one connection's answer may carry to the host (default
+            ``ReadCaps.file_bytes``: the largest file a grader fetches); past it the connection is cut and
+            :attr:`overflows` counts it.
     """
 
-    def __init__(self, socket_path: Path, host: str = "127.0.0.1", port: int = 0, preamble: bytes = b"") -> None:
+    def __init__(
+        self,
+        socket_path: Path,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        preamble: bytes = b"",
+        limit: int = ReadCaps.DEFAULT.file_bytes,
+    ) -> None:
         self._server = _Server((host, port), _Handler)
         self._server.socket_path = socket_path
         self._server.preamble = preamble
+        self._server.limit = limit
+        self._server.overflows = 0
         self.host, self.port = self._server.server_address[:2]
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.2}, name="legato-forwarder", daemon=True
         )
         self._thread.start()
         self._closed = False
+
+    @property
+    def overflows(self) -> int:
+        """Connections cut because their answer passed :attr:`limit` (each one logged)."""
+        return self._server.overflows
 
     def retarget(self, socket_path: Path) -> None:
         """Send the connections made from now on to ``socket_path`` (open ones stay where they are)."""

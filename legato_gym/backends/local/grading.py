@@ -57,13 +57,10 @@ def get_vm_file(client: DesktopClient, cache_dir: Path, config: Mapping[str, Any
     results: list[str | None] = []
     for index, (path, dest) in enumerate(zip(paths, dests, strict=True)):
         target = cache_dir / dest
-        content = client.file(path)
-        if content is None:
+        if not client.fetch_file(path, target):  # streamed to disk, capped (ReadCaps.file_bytes)
             if index in gives:
                 results.append(None)
             continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(content)
         if index in gives:
             results.append(str(target))
     return results[0] if len(results) == 1 else results

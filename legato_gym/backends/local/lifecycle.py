@@ -21,11 +21,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
 
-from legato_gym.backends.local import apps, relay, vscode, xstate
+from legato_gym.backends.local import apps, reaper, relay, vscode, xstate
 from legato_gym.backends.local.client import DesktopClient
 from legato_gym.backends.local.display import Display, require_tools
 from legato_gym.backends.local.forward import UnixForwarder
-from legato_gym.backends.local.limits import Cgroup, Limits
+from legato_gym.backends.local.limits import BoundHits, Cgroup, Limits
 from legato_gym.backends.local.options import LocalOptions
 from legato_gym.backends.local.prestart import (
     Desk,
@@ -44,10 +44,11 @@ from legato_gym.backends.local.sandbox import (
     UidLease,
 )
 from legato_gym.backends.local.xstate import XBaseline
+from legato_gym.bounds import ReadCaps
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import Task
 from legato_gym.episode import UNKNOWN, Unknown
-from legato_gym.errors import DesktopCrashed, MissingDependencyError, StateError
+from legato_gym.errors import ConfigError, DesktopCrashed, MissingDependencyError, StateError
 
 __all__ = ["HOME_DIRS", "DesktopProcesses", "Port", "sweep_stale"]
 
@@ -81,6 +82,11 @@ class DesktopProcesses:
         require_tools(["Xvfb", "openbox", "bwrap", "wmctrl", "xdotool", "setpriv"])
         python = options.python or config.python or sys.executable
         limits = Limits.from_mb(options.memory_mb, options.max_processes, options.tmpfs_mb)
+        # what killed legato processes left is taken down first; this process's own reaper takes this
+        # desktop down if the process dies without closing it (SIGKILL included)
+        if left := reaper.sweep():
+            logger.warning("leftovers of dead legato processes could not be removed: %s", "; ".join(left))
+        reaper.start_reaper()
         self._uid: UidLease | None = None
         if os.geteuid() == 0:
             self._uid = UidLease(options.uid_first, options.uid_count)
@@ -99,8 +105,21 @@ class DesktopProcesses:
         self.state_dir = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root))
         self.state_dir.chmod(0o711)
         (self.state_dir / "owner.pid").write_text(str(os.getpid()))
-        self._cgroup = Cgroup(f"legato-{os.getpid()}-{self.state_dir.name.rpartition('-')[2]}", limits)
+        #: What the host reads from the desktop, at most (docs/reliability.md).
+        self.caps = ReadCaps.DEFAULT
+        name = f"legato-{os.getpid()}-{self.state_dir.name.rpartition('-')[2]}"
+        try:
+            self.record = reaper.DesktopRecord.create(name, reaper.Owner.current())
+        except OSError as exc:
+            raise ConfigError(f"cannot record the desktop in legato's run folder: {exc}") from exc
+        self.record.state_dir = str(self.state_dir)
+        if self._uid is not None:
+            self.record.uid, self.record.uid_lease = self._uid.uid, str(self._uid.path)
+        self.record.save()
+        self._cgroup = Cgroup(name, limits)
         self._cgroup.create()
+        self.record.cgroups = [str(d) for d in self._cgroup.dirs]
+        self.record.save()
         self._display: Display | None = None
         self.sandbox: Sandbox | None = None
         self._client: DesktopClient | None = None
@@ -133,6 +152,18 @@ class DesktopProcesses:
         if self._client is None:
             raise StateError("the desktop is closed; create a new LocalDesktop")
         return self._client
+
+    def bound_hits(self) -> BoundHits:
+        """The desktop cgroup's bound counters (:meth:`.limits.Cgroup.hits`)."""
+        return self._cgroup.hits()
+
+    def overflows(self) -> int:
+        """Connections of the loopback forwarders cut at their cap so far (:attr:`.UnixForwarder.overflows`)."""
+        return sum(forwarder.overflows for forwarder in self._forwarders.values())
+
+    def server_ended(self, timeout: float) -> str | None:
+        """Why the current sandbox exited, if its server ended from inside it (:meth:`.Sandbox.server_ended`)."""
+        return self.sandbox.server_ended(timeout) if self.sandbox is not None else None
 
     @property
     def pids(self) -> list[int]:
@@ -220,10 +251,12 @@ class DesktopProcesses:
         if forwarder is None:
             control = self.state_dir / f"control{self._slot}"
             if port == "server":
-                forwarder = UnixForwarder(control / "server.sock")
+                forwarder = UnixForwarder(control / "server.sock", limit=self.caps.file_bytes)
             else:
                 inside = DEVTOOLS_PORT if port == "devtools" else VLC_HTTP_PORT
-                forwarder = UnixForwarder(control / "devtools.sock", preamble=relay.preamble(inside))
+                forwarder = UnixForwarder(
+                    control / "devtools.sock", preamble=relay.preamble(inside), limit=self.caps.file_bytes
+                )
             self._forwarders[port] = forwarder
         return str(forwarder.host), int(forwarder.port)
 
@@ -239,10 +272,20 @@ class DesktopProcesses:
             if self._display is not None:
                 self._display.stop()
                 self._display = None
-            self._cgroup.remove(time.monotonic() + self.options.kill_timeout)
+            # whatever escaped the kills above (a process of the sandbox's session the namespace's end did not
+            # reach, a desk started ahead mid-build) is in the cgroup, and runs as the desktop's uid
+            deadline = time.monotonic() + self.options.kill_timeout
+            left = self._cgroup.kill(deadline)
+            self._cgroup.remove(deadline)
             if self._uid is not None:
-                self._uid.release()
+                left += reaper.kill_uid(self._uid.uid, deadline)
+                if not left:
+                    self._uid.release()
             shutil.rmtree(self.state_dir, ignore_errors=True)
+            if left:  # the lease and the record stay: the next sweep kills them once this process is gone
+                logger.warning("pids %s of desktop %s survived SIGKILL", left, self.state_dir.name)
+            else:
+                self.record.path.unlink(missing_ok=True)
 
     def _new_display(self, slot: str) -> Display:
         return Display(self.state_dir / f"display{slot}", self.config.screen, self.spec.host_uid, self._cgroup.procs)
@@ -255,7 +298,11 @@ class DesktopProcesses:
         )
         try:
             sandbox.start(deadline)
-            client = DesktopClient(sandbox.socket_path, timeout=self.config.timeouts.act)
+            if not self._cgroup.dirs:  # else the cgroup holds them: the record need not name each
+                self.record.track(display.pids[0], group=True)
+                if sandbox.pid is not None:
+                    self.record.track(sandbox.pid, group=False)
+            client = DesktopClient(sandbox.socket_path, timeout=self.config.timeouts.act, caps=self.caps)
             client.wait_up(deadline, sandbox.check_alive)
         except BaseException:
             sandbox.kill(time.monotonic() + self.options.kill_timeout)
@@ -295,11 +342,10 @@ class DesktopProcesses:
         result = self.client.execute(script, shell=True, timeout=max(1.0, deadline - time.monotonic()))
         if result.get("returncode") != 0:
             raise DesktopCrashed(f"could not capture the home baseline: {result}")
-        data = self.client.file(tar)  # read through the server: the host follows no path of the sandbox's
-        if data is None:
-            raise DesktopCrashed(f"could not read the home baseline {tar} from the desktop")
         assert self.sandbox is not None
-        self.sandbox.baseline.write_bytes(data)
+        # read through the server (the host follows no path of the sandbox's), to disk, capped
+        if not self.client.fetch_file(tar, self.sandbox.baseline):
+            raise DesktopCrashed(f"could not read the home baseline {tar} from the desktop")
 
     def _warm_gimp(self, deadline: float) -> None:
         """Give the baseline GIMP's profile as its first start leaves it (:data:`.apps.GIMP_WARMUP`).
@@ -320,10 +366,8 @@ class DesktopProcesses:
         else:
             script = f"{apps.GIMP_WARMUP}; tar -cf {tar} -C /home/user {apps.GIMP_PROFILE}"
             result = self.client.execute(script, shell=True, timeout=remaining)
-            data = self.client.file(tar) if result.get("returncode") == 0 else None
-            if data:
-                partial = cached.with_name(f"{cached.name}.{os.getpid()}")
-                partial.write_bytes(data)
+            partial = cached.with_name(f"{cached.name}.{os.getpid()}")
+            if result.get("returncode") == 0 and self.client.fetch_file(tar, partial):
                 partial.replace(cached)
             self.client.execute(["rm", "-f", tar])
         if result.get("returncode") != 0:

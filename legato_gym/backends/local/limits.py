@@ -13,7 +13,11 @@ Each desktop gets:
 * a seccomp filter (:func:`seccomp_filter`) that refuses new user namespaces (``unshare -U``, ``clone``
   with ``CLONE_NEWUSER``; ``clone3`` answers ``ENOSYS`` so that libc falls back to ``clone``), foreign
   system-call ABIs, and a few kernel interfaces that desktops do not use and that widen the kernel's
-  attack surface (``io_uring``, ``bpf``, ``userfaultfd``, ``perf_event_open``, keyrings).
+  attack surface (``io_uring``, ``bpf``, ``userfaultfd``, ``perf_event_open``, keyrings), and every way
+  into another process's memory or file descriptors (``ptrace``, ``process_vm_readv``/``writev``,
+  ``pidfd_getfd``): the agent's actions run as the in-desktop server's uid, and must not take its
+  sockets or answer in its place (docs/reliability.md). The server also makes itself non-dumpable, which
+  closes ``/proc/PID/mem`` and ``/proc/PID/fd`` of it to the agent as well.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Cgroup", "Limits", "seccomp_filter"]
+from legato_gym.backends.local.reaper import KILL_WAIT_S, kill_cgroup
+
+__all__ = ["BoundHits", "Cgroup", "Limits", "seccomp_filter"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +58,38 @@ class Limits:
     @classmethod
     def from_mb(cls, memory_mb: int, max_processes: int, tmpfs_mb: int) -> Limits:
         return cls(memory_mb * _MIB, max_processes, tmpfs_mb * _MIB)
+
+
+@dataclass(frozen=True)
+class BoundHits:
+    """How often a desktop's cgroup has hit its bounds so far (the kernel's counters, which only grow).
+
+    Attributes:
+        oom_kills: processes the kernel's OOM killer ended at the memory bound (v2 ``memory.events``
+            ``oom_kill``; v1 ``memory.oom_control`` ``oom_kill``).
+        pid_refusals: forks refused at the process bound (``pids.events`` ``max``).
+    """
+
+    oom_kills: int = 0
+    pid_refusals: int = 0
+
+    def since(self, earlier: BoundHits) -> list[str]:
+        """The bounds hit since ``earlier``, in words (empty: none)."""
+        hits = []
+        if self.pid_refusals > earlier.pid_refusals:
+            hits.append(f"pids: {self.pid_refusals - earlier.pid_refusals} forks refused at the process bound")
+        if self.oom_kills > earlier.oom_kills:
+            hits.append(f"memory: {self.oom_kills - earlier.oom_kills} processes killed at the memory bound")
+        return hits
+
+
+def _counter(path: Path, key: str) -> int:
+    with contextlib.suppress(OSError, ValueError):
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    return 0
 
 
 # ----------------------------------------------------------------------------------------------- cgroups
@@ -99,7 +137,7 @@ class Cgroup:
 
     Args:
         name: unique per desktop; starts with ``legato-<pid>-`` so that leftovers of dead legato
-            processes can be swept.
+            processes can be swept (their processes killed, the group removed).
         limits: the bounds to set.
     """
 
@@ -190,6 +228,24 @@ class Cgroup:
                 pids.update(int(p) for p in procs.read_text().split())
         return sorted(pids)
 
+    def kill(self, deadline: float) -> list[int]:
+        """SIGKILL every process in the cgroup, again until none is left (:func:`.reaper.kill_cgroup`).
+
+        Returns the pids still there at the deadline.
+        """
+        left: list[int] = []
+        for child in self.dirs:
+            left += kill_cgroup(child, deadline)
+        return left
+
+    def hits(self) -> BoundHits:
+        """The cgroup's bound counters now (zeros without a cgroup)."""
+        oom = pids = 0
+        for child in self.dirs:
+            oom += _counter(child / "memory.events", "oom_kill") + _counter(child / "memory.oom_control", "oom_kill")
+            pids += _counter(child / "pids.events", "max")
+        return BoundHits(oom_kills=oom, pid_refusals=pids)
+
     def remove(self, deadline: float | None = None) -> None:
         """Remove the cgroup once it is empty (waits for its last processes to be reaped until ``deadline``)."""
         for child in reversed(self.dirs):
@@ -208,14 +264,28 @@ class Cgroup:
 
 
 def _sweep(parent: Path) -> None:
-    """Remove empty cgroups left by legato processes that died (``legato-<pid>-*`` whose pid is gone)."""
+    """Take down cgroups left by legato processes that died (``legato-<pid>-*`` whose pid is gone).
+
+    Their processes are killed first (an X server outlives a SIGKILLed owner); a group whose processes do not
+    go within :data:`.reaper.KILL_WAIT_S` is left for a later sweep.
+    """
     with contextlib.suppress(OSError):
         for entry in parent.iterdir():
             parts = entry.name.split("-")
             ours = len(parts) >= 3 and parts[0] == "legato" and parts[1].isdigit() and entry.is_dir()
             if ours and not Path(f"/proc/{parts[1]}").exists():
-                with contextlib.suppress(OSError):
-                    entry.rmdir()
+                if left := kill_cgroup(entry, time.monotonic() + KILL_WAIT_S):
+                    logger.warning("pids %s of the stale cgroup %s survived SIGKILL", left, entry)
+                    continue
+                deadline = time.monotonic() + KILL_WAIT_S
+                while True:  # the last killed processes leave the group once reaped
+                    try:
+                        entry.rmdir()
+                        break
+                    except OSError:
+                        if time.monotonic() >= deadline:
+                            break
+                        time.sleep(0.005)
 
 
 # ----------------------------------------------------------------------------------------------- seccomp
@@ -248,6 +318,10 @@ _ARCHES: dict[str, tuple[int, dict[str, int]]] = {
             "add_key": 248,
             "request_key": 249,
             "keyctl": 250,
+            "ptrace": 101,
+            "process_vm_readv": 310,
+            "process_vm_writev": 311,
+            "pidfd_getfd": 438,
         },
     ),
     "aarch64": (
@@ -266,6 +340,10 @@ _ARCHES: dict[str, tuple[int, dict[str, int]]] = {
             "add_key": 217,
             "request_key": 218,
             "keyctl": 219,
+            "ptrace": 117,
+            "process_vm_readv": 270,
+            "process_vm_writev": 271,
+            "pidfd_getfd": 438,
         },
     ),
 }

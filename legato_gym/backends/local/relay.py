@@ -31,20 +31,29 @@ def preamble(port: int) -> bytes:
     return f"{port}\n".encode()
 
 
-def pump(source: socket.socket, target: socket.socket) -> None:
+def pump(source: socket.socket, target: socket.socket, limit: int | None = None) -> int:
     """Copy ``source`` to ``target`` until ``source`` ends, then end ``target``'s writing side.
 
     The one byte pump of the local backend: this relay's, and the host-side forwarder's
     (:mod:`~legato_gym.backends.local.forward`), which imports it (this file is copied into the sandbox and
-    run on its own, so it cannot import legato)."""
+    run on its own, so it cannot import legato). With ``limit``, it stops once that many bytes have passed
+    and shuts both sockets down (the forwarder's cap on what a desktop answers); it returns the bytes copied,
+    more than ``limit`` when it stopped there."""
+    copied = 0
     try:
         while data := source.recv(_CHUNK):
+            copied += len(data)
+            if limit is not None and copied > limit:
+                with contextlib.suppress(OSError):
+                    source.shutdown(socket.SHUT_RDWR)
+                break
             target.sendall(data)
     except OSError:
         pass
     finally:
         with contextlib.suppress(OSError):
-            target.shutdown(socket.SHUT_WR)
+            target.shutdown(socket.SHUT_RDWR if limit is not None and copied > limit else socket.SHUT_WR)
+    return copied
 
 
 def read_port(client: socket.socket, ports: Collection[int]) -> int | None:

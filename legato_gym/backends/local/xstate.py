@@ -20,6 +20,7 @@ import contextlib
 import logging
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -49,10 +50,27 @@ def _xlib() -> Any:
     return Xlib
 
 
+_CONNECT_LOCK = threading.Lock()
+
+
 @contextlib.contextmanager
 def _connect(display_name: str) -> Iterator[Any]:
+    """A python-xlib connection to one of legato's X servers, through its abstract socket.
+
+    python-xlib takes the file ``/tmp/.X11-unix/X<N>`` when one exists, and the host's may be a stale one
+    left by another X server killed with that number (legato's own keep their socket files in a folder of
+    their own): the abstract socket is always the server's.
+    """
     xlib = _xlib()
-    display = xlib.display.Display(display_name)
+    from Xlib.support import unix_connect  # type: ignore[import-untyped]
+
+    plain = unix_connect._get_unix_socket
+    with _CONNECT_LOCK:
+        unix_connect._get_unix_socket = lambda address: plain(address if address[:1] == "\0" else "\0" + address)
+        try:
+            display = xlib.display.Display(display_name)
+        finally:
+            unix_connect._get_unix_socket = plain
     try:
         yield display
     finally:

@@ -25,6 +25,7 @@ Per rollout:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import io
@@ -33,7 +34,7 @@ import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -42,11 +43,15 @@ import httpx
 import numpy as np
 
 from legato_gym.backends.osworld.options import REVERT_DOMAINS, OSWorldOptions
+from legato_gym.bounds import ReadCaps, read_capped, write_capped
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import SPECIAL_ACTIONS, ActResult, Observation, Task, Waited, task_path
+from legato_gym.desktop_server.image import png_size
 from legato_gym.errors import (
+    AgentFault,
     DeadlineExceeded,
     DesktopCrashed,
+    ReplyTooLarge,
     StateError,
 )
 from legato_gym.options import typed_options
@@ -107,8 +112,29 @@ print(json.dumps({"killed": len(targets), "survivors": left, "missing": sorted(k
 """
 
 
-def _decode_png(png: bytes) -> np.ndarray[Any, np.dtype[np.uint8]]:
+def check_screenshot(png: bytes, screen: tuple[int, int], caps: ReadCaps = ReadCaps.DEFAULT) -> bytes:
+    """``png`` if it is a PNG of at most ``caps.screenshot_bytes`` and no larger than ``screen``, read from its
+    header before anything decodes it (a small PNG can claim a huge image).
+
+    Raises:
+        ReplyTooLarge: the bytes or the dimensions are over their caps.
+        DesktopCrashed: it is not a PNG.
+    """
+    if len(png) > caps.screenshot_bytes:
+        raise ReplyTooLarge(f"a screenshot of {len(png)} bytes is over the cap of {caps.screenshot_bytes} bytes")
+    size = png_size(png)
+    if size is None:
+        raise DesktopCrashed(f"the desktop's screenshot is not a PNG (it starts {png[:16]!r})")
+    if size[0] > screen[0] or size[1] > screen[1]:
+        raise ReplyTooLarge(f"a screenshot of {size[0]}x{size[1]} is larger than the screen, {screen[0]}x{screen[1]}")
+    return png
+
+
+def _decode_png(png: bytes, screen: tuple[int, int] | None = None) -> np.ndarray[Any, np.dtype[np.uint8]]:
     from PIL import Image
+
+    if screen is not None:
+        check_screenshot(png, screen)
 
     with Image.open(io.BytesIO(png)) as image:
         return np.asarray(image.convert("RGB"), dtype=np.uint8)
@@ -129,6 +155,9 @@ class _VMDesktop:
         self._vm: Any = None
         self._session: Any = None
         self._http: httpx.Client | None = None
+        #: What the host reads from the VM's server, at most (docs/reliability.md).
+        self.caps = ReadCaps.DEFAULT
+        self._acted = False  # the agent has acted in this episode: an answer over its cap is then its failure
         self._task: Task | None = None
         self._expected_windows = 0
         self._baseline_pids: list[int] = []
@@ -168,7 +197,9 @@ class _VMDesktop:
         wait_server(endpoint, deadline)
         if self._http is not None:
             self._http.close()
-        self._http = httpx.Client(base_url=endpoint.url, timeout=self.config.timeouts.act)
+        self._http = httpx.Client(
+            base_url=endpoint.url, timeout=self.config.timeouts.act, headers={"Accept-Encoding": "identity"}
+        )
         self._session = OSWorldSession(
             endpoint,
             screen=self.config.screen,
@@ -181,7 +212,7 @@ class _VMDesktop:
     def _execute(self, command: list[str] | str, *, shell: bool = False, timeout: float = 60.0) -> dict[str, Any]:
         assert self._http is not None
         try:
-            response = self._http.post("/execute", json={"command": command, "shell": shell}, timeout=timeout)
+            response = self._call("POST", "/execute", timeout, json={"command": command, "shell": shell})
         except httpx.TimeoutException as exc:
             raise DeadlineExceeded(f"the VM's server took longer than {timeout:g} s to run a command") from exc
         except httpx.HTTPError as exc:
@@ -192,6 +223,28 @@ class _VMDesktop:
                 f"the VM's server failed to run a command: {response.status_code} {response.text[:300]}"
             )
         return data
+
+    def _call(
+        self, method: str, path: str, timeout: float, *, cap: int | None = None, to: Path | None = None, **kwargs: Any
+    ) -> httpx.Response:
+        """One call to the VM's server, its answer read against a cap (:class:`~legato_gym.bounds.ReadCaps`):
+        held in memory up to ``cap`` (default ``answer_bytes``), or written to ``to`` up to ``file_bytes``
+        (the answer then has no content). Transport errors are httpx's.
+
+        Raises:
+            ReplyTooLarge: the answer passed its cap; the rest was not read.
+        """
+        assert self._http is not None
+        what = f"the VM's server: {method} {path}"
+        with self._http.stream(method, path, timeout=timeout, **kwargs) as response:
+            chunks = response.iter_raw(1 << 16)
+            declared = response.headers.get("content-length")
+            if to is not None and response.status_code == 200:
+                with to.open("wb") as out:
+                    write_capped(chunks, out, self.caps.file_bytes, what, declared)
+                return httpx.Response(response.status_code, headers=response.headers)
+            body = read_capped(chunks, self.caps.answer_bytes if cap is None else cap, what, declared)
+            return httpx.Response(response.status_code, headers=response.headers, content=body)
 
     def _procs(self, keep: list[int], kill: bool) -> dict[str, Any]:
         timeout = self.options.kill_timeout
@@ -238,11 +291,14 @@ class _VMDesktop:
         if made.get("returncode") != 0:
             raise DesktopCrashed(f"could not capture the home baseline: {(made.get('output') or '')[-300:]}")
         assert self._http is not None
-        response = self._http.post("/file", data={"file_path": BASELINE_TAR}, timeout=300)
+        response = self._call("POST", "/file", 300, to=self._baseline_copy, data={"file_path": BASELINE_TAR})
         if response.status_code != 200:
             raise DesktopCrashed(f"could not fetch the home baseline: {response.status_code}")
-        self._baseline_copy.write_bytes(response.content)
-        self._baseline_hash = hashlib.sha256(response.content).hexdigest()
+        digest = hashlib.sha256()
+        with self._baseline_copy.open("rb") as copy:
+            while chunk := copy.read(1 << 20):
+                digest.update(chunk)
+        self._baseline_hash = digest.hexdigest()
 
     def _fast_reset(self, deadline: float) -> bool:
         """Kill the task's apps, verify, restore the home baseline; False when the reset is not verifiable."""
@@ -285,6 +341,7 @@ class _VMDesktop:
             raise StateError("reset() called after close(); create a new OSWorldDesktop")
         deadline = time.monotonic() + self.config.timeouts.reset
         self._task = None
+        self._acted = False
         try:
             if not self.config.fast_reset or task.domain in self.options.revert_domains:
                 self._boot(deadline, first=False)
@@ -314,12 +371,12 @@ class _VMDesktop:
     def _screenshot(self) -> bytes:
         assert self._http is not None
         try:
-            response = self._http.get("/screenshot", timeout=30)
+            response = self._call("GET", "/screenshot", 30, cap=self.caps.screenshot_bytes)
         except httpx.HTTPError as exc:
             raise DesktopCrashed(f"the VM's server stopped answering /screenshot: {exc}") from exc
         if response.status_code != 200:
             raise DesktopCrashed(f"/screenshot answered {response.status_code}")
-        return response.content
+        return check_screenshot(response.content, self.config.screen, self.caps)
 
     def _settle(self, deadline: float) -> bool:
         previous = self._screenshot()
@@ -355,18 +412,34 @@ class _VMDesktop:
         settled = self._settle(deadline)
         return Waited(seconds=time.monotonic() - start, ready=mapped and settled)
 
+    @contextlib.contextmanager
+    def _agent_phase(self) -> Iterator[None]:
+        """An answer over its cap once the agent has acted is the agent's failure (docs/reliability.md)."""
+        try:
+            yield
+        except ReplyTooLarge as exc:
+            if not self._acted:
+                raise
+            raise AgentFault("reply_too_large", str(exc)) from exc
+
     def observe_png(self) -> tuple[bytes, str]:
         """The server's PNG screenshot and the instruction."""
         task = self._require("observe")
-        return self._screenshot(), task.instruction
+        with self._agent_phase():
+            return self._screenshot(), task.instruction
 
     def observe(self) -> Observation:
         png, instruction = self.observe_png()
-        return Observation(screenshot=_decode_png(png), instruction=instruction, png=png)
+        return Observation(screenshot=_decode_png(png, self.config.screen), instruction=instruction, png=png)
 
     def act(self, action: str) -> ActResult:
         self._require("act")
         self._session.record(action)
+        self._acted = True
+        with self._agent_phase():
+            return self._act(action)
+
+    def _act(self, action: str) -> ActResult:
         start = time.monotonic()
         if action not in SPECIAL_ACTIONS:
             env = self._session.env
@@ -390,6 +463,10 @@ class _VMDesktop:
 
     def wait_before_eval(self) -> Waited:
         self._require("wait_before_eval")
+        with self._agent_phase():
+            return self._wait_before_eval()
+
+    def _wait_before_eval(self) -> Waited:
         start = time.monotonic()
         self._session.postconfig()
         if not self.config.ready_signal:
@@ -400,7 +477,8 @@ class _VMDesktop:
 
     def evaluate(self) -> float:
         self._require("evaluate")
-        return float(self._session.evaluate())
+        with self._agent_phase():
+            return float(self._session.evaluate())
 
     def _require(self, call: str) -> Task:
         if self._closed:

@@ -95,6 +95,9 @@ class RemoteDesktop:
             error = reply.get("error") or {}
             name, message = str(error.get("type", "Exception")), str(error.get("message", ""))
             cls = getattr(errors, name, None)
+            if cls is errors.AgentFault:
+                cause, _, text = message.partition(": ")
+                raise errors.AgentFault(cause, text)
             if isinstance(cls, type) and issubclass(cls, DesktopError):
                 raise cls(message, remote_traceback=error.get("traceback"))
             if isinstance(cls, type) and issubclass(cls, LegatoError):
@@ -113,8 +116,10 @@ class RemoteDesktop:
         return Waited(seconds=float(seconds), ready=bool(ready))
 
     def observe_png(self) -> tuple[bytes, str]:
+        from legato_gym.backends.osworld.desktop import check_screenshot
+
         png, instruction = self._call("remote_observe", timeout=120.0)
-        return base64.b64decode(png), str(instruction)
+        return check_screenshot(base64.b64decode(png), self.config.screen), str(instruction)
 
     def observe(self) -> Observation:
         from legato_gym.backends.osworld.desktop import _decode_png

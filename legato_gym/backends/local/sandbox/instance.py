@@ -18,6 +18,7 @@ from legato_gym.backends.local.limits import seccomp_filter, write_to_pipe
 from legato_gym.backends.local.sandbox.bwrap import bwrap_argv
 from legato_gym.backends.local.sandbox.files import write_state_files
 from legato_gym.backends.local.sandbox.identity import joined_cgroup
+from legato_gym.backends.local.sandbox.session import SERVER_ENDED
 from legato_gym.backends.local.sandbox.spec import SandboxLayout, SandboxSpec
 from legato_gym.errors import ConfigError, DeadlineExceeded, DesktopCrashed, MissingDependencyError
 
@@ -27,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 _SOCKET_PATH_MAX = 107
 _POLL_S = 0.005
+_STDERR_MAX = 1 << 20
 
 
 def _listening(path: Path) -> socket.socket:
@@ -123,6 +125,7 @@ class Sandbox:
             )
             os.close(info_w)
             info_w = -1
+            self._drop_listeners()  # the sandbox holds them now: when it dies, connecting is refused at once
             info = self._read_info(info_r, deadline)
         finally:
             os.close(info_r)
@@ -134,6 +137,32 @@ class Sandbox:
             self._pidns = os.stat(f"/proc/{self.init_pid}/ns/pid").st_ino
         except FileNotFoundError as exc:
             raise DesktopCrashed(f"sandbox died at start: {self._stderr()}") from exc
+
+    def _drop_listeners(self) -> None:
+        """Close the host's copies of the listening sockets (the paths stay until :meth:`kill`)."""
+        for sock in (self._listener, self._devtools):
+            if sock is not None:
+                sock.close()
+        self._listener = self._devtools = None
+
+    def server_ended(self, timeout: float) -> str | None:
+        """Why the sandbox exited, if it did because its server ended from inside (``None``: it did not).
+
+        Waits up to ``timeout`` seconds for the sandbox to exit (its server's death is seen by a connection
+        first). Only when legato is root: the sandbox's root part outlives the server to tell
+        (:data:`.session.SERVER_ENDED`); the agent's processes, of the server's uid, are the only ones inside
+        that can end it.
+        """
+        if self._proc is None:
+            return None
+        try:
+            code = self._proc.wait(timeout=max(0.0, timeout))
+        except subprocess.TimeoutExpired:
+            return None
+        if code != SERVER_ENDED:
+            return None
+        lines = [line for line in self._stderr().splitlines() if "desktop server ended" in line]
+        return lines[-1].removeprefix("legato: ") if lines else "the desktop server ended"
 
     def check_alive(self) -> None:
         """Raise :class:`DesktopCrashed` (with bwrap's and the entry's error output) if the sandbox exited."""
@@ -164,10 +193,16 @@ class Sandbox:
     def _stderr(self) -> str:
         if self._proc is None or self._proc.stderr is None or self._proc.poll() is None:
             return "(still running)"
-        return self._proc.stderr.read().decode(errors="replace").strip()[-2000:] or "(no output)"
+        # bounded: the server's own stderr is this pipe too
+        return self._proc.stderr.read(_STDERR_MAX).decode(errors="replace").strip()[-2000:] or "(no output)"
 
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        """Host pid of bwrap (``None`` when not started); its end ends the sandbox's pid namespace."""
+        return self._proc.pid if self._proc is not None else None
 
     @property
     def pidns(self) -> int | None:
@@ -190,12 +225,8 @@ class Sandbox:
 
     def kill(self, deadline: float) -> bool:
         """Kill every process of the sandbox; True when none survived before the deadline."""
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
-        if self._devtools is not None:
-            self._devtools.close()
-            self._devtools = None
+        self._drop_listeners()
+        if self._proc is not None or self.init_pid is not None:
             self.devtools_path.unlink(missing_ok=True)
             self.socket_path.unlink(missing_ok=True)
         if self.init_pid is not None:

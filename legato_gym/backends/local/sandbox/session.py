@@ -24,6 +24,7 @@ __all__ = [
     "ACCESSIBILITY_ON",
     "ATSPI_PYTHON",
     "DEVTOOLS_PORT",
+    "SERVER_ENDED",
     "SESSION_BUS",
     "SESSION_BUS_DIR",
     "VLC_HTTP_PORT",
@@ -34,6 +35,9 @@ __all__ = [
     "environment",
 ]
 
+#: The sandbox's exit status when its server ended while the sandbox's root part lived (legato as root):
+#: the server was killed or exited from inside the sandbox, not by the host (:meth:`.Sandbox.server_ended`).
+SERVER_ENDED = 86
 #: Chrome's DevTools port inside the desktop (OSWorld's VM: Chrome on 1337, socat from 9222 to it).
 DEVTOOLS_PORT = 9222
 #: VLC's HTTP interface inside the desktop (OSWorld's VM: port 8080, password ``password``; see the apps package).
@@ -151,7 +155,14 @@ def entry_command(spec: SandboxSpec) -> list[str]:
     rlimits = ["prlimit", f"--nproc={limits.max_processes}", f"--data={limits.memory_bytes}", "--"]
     if uid is None:
         return [*rlimits, "/bin/sh", "-c", user_entry]
-    root_entry = f"chown {uid}:{uid} /home/user {SESSION_BUS_DIR} && exec " + shlex.join(
-        [*rlimits, *drop_to(uid, ["/bin/sh", "-c", user_entry])]
+    # root stays as the parent of the dropped entry (which becomes the server), without the sockets: when the
+    # server ends, for whatever reason, it says so and the sandbox exits SERVER_ENDED. Only processes of the
+    # desktop's uid inside (the agent's) or the memory bound can end the server; a kill from outside ends
+    # this shell or the sandbox's init first, with another status.
+    dropped = shlex.join([*rlimits, *drop_to(uid, ["/bin/sh", "-c", user_entry])])
+    root_entry = (
+        f"chown {uid}:{uid} /home/user {SESSION_BUS_DIR} || exit 1; "
+        f"exec 9<&0; {dropped} <&9 9<&- & exec 9<&- </dev/null >/dev/null; wait $!; "
+        f'echo "legato: the desktop server ended with status $?" >&2; exit {SERVER_ENDED}'
     )
     return ["/bin/sh", "-c", root_entry]
