@@ -85,10 +85,14 @@ def bench_steps(ready_signal: bool, steps: int) -> tuple[list[float], list[float
     return waits, totals
 
 
-#: The action paths compared by :func:`bench_actions`: today's OSWorld-style one and the fork server.
+#: The action paths compared by :func:`bench_actions`: OSWorld's own (a fresh ``python -c``), the fork server's
+#: default (OSWorld's pause, each call's input taken by the focused app), its fast option and the fork server
+#: as it was before ``sync_input`` (pause 0, no wait for the app).
 ACTION_PATHS: dict[str, dict[str, Any]] = {
-    "old: fresh `python -c`, pyautogui pause 0.1 s": {"action_runner": "exec", "pyautogui_pause": None},
-    "new: fork server, pause 0": {"action_runner": "fork", "pyautogui_pause": 0.0},
+    "OSWorld's: fresh `python -c`, pyautogui pause 0.1 s": {"action_runner": "exec"},
+    "default: fork server, pause 0.1 s, input synced": {"action_runner": "fork"},
+    "fast: fork server, pause 0, input synced": {"action_runner": "fork", "pyautogui_pause": 0.0},
+    "before 2f52d08+: fork server, pause 0, not synced": {"pyautogui_pause": 0.0, "sync_input": False},
 }
 
 
@@ -157,15 +161,15 @@ def _mem_available_kib() -> int:
 
 
 def print_actions(times: dict[str, tuple[list[float], list[float]]], actions: int) -> None:
-    (old_act, old_step), (new_act, new_step) = times.values()
+    (old_name, (old_act, old_step)), *others = times.items()
     print(f"### Actions: a fresh `python -c` vs the fork server ({actions} actions each, interleaved)\n")
-    print("| Path | per action (act_s) | whole step (act + ready + observe) |")
-    print("|---|---|---|")
-    for name, (act, step) in times.items():
-        print(f"| {name} | {stats(act)} | {stats(step)} |")
-    act_ratio = statistics.median(new_act) / statistics.median(old_act)
-    step_ratio = statistics.median(new_step) / statistics.median(old_step)
-    print(f"| **new / old (medians)** | **{act_ratio:.2f}x** | **{step_ratio:.2f}x** |")
+    print("| Path | per action (act_s) | whole step (act + ready + observe) | act / OSWorld's | step / OSWorld's |")
+    print("|---|---|---|---|---|")
+    print(f"| {old_name} | {stats(old_act)} | {stats(old_step)} | 1 | 1 |")
+    for name, (act, step) in others:
+        act_ratio = statistics.median(act) / statistics.median(old_act)
+        step_ratio = statistics.median(step) / statistics.median(old_step)
+        print(f"| {name} | {stats(act)} | {stats(step)} | {act_ratio:.2f}x | {step_ratio:.2f}x |")
     print()
 
 
