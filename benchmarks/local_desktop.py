@@ -1,5 +1,7 @@
 """Local desktops side by side: fast reset vs full restart, ready signal vs a fixed 2 s pause, memory,
-and the action path: a fresh ``python -c`` with pyautogui's 0.1 s pause vs the warm fork server.
+and the action path: a fresh ``python -c`` with pyautogui's 0.1 s pause vs the warm fork server (with that
+pause and the wait for the app's input, its fast setting, and as it was before that wait), in the text
+editor of ``local-editor-write-save`` (a GTK app, which answers the input wait's pings).
 
 Run: ``python benchmarks/local_desktop.py [--resets 10] [--steps 10] [--actions 30] [--max-desktops 8]
 [--only actions]``. Prints markdown. Needs the local backend's Debian packages and
@@ -92,7 +94,7 @@ ACTION_PATHS: dict[str, dict[str, Any]] = {
     "OSWorld's: fresh `python -c`, pyautogui pause 0.1 s": {"action_runner": "exec"},
     "default: fork server, pause 0.1 s, input synced": {"action_runner": "fork"},
     "fast: fork server, pause 0, input synced": {"action_runner": "fork", "pyautogui_pause": 0.0},
-    "before 2f52d08+: fork server, pause 0, not synced": {"pyautogui_pause": 0.0, "sync_input": False},
+    "as in 2f52d08: fork server, pause 0, not synced": {"pyautogui_pause": 0.0, "sync_input": False},
 }
 
 
@@ -101,7 +103,7 @@ def bench_actions(actions: int) -> dict[str, tuple[list[float], list[float]]]:
 
     Both desktops are up at once and step in turns, so both see the same load.
     """
-    task_id = "local-terminal-create-file"
+    task_id = "local-editor-write-save"
     desktops = {}
     try:
         for name, options in ACTION_PATHS.items():
