@@ -1,5 +1,7 @@
 """Local desktops side by side: fast reset vs full restart, ready signal vs a fixed 2 s pause, memory,
-and the action path: a fresh ``python -c`` with pyautogui's 0.1 s pause vs the warm fork server.
+and the action path: a fresh ``python -c`` with pyautogui's 0.1 s pause vs the warm fork server (with that
+pause and the wait for the app's input, its fast setting, and as it was before that wait), in the text
+editor of ``local-editor-write-save`` (a GTK app, which answers the input wait's pings).
 
 Run: ``python benchmarks/local_desktop.py [--resets 10] [--steps 10] [--actions 30] [--max-desktops 8]
 [--only actions]``. Prints markdown. Needs the local backend's Debian packages and
@@ -85,10 +87,14 @@ def bench_steps(ready_signal: bool, steps: int) -> tuple[list[float], list[float
     return waits, totals
 
 
-#: The action paths compared by :func:`bench_actions`: today's OSWorld-style one and the fork server.
+#: The action paths compared by :func:`bench_actions`: OSWorld's own (a fresh ``python -c``), the fork server's
+#: default (OSWorld's pause, each call's input taken by the focused app), its fast option and the fork server
+#: as it was before ``sync_input`` (pause 0, no wait for the app).
 ACTION_PATHS: dict[str, dict[str, Any]] = {
-    "old: fresh `python -c`, pyautogui pause 0.1 s": {"action_runner": "exec", "pyautogui_pause": None},
-    "new: fork server, pause 0": {"action_runner": "fork", "pyautogui_pause": 0.0},
+    "OSWorld's: fresh `python -c`, pyautogui pause 0.1 s": {"action_runner": "exec"},
+    "default: fork server, pause 0.1 s, input synced": {"action_runner": "fork"},
+    "fast: fork server, pause 0, input synced": {"action_runner": "fork", "pyautogui_pause": 0.0},
+    "as in 2f52d08: fork server, pause 0, not synced": {"pyautogui_pause": 0.0, "sync_input": False},
 }
 
 
@@ -97,7 +103,7 @@ def bench_actions(actions: int) -> dict[str, tuple[list[float], list[float]]]:
 
     Both desktops are up at once and step in turns, so both see the same load.
     """
-    task_id = "local-terminal-create-file"
+    task_id = "local-editor-write-save"
     desktops = {}
     try:
         for name, options in ACTION_PATHS.items():
@@ -157,15 +163,15 @@ def _mem_available_kib() -> int:
 
 
 def print_actions(times: dict[str, tuple[list[float], list[float]]], actions: int) -> None:
-    (old_act, old_step), (new_act, new_step) = times.values()
+    (old_name, (old_act, old_step)), *others = times.items()
     print(f"### Actions: a fresh `python -c` vs the fork server ({actions} actions each, interleaved)\n")
-    print("| Path | per action (act_s) | whole step (act + ready + observe) |")
-    print("|---|---|---|")
-    for name, (act, step) in times.items():
-        print(f"| {name} | {stats(act)} | {stats(step)} |")
-    act_ratio = statistics.median(new_act) / statistics.median(old_act)
-    step_ratio = statistics.median(new_step) / statistics.median(old_step)
-    print(f"| **new / old (medians)** | **{act_ratio:.2f}x** | **{step_ratio:.2f}x** |")
+    print("| Path | per action (act_s) | whole step (act + ready + observe) | act / OSWorld's | step / OSWorld's |")
+    print("|---|---|---|---|---|")
+    print(f"| {old_name} | {stats(old_act)} | {stats(old_step)} | 1 | 1 |")
+    for name, (act, step) in others:
+        act_ratio = statistics.median(act) / statistics.median(old_act)
+        step_ratio = statistics.median(step) / statistics.median(old_step)
+        print(f"| {name} | {stats(act)} | {stats(step)} | {act_ratio:.2f}x | {step_ratio:.2f}x |")
     print()
 
 

@@ -30,6 +30,8 @@ import types
 from pathlib import Path
 from typing import Any
 
+from .input_sync import install_on_import
+
 __all__ = ["ACTION_OUTPUT_LIMIT", "SERVER_FOLDER", "ActionRunner", "fork_server"]
 
 logger = logging.getLogger("legato.desktop_server")
@@ -104,8 +106,12 @@ def _exit_code(exc: SystemExit) -> int:
     return 1
 
 
-def _run_child(source: str, out_w: int, err_w: int) -> None:
-    """In the forked child: become a fresh ``python -c SOURCE`` process as far as the action can tell."""
+def _run_child(source: str, out_w: int, err_w: int, sync_input: bool) -> None:
+    """In the forked child: become a fresh ``python -c SOURCE`` process as far as the action can tell.
+
+    With ``sync_input``, each pyautogui call the action makes waits until the focused app took its input
+    (:mod:`.input_sync`).
+    """
     code = 1
     try:
         os.setsid()  # its own session and process group, so a timeout kills it with its children
@@ -122,6 +128,8 @@ def _run_child(source: str, out_w: int, err_w: int) -> None:
         main.__dict__["__builtins__"] = builtins
         sys.modules["__main__"] = main
         atexit._clear()
+        if sync_input:
+            install_on_import()
         try:
             exec(compile(source, "<string>", "exec"), main.__dict__)
             code = 0
@@ -232,7 +240,7 @@ def _drain_leftovers(ready: list[int]) -> None:
             os.close(fd)
 
 
-def _run_action(source: str, timeout: float) -> dict[str, Any]:
+def _run_action(source: str, timeout: float, sync_input: bool = True) -> dict[str, Any]:
     """Fork a child of this (warm) process to run ``source``; its status and output, killed at the deadline."""
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -242,7 +250,7 @@ def _run_action(source: str, timeout: float) -> dict[str, Any]:
     before = {p: table[p][1] for p in _descendants(table, os.getpid())}
     pid = os.fork()
     if pid == 0:
-        _run_child(source, out_w, err_w)
+        _run_child(source, out_w, err_w, sync_input)
     os.close(out_w)
     os.close(err_w)
     deadline = time.monotonic() + timeout
@@ -337,7 +345,8 @@ def fork_server(control_fd: int) -> None:
         if (request := control.receive(None)) is None:
             break
         _reap_orphans()
-        control.send(_run_action(str(request["code"]), float(request["timeout"])))
+        sync_input = bool(request.get("sync_input", True))
+        control.send(_run_action(str(request["code"]), float(request["timeout"]), sync_input))
 
 
 class ActionRunner:
@@ -382,8 +391,11 @@ class ActionRunner:
                 self._proc.wait(_REAP_S)
             self._proc = None
 
-    def run(self, code: str, timeout: float) -> dict[str, Any]:
+    def run(self, code: str, timeout: float, sync_input: bool = True) -> dict[str, Any]:
         """Run ``code`` as a fresh ``python -c`` would; kill it (and its children) after ``timeout`` seconds.
+
+        With ``sync_input`` (the default), each pyautogui call waits until the focused app took its input
+        (:mod:`.input_sync`).
 
         Returns ``{returncode, output, error, timed_out}``. Raises ``OSError`` when the fork server died
         or wedged (the next call starts a new one).
@@ -401,7 +413,7 @@ class ActionRunner:
                     if hello.get("warm_error"):
                         logger.warning("the action fork server cannot import pyautogui: %s", hello["warm_error"])
                     self._ready = True
-                self._control.send({"code": code, "timeout": timeout})
+                self._control.send({"code": code, "timeout": timeout, "sync_input": sync_input})
                 reply = self._control.receive(timeout + 10.0)  # the fork server kills the action at `timeout`
                 if reply is None:
                     raise ConnectionError("the action fork server exited while running the action")

@@ -159,9 +159,11 @@ class Handlers:
     def action(self, data: dict[str, Any]) -> Response:
         """legato's own route: run pyautogui code in a child of the warm fork server (see :class:`ActionRunner`).
 
-        Body ``{"code": str, "timeout": seconds}``; answers ``/execute``'s fields plus ``timed_out``.
+        Body ``{"code": str, "timeout": seconds, "sync_input": bool}`` (``sync_input``, default true: each
+        pyautogui call waits until the focused app took its input); answers ``/execute``'s fields plus
+        ``timed_out``.
         """
-        code, timeout = data.get("code"), data.get("timeout", 120)
+        code, timeout, sync_input = data.get("code"), data.get("timeout", 120), data.get("sync_input", True)
         if not isinstance(code, str) or not code:
             return json_reply({"status": "error", "message": "code (python source) is required"}, 400)
         if not isinstance(timeout, (int, float)) or not timeout > 0:
@@ -169,7 +171,7 @@ class Handlers:
         if self.runner is None:
             return json_reply({"status": "error", "message": "this server runs no action fork server"}, 500)
         try:
-            result = self.runner.run(code, float(timeout))
+            result = self.runner.run(code, float(timeout), bool(sync_input))
         except (OSError, ValueError) as exc:
             return json_reply({"status": "error", "message": f"the action fork server failed: {exc}"}, 500)
         return json_reply({"status": "success", **result})

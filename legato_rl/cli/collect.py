@@ -179,6 +179,15 @@ def collect_command(
     max_groups: Annotated[
         int | None, typer.Option("--max-groups", help="--follow: stop after handing over this many groups.")
     ] = None,
+    pyautogui_pause: Annotated[
+        float | None,
+        typer.Option(
+            "--pyautogui-pause",
+            metavar="SECONDS",
+            help="--backend local: pyautogui.PAUSE for actions (default: pyautogui's own 0.1 s after every "
+            "call, as OSWorld runs them; 0 is faster but unlike OSWorld's VM).",
+        ),
+    ] = LocalOptions.pyautogui_pause,
 ) -> None:
     """Collect one batch: every task × (group + oversample) attempts, graded, in legato.rollout/v0.
 
@@ -199,6 +208,7 @@ def collect_command(
         resolved = resolve_backend(backend)  # once, here; collect() gets the resolved backend
         config, grader_name = _grader_config(grader, backend, resolved.configure(config))
         config = _prestart_config(prestart, backend, config)
+        config = _pause_config(pyautogui_pause, backend, config)
         task_list: list[Task]
         if tasks is not None:
             task_list = load_tasks(tasks, osworld_path=config.osworld_path)
@@ -319,6 +329,18 @@ def _prestart_config(prestart: bool, backend: str, config: DesktopConfig) -> Des
         raise typer.BadParameter(f"--no-prestart applies to --backend local only, not {backend!r}")
     options = config.options if isinstance(config.options, LocalOptions) else LocalOptions()
     return replace(config, options=replace(options, prestart=prestart))
+
+
+def _pause_config(pause: float | None, backend: str, config: DesktopConfig) -> DesktopConfig:
+    """The desktops' config for ``--pyautogui-pause`` (the local backend's; others run OSWorld's own)."""
+    if pause == LocalOptions.pyautogui_pause:
+        return config
+    if backend != "local":
+        raise typer.BadParameter(f"--pyautogui-pause applies to --backend local only, not {backend!r}")
+    if pause is None or not pause >= 0:
+        raise typer.BadParameter(f"--pyautogui-pause {pause}: give seconds >= 0")
+    options = config.options if isinstance(config.options, LocalOptions) else LocalOptions()
+    return replace(config, options=replace(options, pyautogui_pause=pause))
 
 
 def _stamp_grader(path: Path, grader: str) -> None:

@@ -33,7 +33,7 @@ EXAMPLES: list[BackendOptions] = [
     LocalOptions(memory_mb=512, max_processes=64, tmpfs_mb=32, extra_paths=("/opt/x",), grader="local"),
     OSWorldOptions(
         provider="local",
-        local=LocalOptions(memory_mb=1024, pyautogui_pause=None),
+        local=LocalOptions(memory_mb=1024, pyautogui_pause=0.0, sync_input=False),
         docker=DockerSettings(ports=(5000,), volumes={"/usr": "/usr"}, command=("python3", "-m", "x")),
         revert_domains=("os",),
     ),

@@ -81,7 +81,7 @@ def test_each_action_is_a_fresh_child_of_the_warm_fork_server(desktop: LocalDesk
     assert second["leaked"] is False  # module state set by one action is gone in the next
     assert first["rnd"] != second["rnd"]  # not the same random stream in every child
     assert (first["argv"], first["main"]) == (["-c"], "__main__")  # what `python -c` gives the code
-    assert first["pause"] == 0.0  # no fixed pyautogui pause: the ready signal follows every action
+    assert first["pause"] == 0.1  # pyautogui's own pause after every call, as OSWorld's `python -c` has it
 
 
 def test_exit_status_output_and_errors_are_reported_as_python_c_does(desktop: LocalDesktop) -> None:

@@ -26,6 +26,7 @@ from osworld_kit import needs_local_tools, spreadsheet
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop
 from legato_gym.backends.local.prestart import Prestarter, SetupGuess, opens_office_first, task_key
+from legato_gym.errors import ConfigError
 
 SCREEN = (1024, 768)
 needs_office = pytest.mark.skipif(shutil.which("soffice") is None, reason="needs LibreOffice (apt: libreoffice-calc)")
@@ -87,6 +88,29 @@ def test_no_prestart_is_the_local_backends_flag(tmp_path: Path) -> None:
     said = " ".join(fake.output.replace("│", " ").split())
     assert fake.exit_code == 2 and "--no-prestart applies to --backend local only, not 'fake'" in said, said
     assert not (tmp_path / "x").exists()
+
+
+def test_pyautogui_pause_is_the_local_backends_flag_and_osworlds_by_default(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from typer.testing import CliRunner
+
+    from legato_gym.backends.local import LocalOptions
+    from legato_rl.cli.app import app
+    from legato_rl.cli.collect import _pause_config
+
+    assert LocalOptions().pyautogui_pause is None  # pyautogui's own 0.1 s, as OSWorld runs actions
+    plain = DesktopConfig(options=LocalOptions(grader="local"))
+    fast = _pause_config(0.0, "local", plain)
+    assert fast.options == replace(LocalOptions(grader="local"), pyautogui_pause=0.0)  # the other options kept
+    assert _pause_config(None, "local", plain) is plain
+    argv = ["rl", "collect", "--out", str(tmp_path / "x"), "--policy-url", "embedded", "--backend", "fake"]
+    fake = CliRunner().invoke(app, [*argv, "--pyautogui-pause", "0"])
+    said = " ".join(fake.output.replace("│", " ").split())
+    assert fake.exit_code == 2 and "--pyautogui-pause applies to --backend local only, not 'fake'" in said, said
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(ConfigError, match=r"pyautogui_pause=-1.*seconds >= 0"):
+        LocalOptions(pyautogui_pause=-1)
 
 
 class _Desks:

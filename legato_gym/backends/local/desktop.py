@@ -378,7 +378,8 @@ class LocalDesktop:
         if self.options.action_runner == "exec":
             return self.client.execute(["python", "-c", command], timeout=timeout)
         # the server kills the action at `timeout`; the margin lets its answer arrive
-        response = self.client.post_json("/legato/action", {"code": command, "timeout": timeout}, timeout=timeout + 15)
+        body = {"code": command, "timeout": timeout, "sync_input": self.options.sync_input}
+        response = self.client.post_json("/legato/action", body, timeout=timeout + 15)
         result = response.json()
         if not isinstance(result, dict):
             return {"status": "error", "message": repr(result)}

@@ -75,9 +75,16 @@ class LocalOptions(BackendOptions):
         window_timeout: how long to wait for launched windows to map before giving up on that signal.
         kill_timeout: how long reset waits for the sandbox's processes and windows to be gone before it
             restarts the whole desktop instead.
-        pyautogui_pause: ``pyautogui.PAUSE`` for actions. 0 (the default) leaves the waiting to the ready
-            signal that follows every action; ``None`` keeps pyautogui's own 0.1 s after every call, as in
-            OSWorld.
+        pyautogui_pause: ``pyautogui.PAUSE`` for actions. ``None`` (the default) keeps pyautogui's own 0.1 s
+            after every call, as OSWorld's ``python -c`` does; 0 is the fast setting (the ready signal that
+            follows every action does the waiting), at the cost of an action that relied on the pause (a click,
+            then a sleep-free read of what it opened) behaving unlike on OSWorld's VM.
+        sync_input: after every ``pyautogui`` call of an action (and every key it releases), wait until the
+            focused app has taken the input, by two ``_NET_WM_PING`` round trips through its event loop
+            (:mod:`legato_gym.desktop_server.input_sync`; the ``"fork"`` runner only). On by default: without
+            it, LibreOffice runs shortcut and cursor keys that arrive with typed text after that text (it
+            posts them to its own queue), so a one-action ``hotkey('ctrl', 'home'); press('down');
+            typewrite(...)`` types in the wrong cell whenever Calc is slower than the keys (docs/backends.md).
         action_runner: ``"fork"`` (default) runs each action in a fresh child of a fork server inside the
             sandbox that has already imported pyautogui; ``"exec"`` runs a fresh ``python -c`` through
             ``/execute``, as OSWorld's ``PythonController`` does (slower: an interpreter start and the
@@ -122,7 +129,8 @@ class LocalOptions(BackendOptions):
     poll_s: float = 0.02
     window_timeout: float = 10.0
     kill_timeout: float = 5.0
-    pyautogui_pause: float | None = 0.0
+    pyautogui_pause: float | None = None
+    sync_input: bool = True
     action_runner: str = "fork"
     state_dir: str | None = None
     grader: str = "auto"
@@ -140,3 +148,6 @@ class LocalOptions(BackendOptions):
         if self.grader not in GRADERS:
             invalid(self, "grader", f"choose {', '.join(map(repr, GRADERS))}")
         seconds(self, "settle_s", "busy_s", "poll_s", "window_timeout", "kill_timeout", positive=True)
+        pause = self.pyautogui_pause
+        if pause is not None and (isinstance(pause, bool) or not isinstance(pause, (int, float)) or not pause >= 0):
+            invalid(self, "pyautogui_pause", "give seconds >= 0, or None for pyautogui's own 0.1 s as in OSWorld")
