@@ -144,7 +144,8 @@ def entry_command(spec: SandboxSpec) -> list[str]:
         f"python {Inside.RELAY} --fd 4 --port {DEVTOOLS_PORT} --port {VLC_HTTP_PORT} "
         "</dev/null 2>/dev/null & "
         f"exec python {Inside.SERVER} --listen fd:3 --fb {Inside.FB} "
-        f"--open-file-timeout {spec.open_file_timeout:g} --atspi-python {ATSPI_PYTHON} 3<&0 </dev/null 4>&-"
+        f"--open-file-timeout {spec.open_file_timeout:g} --atspi-python {ATSPI_PYTHON} --mode {spec.server_mode} "
+        f"{'' if spec.pointer else '--no-pointer '}3<&0 </dev/null 4>&-"
     )
     uid = spec.host_uid
     limits = spec.limits
