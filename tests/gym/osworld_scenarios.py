@@ -68,7 +68,7 @@ def prepared(args: dict[str, Any]) -> dict[str, Any]:
 
 def lifecycle(args: dict[str, Any]) -> dict[str, Any]:
     """The osworld backend on a local stand-in VM: dead VM replaced, unverifiable reset reverted."""
-    config = _config(args, options={"provider": "local", "local": {"python": sys.executable}})
+    config = _config(args, options={"provider": "local", "local": {"python": sys.executable, "server_mode": "osworld"}})
     task = next(t for t in default_tasks(config) if t.task_id == "local-files-rename")
     out: dict[str, Any] = {}
     with OSWorldDesktop(config) as desktop:
@@ -80,6 +80,51 @@ def lifecycle(args: dict[str, Any]) -> dict[str, Any]:
             os.kill(pid, signal.SIGKILL)
         out["dead"] = [_run(desktop, task, solution(task.task_id, SCREEN)), desktop.last_reset_kind]
         out["again"] = [_run(desktop, task, solution(task.task_id, SCREEN, correct=False)), desktop.last_reset_kind]
+    return out
+
+
+def _setup_task(task_id: str, setup: list[dict[str, Any]]) -> Task:
+    config = {"id": task_id, "instruction": "Do nothing.", "config": setup, "evaluator": {"func": "infeasible"}}
+    return Task(task_id, "Do nothing.", config, domain="local")
+
+
+def probes(args: dict[str, Any]) -> dict[str, Any]:
+    """On a stand-in VM whose server answers as OSWorld's: a windowless launch (socat) is not waited for as a
+    window, and a wmctrl that fails (X full) makes the reset unverified, so it reverts."""
+    import subprocess
+
+    local = {"python": sys.executable, "server_mode": "osworld", "prestart": False}
+    config = _config(args, options={"provider": "local", "local": local, "window_timeout": 3})
+    xterm = {"type": "launch", "parameters": {"command": ["xterm"]}}
+    socat = {"type": "launch", "parameters": {"command": ["socat", "tcp-listen:9222,fork", "tcp:localhost:1337"]}}
+    out: dict[str, Any] = {}
+    with OSWorldDesktop(config) as desktop:
+        desktop.reset(_setup_task("legato-windowless", [xterm, socat]))
+        out["windowless"] = [desktop.wait_after_reset().ready, desktop.last_reset_kind]
+        desktop.reset(_setup_task("legato-nothing", []))
+        out["clean"] = [desktop.wait_after_reset().ready, desktop.last_reset_kind]
+        display = desktop._impl.vm._desktop.display.name
+        # a host client takes every X slot, and each one freed again (the reset kills the task's X clients)
+        code = (
+            "import sys, time; from legato_gym.desktop_server.pointer import read_pointer\n"
+            "full = False\n"
+            "while True:\n"
+            f"    if read_pointer({display!r}, leak=True) is None:\n"
+            "        if not full: print('full', flush=True); full = True\n"
+            "        time.sleep(0.001)\n"
+        )
+        filler = subprocess.Popen(
+            [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+        try:
+            assert filler.stdout is not None and filler.stdout.readline().strip() == "full"
+            desktop.reset(_setup_task("legato-nothing", []))  # wmctrl cannot open the display
+            out["x_full"] = desktop.last_reset_kind
+        finally:
+            filler.kill()
+            filler.wait()
+        desktop.reset(_setup_task("legato-nothing", []))
+        out["after"] = [desktop.wait_after_reset().ready, desktop.last_reset_kind]
     return out
 
 
@@ -219,6 +264,7 @@ if __name__ == "__main__":
         "local_grader": local_grader,
         "prepared": prepared,
         "lifecycle": lifecycle,
+        "probes": probes,
         "docker_desktop": docker_desktop,
         "docker_many": docker_many,
         "docker_leak": docker_leak,

@@ -76,6 +76,16 @@ def test_dead_vm_is_replaced_and_unverifiable_reset_reverts(venv_python: str, do
     assert result["again"] == [0.0, "fast"]
 
 
+def test_windowless_launches_do_not_wait_and_a_failing_probe_reverts(venv_python: str, download_cache: Path) -> None:
+    """socat opens no window: the ready signal does not wait for one; wmctrl failing (X full) is no clean reset."""
+    needs_local_tools()
+    result = run_in_venv(venv_python, "probes", {"cache": str(download_cache)}, timeout=400)
+    assert result["windowless"] == [True, "fast"]
+    assert result["clean"] == [True, "fast"]
+    assert result["x_full"] == "fallback"
+    assert result["after"] == [True, "fast"]
+
+
 def _probe_clean() -> Task:
     """Graded by desktop-env: 1 when no file or app of an earlier episode survived the reset."""
     config = {
@@ -103,7 +113,11 @@ def osworld_env(venv_python: str, download_cache: Path, osworld_path: Path) -> I
         screen=SCREEN,
         osworld_path=osworld_path,
         python=venv_python,
-        options={"provider": "local", "download_cache": str(download_cache), "local": {"python": venv_python}},
+        options={
+            "provider": "local",
+            "download_cache": str(download_cache),
+            "local": {"python": venv_python, "server_mode": "osworld"},
+        },
     )
     env = gym.make("legato/OSWorld-v0", config=config, tasks=default_tasks(config), max_steps=5)
     yield env
@@ -152,7 +166,11 @@ def test_vector_env_workers_run_in_desktop_env_interpreter(
         screen=SCREEN,
         osworld_path=osworld_path,
         python=venv_python,
-        options={"provider": "local", "download_cache": str(download_cache), "local": {"python": venv_python}},
+        options={
+            "provider": "local",
+            "download_cache": str(download_cache),
+            "local": {"python": venv_python, "server_mode": "osworld"},
+        },
     )
     tasks = {t.task_id: t for t in default_tasks(config)}
     rename = tasks["local-files-rename"]

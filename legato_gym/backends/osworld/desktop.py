@@ -33,7 +33,7 @@ import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -105,6 +105,20 @@ while True:
     time.sleep(0.02)
 print(json.dumps({"killed": len(targets), "survivors": left, "missing": sorted(keep - now)}))
 """
+
+
+def expected_windows(setup: Sequence[Mapping[str, Any]]) -> int:
+    """How many windows a task's setup maps: one per ``open`` step and per ``launch`` of a program that opens
+    one (not ``socat``, a daemon or a killer: :func:`~legato_gym.backends.local.apps.opens_window`), so the
+    ready signal never waits ``window_timeout`` for a window that never comes."""
+    from legato_gym.backends.local.apps import opens_window
+
+    count = 0
+    for step in setup:
+        params = step.get("parameters") or {}
+        if step.get("type") == "open" or (step.get("type") == "launch" and opens_window(params.get("command", ""))):
+            count += 1
+    return count
 
 
 def _decode_png(png: bytes) -> np.ndarray[Any, np.dtype[np.uint8]]:
@@ -202,11 +216,25 @@ class _VMDesktop:
         try:
             data = json.loads((result.get("output") or "").strip().splitlines()[-1])
         except (ValueError, IndexError) as exc:
-            raise DesktopCrashed(f"process listing in the VM failed: {result.get('error', '')[-300:]}") from exc
+            raise DesktopCrashed(f"process listing in the VM failed: {(result.get('error') or '')[-300:]}") from exc
+        keys = ("killed", "survivors", "missing") if kill else ("pids",)
+        if result.get("returncode") != 0 or not isinstance(data, dict) or any(k not in data for k in keys):
+            raise DesktopCrashed(
+                f"process listing in the VM answered {str(data)[:300]!r} (exit {result.get('returncode')})"
+            )
         return dict(data)
 
     def _windows(self) -> set[str]:
+        """The VM's managed windows (``wmctrl -l``).
+
+        Raises:
+            DesktopCrashed: ``wmctrl`` failed (X full, no window manager): no listing is not "no windows".
+        """
         result = self._execute(["wmctrl", "-l"], timeout=30)
+        if result.get("returncode") != 0:
+            raise DesktopCrashed(
+                f"wmctrl -l failed in the VM (exit {result.get('returncode')}): {(result.get('error') or '')[-300:]}"
+            )
         return {line.split()[0] for line in (result.get("output") or "").splitlines() if line.strip()}
 
     def _settled_pids(self, deadline: float) -> list[int]:
@@ -245,7 +273,20 @@ class _VMDesktop:
         self._baseline_hash = hashlib.sha256(response.content).hexdigest()
 
     def _fast_reset(self, deadline: float) -> bool:
-        """Kill the task's apps, verify, restore the home baseline; False when the reset is not verifiable."""
+        """Kill the task's apps, verify, restore the home baseline; False when the reset is not verifiable.
+
+        Every probe must answer: a process listing, ``wmctrl`` or home restore that fails or answers nothing
+        makes the reset unverified (then a snapshot revert), never clean.
+        """
+        try:
+            return self._fast_reset_verified(deadline)
+        except DesktopCrashed as exc:
+            if not self.vm.alive():
+                raise
+            logger.warning("fast reset not verifiable (%s); reverting", exc)
+            return False
+
+    def _fast_reset_verified(self, deadline: float) -> bool:
         result = self._procs(self._baseline_pids, kill=True)
         if result["survivors"] or result["missing"]:
             logger.warning(
@@ -267,12 +308,15 @@ class _VMDesktop:
         done = self._execute(restore, shell=True, timeout=300)
         if done.get("returncode") == 17:  # the in-VM copy changed or vanished: upload the host copy
             assert self._http is not None
-            self._http.post(
+            uploaded = self._http.post(
                 "/setup/upload",
                 data={"file_path": BASELINE_TAR},
                 files={"file_data": ("baseline.tar", self._baseline_copy.read_bytes())},
                 timeout=300,
             )
+            if uploaded.status_code != 200:
+                logger.warning("re-uploading the home baseline answered %s; reverting", uploaded.status_code)
+                return False
             done = self._execute(restore, shell=True, timeout=300)
         if done.get("returncode") != 0:
             logger.warning("home restore failed (%s); reverting", (done.get("error") or "")[-300:])
@@ -308,7 +352,7 @@ class _VMDesktop:
 
         self._session.begin(task.config, task_path(TASK_DATA, task.task_id))
         self._session.setup(task.setup)
-        self._expected_windows = sum(1 for step in task.setup if step.get("type") in ("launch", "open"))
+        self._expected_windows = expected_windows(task.setup)
         self._task = task
 
     def _screenshot(self) -> bytes:
