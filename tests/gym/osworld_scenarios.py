@@ -103,13 +103,26 @@ def probes(args: dict[str, Any]) -> dict[str, Any]:
         out["windowless"] = [desktop.wait_after_reset().ready, desktop.last_reset_kind]
         desktop.reset(_setup_task("legato-nothing", []))
         out["clean"] = [desktop.wait_after_reset().ready, desktop.last_reset_kind]
-        display = desktop._impl.vm._desktop.display.name
-        # a host client takes every X slot, and each one freed again (the reset kills the task's X clients)
+        # the ready signals cost the server no /screenshot (each one leaks an X connection on OSWorld's)
+        screenshots = []
+        desktop._impl._http.event_hooks["request"].append(
+            lambda request: screenshots.append(1) if request.url.path == "/screenshot" else None
+        )
+        desktop.reset(_setup_task("legato-xterm", [xterm]))
+        ready = [desktop.wait_after_reset().ready]
+        for _ in range(3):
+            desktop.act("pyautogui.typewrite('ls')")
+        ready.append(desktop.wait_before_eval().ready)
+        desktop.observe()
+        out["screenshots"] = [len(screenshots), ready]
+        display = desktop._impl.vm._desktop.display
+        # a host client takes every X slot, and each one freed again (the reset kills the task's X clients),
+        # until that X server is gone (the next one may get its display number)
         code = (
-            "import sys, time; from legato_gym.desktop_server.pointer import read_pointer\n"
+            "import os, sys, time; from legato_gym.desktop_server.pointer import read_pointer\n"
             "full = False\n"
-            "while True:\n"
-            f"    if read_pointer({display!r}, leak=True) is None:\n"
+            f"while os.path.exists('/proc/{display.pids[0]}'):\n"
+            f"    if read_pointer({display.name!r}, leak=True) is None:\n"
             "        if not full: print('full', flush=True); full = True\n"
             "        time.sleep(0.001)\n"
         )

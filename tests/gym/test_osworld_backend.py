@@ -82,6 +82,7 @@ def test_windowless_launches_do_not_wait_and_a_failing_probe_reverts(venv_python
     result = run_in_venv(venv_python, "probes", {"cache": str(download_cache)}, timeout=400)
     assert result["windowless"] == [True, "fast"]
     assert result["clean"] == [True, "fast"]
+    assert result["screenshots"] == [1, [True, True]]  # the observation's only: the waits watch the screen in the VM
     assert result["x_full"] == "fallback"
     assert result["after"] == [True, "fast"]
 

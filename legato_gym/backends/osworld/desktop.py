@@ -107,6 +107,53 @@ print(json.dumps({"killed": len(targets), "survivors": left, "missing": sorted(k
 """
 
 
+#: Waits in the VM, with the VM's python, until two frames ``settle_s`` apart are equal or ``timeout`` passed;
+#: prints ``{"settled": bool, "frames": n}``. One X connection, closed when it exits (it leaks nothing, unlike
+#: the server's ``/screenshot``), and no screenshot through the server per poll.
+_SETTLE_SCRIPT = r"""
+import ctypes, ctypes.util, hashlib, json, sys, time
+settle, timeout = float(sys.argv[1]), float(sys.argv[2])
+x11 = ctypes.CDLL(ctypes.util.find_library("X11") or "libX11.so.6")
+x11.XOpenDisplay.restype = ctypes.c_void_p
+x11.XOpenDisplay.argtypes = [ctypes.c_char_p]
+x11.XDefaultRootWindow.restype = ctypes.c_ulong
+x11.XDefaultRootWindow.argtypes = [ctypes.c_void_p]
+x11.XGetImage.restype = ctypes.c_void_p
+x11.XGetImage.argtypes = [ctypes.c_void_p, ctypes.c_ulong, ctypes.c_int, ctypes.c_int, ctypes.c_uint,
+                          ctypes.c_uint, ctypes.c_ulong, ctypes.c_int]
+x11.XFree.argtypes = x11.XCloseDisplay.argtypes = [ctypes.c_void_p]
+x11.XDisplayWidth.argtypes = x11.XDisplayHeight.argtypes = [ctypes.c_void_p, ctypes.c_int]
+dpy = x11.XOpenDisplay(None)
+if not dpy:
+    print(json.dumps({"error": "cannot open the display"}))
+    sys.exit(0)
+root = x11.XDefaultRootWindow(dpy)
+w, h = x11.XDisplayWidth(dpy, 0), x11.XDisplayHeight(dpy, 0)
+def frame():
+    image = x11.XGetImage(dpy, root, 0, 0, w, h, 0xFFFFFFFF, 2)
+    if not image:
+        return None
+    data = ctypes.c_void_p.from_address(image + 16).value
+    stride = ctypes.c_int.from_address(image + 44).value
+    digest = hashlib.blake2b(ctypes.string_at(data, stride * h), digest_size=16).digest()
+    x11.XFree(data)
+    x11.XFree(image)
+    return digest
+end = time.monotonic() + timeout
+previous, frames, settled = frame(), 1, False
+while time.monotonic() < end:
+    time.sleep(settle)
+    current = frame()
+    frames += 1
+    if current is not None and current == previous:
+        settled = True
+        break
+    previous = current
+x11.XCloseDisplay(dpy)
+print(json.dumps({"settled": settled, "frames": frames}))
+"""
+
+
 def expected_windows(setup: Sequence[Mapping[str, Any]]) -> int:
     """How many windows a task's setup maps: one per ``open`` step and per ``launch`` of a program that opens
     one (not ``socat``, a daemon or a killer: :func:`~legato_gym.backends.local.apps.opens_window`), so the
@@ -366,6 +413,24 @@ class _VMDesktop:
         return response.content
 
     def _settle(self, deadline: float) -> bool:
+        """Wait until the screen is still: one in-VM wait (:data:`_SETTLE_SCRIPT`, through ``/execute``) that
+        costs the server no ``/screenshot`` (each one leaks an X connection on OSWorld's real server); two
+        equal ``/screenshot`` frames only where that script cannot run."""
+        timeout = max(0.0, deadline - time.monotonic())
+        try:
+            result = self._execute(
+                ["python3", "-c", _SETTLE_SCRIPT, str(self.options.settle_s), f"{timeout:.3f}"], timeout=timeout + 30
+            )
+            answer = json.loads((result.get("output") or "").strip().splitlines()[-1])
+        except (ValueError, IndexError, DeadlineExceeded) as exc:
+            logger.debug("in-VM settle unavailable (%s); comparing screenshots", exc)
+        else:
+            if isinstance(answer, dict) and "settled" in answer:
+                return bool(answer["settled"])
+            logger.debug("in-VM settle answered %s; comparing screenshots", answer)
+        return self._settle_by_screenshots(deadline)
+
+    def _settle_by_screenshots(self, deadline: float) -> bool:
         previous = self._screenshot()
         while time.monotonic() < deadline:
             time.sleep(self.options.settle_s)  # the interval between two frames compared, not a wait
