@@ -141,6 +141,33 @@ def probes(args: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def recycle(args: dict[str, Any]) -> dict[str, Any]:
+    """A server that leaks as OSWorld's, recycled before its screenshot budget runs out (mid-episode) and
+    during fast reset; its new helpers count as first-boot processes, so the resets stay fast."""
+    local = {"python": sys.executable, "server_mode": "osworld"}
+    config = _config(args, options={"provider": "local", "local": local, "screenshot_budget": 6})
+    xterm = {"type": "launch", "parameters": {"command": ["xterm"]}}
+    out: dict[str, Any] = {"kinds": [], "recycles": []}
+    with OSWorldDesktop(config) as desktop:
+        impl = desktop._impl
+        servers = {impl._execute("echo $PPID", shell=True)["output"].strip()}
+        for _ in range(3):
+            desktop.reset(_setup_task("legato-xterm", [xterm]))
+            out["kinds"].append(desktop.last_reset_kind)
+            desktop.wait_after_reset()
+            for _ in range(8):  # more than the budget: the server is recycled mid-episode
+                desktop.observe()
+            desktop.act("pyautogui.typewrite('ls')")
+            out["recycles"].append(impl.server_recycles)
+            servers.add(impl._execute("echo $PPID", shell=True)["output"].strip())
+        desktop.reset(_setup_task("legato-nothing", []))
+        out["kinds"].append(desktop.last_reset_kind)
+        left = impl._execute("ps -u $(id -u) -o stat=,comm= | grep -v '^Z' | grep -c xterm", shell=True)
+        out["xterms_left"] = left["output"].strip()
+    out["servers"] = len(servers)
+    return out
+
+
 def _docker_config(args: dict[str, Any], **extra: Any) -> DesktopConfig:
     docker = {
         "image": args["image"],
@@ -278,6 +305,7 @@ if __name__ == "__main__":
         "prepared": prepared,
         "lifecycle": lifecycle,
         "probes": probes,
+        "recycle": recycle,
         "docker_desktop": docker_desktop,
         "docker_many": docker_many,
         "docker_leak": docker_leak,

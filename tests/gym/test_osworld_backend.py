@@ -87,6 +87,16 @@ def test_windowless_launches_do_not_wait_and_a_failing_probe_reverts(venv_python
     assert result["after"] == [True, "fast"]
 
 
+def test_a_leaking_server_is_recycled_and_resets_stay_fast(venv_python: str, download_cache: Path) -> None:
+    """The stand-in's server leaks an X connection per screenshot as OSWorld's does; the backend restarts it
+    before its budget runs out and during fast reset, and re-counts it as a first-boot process."""
+    needs_local_tools()
+    result = run_in_venv(venv_python, "recycle", {"cache": str(download_cache)}, timeout=400)
+    assert result["kinds"] == ["fast"] * 4
+    assert result["recycles"][0] >= 1 and result["recycles"] == sorted(set(result["recycles"]))
+    assert result["servers"] == 1 + result["recycles"][-1] and result["xterms_left"] == "0"
+
+
 def _probe_clean() -> Task:
     """Graded by desktop-env: 1 when no file or app of an earlier episode survived the reset."""
     config = {

@@ -30,6 +30,7 @@ import importlib.util
 import io
 import json
 import logging
+import shlex
 import shutil
 import tempfile
 import time
@@ -197,6 +198,10 @@ class _VMDesktop:
         self._baseline_hash = ""
         self._baseline_copy = self.work_dir / "home-baseline.tar"
         self._closed = False
+        #: ``/screenshot`` calls since the VM's server (re)started: each leaks an X connection on OSWorld's.
+        self.screenshots_since_start = 0
+        #: How many times the server was recycled (:meth:`_recycle_server`).
+        self.server_recycles = 0
         #: How the last reset went: ``"fast"``, ``"revert"`` (asked for / domain) or ``"fallback"``.
         self.last_reset_kind = ""
         try:
@@ -227,6 +232,7 @@ class _VMDesktop:
             self.vm.revert(deadline)
         endpoint = self.vm.endpoint
         wait_server(endpoint, deadline)
+        self.screenshots_since_start = 1  # wait_server's answered /screenshot
         if self._http is not None:
             self._http.close()
         self._http = httpx.Client(base_url=endpoint.url, timeout=self.config.timeouts.act)
@@ -368,6 +374,9 @@ class _VMDesktop:
         if done.get("returncode") != 0:
             logger.warning("home restore failed (%s); reverting", (done.get("error") or "")[-300:])
             return False
+        budget = self.options.screenshot_budget
+        if budget and self.screenshots_since_start >= budget // 2:  # recycle while nothing runs
+            self._recycle_server(deadline)
         return True
 
     # ------------------------------------------------------------------ the contract
@@ -402,7 +411,54 @@ class _VMDesktop:
         self._expected_windows = expected_windows(task.setup)
         self._task = task
 
+    def _recycle_server(self, deadline: float) -> None:
+        """Restart the VM's server, freeing the X connections its screenshots leaked.
+
+        In the VM, detached from the request that asks for it: ``sudo systemctl restart osworld_server``
+        with ``OSWorldOptions.client_password`` where that unit exists (OSWorld's VM), else SIGKILL to the
+        server, which its supervisor restarts (systemd's ``Restart=on-failure``; the stand-in VM's loop).
+        Then wait until it answers again, and take the first-boot processes again: the new server (and
+        what it starts) counts as first-boot, the old one is not missing.
+        """
+        from legato_gym.backends.osworld.vms import wait_server
+
+        inner = (
+            "sleep 0.3; if systemctl cat osworld_server >/dev/null 2>&1; then "
+            f"echo {shlex.quote(self.options.client_password)} | sudo -S systemctl restart osworld_server; "
+            'else kill -9 "$1"; fi'
+        )
+        result = self._execute(
+            f'server=$PPID; nohup sh -c {shlex.quote(inner)} recycle "$server" >/dev/null 2>&1 & echo $server',
+            shell=True,
+            timeout=30,
+        )
+        old = (result.get("output") or "").strip()
+        time.sleep(0.3)  # the restart is detached: let it begin before polling (else the old server answers)
+        while True:
+            try:
+                pid = self._execute("echo $PPID", shell=True, timeout=10).get("output", "").strip()
+            except DesktopCrashed:
+                pid = old
+            if pid != old:
+                break
+            if time.monotonic() >= deadline:
+                raise DeadlineExceeded("the VM's server did not come back after its restart")
+            time.sleep(0.1)
+        wait_server(self.vm.endpoint, deadline)
+        self.screenshots_since_start = 1
+        self.server_recycles += 1
+        # the old server's helpers are gone; the new one's count as first boot (the task's apps do not)
+        now = set(self._settled_pids(deadline))
+        listed = self._execute(f"ps -o pid= --ppid {shlex.quote(pid)}", shell=True, timeout=30)
+        helpers = {int(word) for word in (listed.get("output") or "").split() if word.isdigit()}
+        self._baseline_pids = sorted((set(self._baseline_pids) & now) | (helpers & now))
+        logger.info("recycled the VM's server (pid %s -> %s)", old, pid)
+
     def _screenshot(self) -> bytes:
+        budget = self.options.screenshot_budget
+        if budget and self.screenshots_since_start >= budget:
+            self._recycle_server(time.monotonic() + self.config.timeouts.reset)
+        self.screenshots_since_start += 1
         assert self._http is not None
         try:
             response = self._http.get("/screenshot", timeout=30)
