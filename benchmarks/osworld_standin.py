@@ -1,5 +1,8 @@
 """The osworld backend on a stand-in VM whose server answers as OSWorld's (``server_mode="osworld"``).
 
+* ``steps``: ``--steps`` agent steps in a row (act, ready signal, observation) on one stand-in VM whose server
+  leaks an X connection per screenshot as OSWorld's does, in episodes of ``--episode`` steps with a fast
+  reset between: crashes, resets by kind, server recycles and the seconds per step.
 * ``chrome``: resets of OSWorld's Chrome task 030eeff7 (``google-chrome --remote-debugging-port=1337`` and
   ``socat tcp-listen:9222,fork tcp:localhost:1337``, as 79 chrome and multi_apps tasks start them): the time
   of ``reset`` and of ``wait_after_reset`` (the ready signal), and whether it was ready. Before socat was
@@ -51,10 +54,52 @@ def chrome(resets: int) -> list[tuple[float, float, bool, str]]:
     return rows[1:]
 
 
+def steps(total: int, episode: int) -> dict[str, object]:
+    from legato_gym.errors import DesktopError
+
+    local = {"python": sys.executable, "server_mode": "osworld"}
+    config = DesktopConfig(
+        screen=SCREEN,
+        python=sys.executable,
+        options={"provider": "local", "local": local, "download_cache": tempfile.mkdtemp(prefix="legato-bench-")},
+    )
+    setup = [{"type": "launch", "parameters": {"command": ["xterm"]}}]
+    config_json = {"id": "legato-steps", "instruction": "Move.", "config": setup, "evaluator": {"func": "infeasible"}}
+    task = Task("legato-steps", "Move.", config_json, domain="local")
+    kinds: dict[str, int] = {}
+    crashes, done, ready = 0, 0, 0
+    start = time.monotonic()
+    with OSWorldDesktop(config) as desktop:
+        impl = desktop._impl
+        while done < total:
+            desktop.reset(task)
+            kinds[desktop.last_reset_kind] = kinds.get(desktop.last_reset_kind, 0) + 1
+            desktop.wait_after_reset()
+            for _ in range(min(episode, total - done)):
+                x, y = 100 + (done * 37) % 1000, 100 + (done * 53) % 500
+                try:
+                    result = desktop.act(f"pyautogui.moveTo({x}, {y})")
+                    desktop.observe()
+                except DesktopError:
+                    crashes += 1
+                    break
+                ready += result.ready_s > 0
+                done += 1
+            print(f"{done} steps, resets {kinds}, recycles {impl.server_recycles}", file=sys.stderr, flush=True)
+        recycles = impl.server_recycles
+    elapsed = time.monotonic() - start
+    return {"steps": done, "crashes": crashes, "resets": kinds, "recycles": recycles, "s_per_step": elapsed / done}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--resets", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=0, help="run the steps part with this many steps")
+    parser.add_argument("--episode", type=int, default=50)
     args = parser.parse_args()
+    if args.steps:
+        print(json.dumps(steps(args.steps, args.episode)))
+        return
     rows = chrome(args.resets)
     print("| reset (s) | wait_after_reset (s) | ready | kind |")
     print("|---|---|---|---|")
