@@ -16,10 +16,14 @@ Per rollout:
   cannot be verified clean, a VM that stopped answering, and every reset with ``fast_reset=False`` use a
   snapshot revert instead (docker: a new container from the image, cold boot).
 * **ready signals.** After reset: the server answers, the windows the setup launched are mapped (``wmctrl
-  -l`` over ``/execute``), and two consecutive ``/screenshot`` frames are equal. After each action: the
-  frames are equal. Before grading: the post-config has run and the frames are equal. Each wait has a
-  deadline (``Timeouts.ready``). ``ready_signal=False`` sleeps as OSWorld does instead: ``fixed_wait``
-  after each action (twice for ``WAIT``), 30× after reset and 10× before grading (60 s and 20 s at 2 s).
+  -l`` over ``/execute``; a launch of a program that opens no window, such as ``socat``, is not counted),
+  and the screen is still: one wait in the VM through ``/execute`` that compares frames itself, so a ready
+  signal costs OSWorld's server no ``/screenshot`` (each leaks an X connection there). After each action:
+  the screen is still. The server is recycled during fast reset and before ``screenshot_budget``
+  screenshots (:meth:`_VMDesktop._recycle_server`). Before grading: the post-config has run and the screen
+  is still. Each wait has a deadline (``Timeouts.ready``). ``ready_signal=False`` sleeps as OSWorld does
+  instead: ``fixed_wait`` after each action (twice for ``WAIT``), 30× after reset and 10× before grading
+  (60 s and 20 s at 2 s).
 * **grading.** desktop-env's ``DesktopEnv.evaluate`` (:mod:`.session`).
 """
 
