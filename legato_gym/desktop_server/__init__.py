@@ -8,7 +8,12 @@ in the VM), so OSWorld's controllers and getters can talk to it. Differences, al
   how the host reaches it), on a listening socket the host passes in (``--listen fd:N``) or, outside a
   sandbox, on TCP (``--listen tcp:HOST:PORT``);
 * ``/screenshot`` reads the X server's framebuffer file (``Xvfb -fbdir``) instead of ``pyautogui``, so it
-  needs no third-party package; unlike OSWorld's, the image has no mouse cursor pasted in;
+  needs no third-party package; the pointer is pasted in as OSWorld's server pastes it (:mod:`.pointer`,
+  XFixes through ``ctypes``);
+* ``--mode osworld`` (``LocalOptions.server_mode``) also reproduces what OSWorld's real server does that a
+  client sees: an X connection leaked per ``/screenshot`` and its death once X is full, Flask's HTML
+  415/400/500 pages, form-only ``/file``, ``/window_size`` and ``/setup/upload`` (:data:`.httpd.JSON_ROUTES`,
+  :data:`.httpd.FORM_ROUTES`); the default mode, ``legato``, has none of these faults;
 * ``/run_bash_script`` does not have OSWorld's undefined ``_append_event`` bug (it answers 200, not 500);
 * ``/accessibility`` and ``/terminal`` read AT-SPI in a helper process run by the system's interpreter
   (``--atspi-python``, ``/usr/bin/python3``: Debian's ``python3-pyatspi`` and ``gi`` are built for it,

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> None:
 
         sys.exit(atspi_main(sys.argv[2]))
     from .atspi import ATSPI_PYTHON
-    from .handlers import OPEN_FILE_TIMEOUT
+    from .handlers import OPEN_FILE_TIMEOUT, SERVER_MODES
     from .httpd import serve
 
     parser = argparse.ArgumentParser(description="The in-desktop HTTP server: OSWorld's VM server protocol.")
@@ -36,7 +36,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fb", help="Xvfb -fbdir framebuffer file (XWD) of this display")
     parser.add_argument("--open-file-timeout", type=float, default=OPEN_FILE_TIMEOUT)
     parser.add_argument("--atspi-python", default=ATSPI_PYTHON, help="interpreter with pyatspi (AT-SPI reads)")
+    parser.add_argument("--mode", choices=SERVER_MODES, default="legato", help="osworld: as OSWorld's real server")
+    parser.add_argument("--no-pointer", action="store_true", help="no pointer pasted into /screenshot")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     socket.setdefaulttimeout(None)
-    serve(args.listen, args.fb, args.open_file_timeout, args.atspi_python)
+    serve(args.listen, args.fb, args.open_file_timeout, args.atspi_python, args.mode, not args.no_pointer)

@@ -11,11 +11,13 @@ import os
 import platform
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -23,8 +25,36 @@ from typing import Any
 from .actions import ACTION_OUTPUT_LIMIT, SERVER_FOLDER, ActionRunner
 from .atspi import ATSPI_PYTHON, ATSPI_TIMEOUT, ATSPI_UNAVAILABLE
 from .image import Framebuffer
+from .pointer import read_pointer
 
-__all__ = ["OPEN_FILE_TIMEOUT", "Handlers", "Response", "json_reply", "run_capped", "text_reply"]
+__all__ = [
+    "OPEN_FILE_TIMEOUT",
+    "SERVER_MODES",
+    "Handlers",
+    "Response",
+    "flask_error",
+    "json_reply",
+    "run_capped",
+    "text_reply",
+]
+
+#: ``legato``: this server's own answers. ``osworld``: also what OSWorld's real server does that a client can
+#: see (reference/osworld.md §3b): an X connection leaked per ``/screenshot`` and death once X is full, Flask's
+#: HTML answers to bodies of the wrong kind (415, 400) and to unhandled errors (500), form-only routes.
+SERVER_MODES = ("legato", "osworld")
+
+_FLASK_ERRORS = {
+    400: ("Bad Request", "The browser (or proxy) sent a request that this server could not understand."),
+    415: (
+        "Unsupported Media Type",
+        "Did not attempt to load JSON data because the request Content-Type was not &#39;application/json&#39;.",
+    ),
+    500: (
+        "Internal Server Error",
+        "The server encountered an internal error and was unable to complete your request. Either the server is "
+        "overloaded or there is an error in the application.",
+    ),
+}
 
 #: OSWorld's ``/setup/open_file`` waits this long for the window (its ``TIMEOUT``).
 OPEN_FILE_TIMEOUT = 1800.0
@@ -49,6 +79,13 @@ def json_reply(data: Any, status: int = 200) -> Response:
 def text_reply(text: str, status: int = 200) -> Response:
     """``text`` as an HTML answer (what Flask gives a view's string)."""
     return status, "text/html; charset=utf-8", text.encode(), {}
+
+
+def flask_error(status: int) -> Response:
+    """The HTML page Flask (Werkzeug) answers ``status`` with, as OSWorld's server does."""
+    title, text = _FLASK_ERRORS[status]
+    page = f"<!doctype html>\n<html lang=en>\n<title>{status} {title}</title>\n<h1>{title}</h1>\n<p>{text}</p>\n"
+    return text_reply(page, status)
 
 
 def _expand_command(data: dict[str, Any]) -> tuple[list[str] | str, bool]:
@@ -128,7 +165,15 @@ class Handlers:
         runner: ActionRunner | None = None,
         atspi_python: str = ATSPI_PYTHON,
         atspi_timeout: float = ATSPI_TIMEOUT,
+        mode: str = "legato",
+        pointer: bool = True,
     ) -> None:
+        if mode not in SERVER_MODES:
+            raise ValueError(f"server mode {mode!r}: choose one of {', '.join(SERVER_MODES)}")
+        self.mode = mode
+        self.pointer = pointer
+        #: ``/screenshot`` answers in ``osworld`` mode once X refused the server a connection (then it dies).
+        self.x_refused = 0
         self.fb = fb
         self.open_file_timeout = open_file_timeout
         self.runner = runner
@@ -312,9 +357,26 @@ class Handlers:
 
     # --- screen
     def screenshot(self, data: dict[str, Any]) -> Response:
+        """The screen with the pointer pasted in (:mod:`.pointer`), as OSWorld's.
+
+        In ``osworld`` mode every call leaks its X connection, as OSWorld's does. Once X refuses a connection
+        (every client slot taken), the first call answers Flask's HTML 500 and the next one kills the server
+        with SIGSEGV, as OSWorld's does (a segfault in ``XFixesGetCursorImage``); a unit would restart it.
+        """
         if self.fb is None:
             return text_reply("no framebuffer (start the server with --fb)", 500)
-        return 200, "image/png", self.fb.png(), {}
+        osworld = self.mode == "osworld"
+        if not (self.pointer or osworld):
+            return 200, "image/png", self.fb.png(), {}
+        pointer = read_pointer(leak=osworld)
+        if pointer is None and osworld:
+            with self._lock:
+                self.x_refused += 1
+                refused = self.x_refused
+            if refused > 1:
+                signal.pthread_kill(threading.get_ident(), signal.SIGSEGV)  # now, from this thread
+            return flask_error(500)
+        return 200, "image/png", self.fb.png(pointer=pointer), {}
 
     def screen_size(self, data: dict[str, Any]) -> Response:
         if self.fb is None:
@@ -389,6 +451,43 @@ class Handlers:
 
     def wallpaper(self, data: dict[str, Any]) -> Response:
         return text_reply("Wallpaper file not found", 404)
+
+    def change_wallpaper(self, data: dict[str, Any]) -> Response:
+        """OSWorld's: ``gsettings set org.gnome.desktop.background picture-uri file://PATH``."""
+        path = data.get("path")
+        if not path:
+            return text_reply("Path not supplied!", 400)
+        target = Path(os.path.expandvars(os.path.expanduser(path)))
+        if not target.exists():
+            return text_reply(f"File not found: {target}", 404)
+        try:
+            subprocess.run(
+                ["gsettings", "set", "org.gnome.desktop.background", "picture-uri", f"file://{target}"],
+                capture_output=True, timeout=30, check=False,
+            )  # fmt: skip
+        except Exception as exc:
+            return text_reply(f"Failed to change wallpaper. Error: {exc}", 500)
+        return text_reply("Wallpaper changed successfully")
+
+    def download_file(self, data: dict[str, Any]) -> Response:
+        """OSWorld's: the VM downloads ``url`` to ``path`` (3 tries, 300 s each, the size checked)."""
+        url, path = data.get("url"), data.get("path")
+        if not url or not path:
+            return text_reply("Path or URL not supplied!", 400)
+        target = Path(os.path.expandvars(os.path.expanduser(path)))
+        error: Exception | None = None
+        for _ in range(3):
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with urllib.request.urlopen(url, timeout=300) as response, open(target, "wb") as out:
+                    expected = int(response.headers.get("Content-Length") or -1)
+                    shutil.copyfileobj(response, out)
+                if expected >= 0 and target.stat().st_size != expected:
+                    raise OSError(f"downloaded {target.stat().st_size} bytes of {expected}")
+                return text_reply("File downloaded successfully")
+            except Exception as exc:
+                error = exc
+        return text_reply(f"Failed to download {url}. No retries left. Error: {error}", 500)
 
     def start_recording(self, data: dict[str, Any]) -> Response:
         message = "ffmpeg is required for recording but was not found in PATH."

@@ -19,10 +19,10 @@ from urllib.parse import parse_qs
 
 from .actions import ActionRunner
 from .atspi import ATSPI_PYTHON
-from .handlers import OPEN_FILE_TIMEOUT, Handlers, Response, json_reply, text_reply
+from .handlers import OPEN_FILE_TIMEOUT, Handlers, Response, flask_error, json_reply, text_reply
 from .image import Framebuffer
 
-__all__ = ["ROUTES", "RequestHandler", "TCPHTTPServer", "UnixHTTPServer", "serve"]
+__all__ = ["FORM_ROUTES", "JSON_ROUTES", "ROUTES", "RequestHandler", "TCPHTTPServer", "UnixHTTPServer", "serve"]
 
 logger = logging.getLogger("legato.desktop_server")
 
@@ -52,7 +52,37 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/setup/open_file"): "open_file",
     ("POST", "/setup/activate_window"): "activate_window",
     ("POST", "/setup/close_window"): "close_window",
+    ("POST", "/setup/change_wallpaper"): "change_wallpaper",
+    ("POST", "/setup/download_file"): "download_file",
 }
+
+#: Handlers whose OSWorld view reads ``request.json``: in ``osworld`` mode a body of another content type
+#: gets Flask's 415 page, malformed JSON its 400 page.
+JSON_ROUTES = frozenset(
+    {
+        "execute", "execute_with_verification", "launch", "run_python", "run_bash_script", "list_directory",
+        "open_file", "activate_window", "close_window", "change_wallpaper", "download_file",
+    }
+)  # fmt: skip
+#: Handlers whose OSWorld view reads ``request.form`` (and ``request.files``): in ``osworld`` mode any
+#: other body gets Flask's 400 page (the missing form key).
+FORM_ROUTES = frozenset({"file", "window_size", "upload"})
+_FORM_KINDS = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+def _osworld_refusal(name: str, content_type: str, body: bytes) -> Response | None:
+    """Flask's answer to a body OSWorld's view of handler ``name`` cannot read, or ``None``."""
+    kind = content_type.split(";")[0].strip().lower()
+    if name in JSON_ROUTES:
+        if kind != "application/json":
+            return flask_error(415)
+        try:
+            json.loads(body or b"")
+        except ValueError:
+            return flask_error(400)
+    if name in FORM_ROUTES and kind not in _FORM_KINDS:
+        return flask_error(400)
+    return None
 
 
 def _parse_body(content_type: str, body: bytes) -> dict[str, Any]:
@@ -100,12 +130,15 @@ class RequestHandler(BaseHTTPRequestHandler):
             known = any(path == self.path.split("?")[0] for _, path in ROUTES)
             response: Response = text_reply("Method Not Allowed", 405) if known else text_reply("Not Found", 404)
         else:
+            osworld = self.handlers.mode == "osworld"
+            content_type = self.headers.get("Content-Type", "")
+            refusal = _osworld_refusal(name, content_type, body) if osworld else None
             try:
-                data = _parse_body(self.headers.get("Content-Type", ""), body)
-                response = getattr(self.handlers, name)(data)
+                response = refusal or getattr(self.handlers, name)(_parse_body(content_type, body))
             except Exception as exc:
                 logger.exception("handler %s failed", name)
-                response = json_reply({"status": "error", "message": str(exc)}, 500)
+                # Flask (OSWorld's server runs it with debug=True) answers an unhandled error with an HTML page
+                response = flask_error(500) if osworld else json_reply({"status": "error", "message": str(exc)}, 500)
         status, content_type, payload, headers = response
         self.send_response(status)
         self.send_header("Content-Type", content_type)
@@ -147,14 +180,19 @@ def _not_dumpable() -> None:
 
 
 def serve(
-    listen: str, fb_path: str | None, open_file_timeout: float = OPEN_FILE_TIMEOUT, atspi_python: str = ATSPI_PYTHON
+    listen: str,
+    fb_path: str | None,
+    open_file_timeout: float = OPEN_FILE_TIMEOUT,
+    atspi_python: str = ATSPI_PYTHON,
+    mode: str = "legato",
+    pointer: bool = True,
 ) -> None:
-    """Serve forever on ``unix:PATH``, ``fd:N`` or ``tcp:HOST:PORT``."""
+    """Serve forever on ``unix:PATH``, ``fd:N`` or ``tcp:HOST:PORT``; ``mode``, ``pointer``: see :class:`Handlers`."""
     _not_dumpable()
     fb = Framebuffer(fb_path) if fb_path else None
     runner = ActionRunner()
     runner.start()  # warms up while the host runs the task's setup
-    handlers = Handlers(fb, open_file_timeout, runner, atspi_python)
+    handlers = Handlers(fb, open_file_timeout, runner, atspi_python, mode=mode, pointer=pointer)
     handler = type("BoundHandler", (RequestHandler,), {"handlers": handlers})
     server: socketserver.BaseServer
     kind, _, address = listen.partition(":")

@@ -18,6 +18,8 @@ import struct
 import zlib
 from typing import NamedTuple
 
+from .pointer import Pointer, paste_pointer
+
 __all__ = ["PNG_SIGNATURE", "Framebuffer", "XwdHeader", "png_chunk", "png_from_rows", "png_size", "read_xwd_header"]
 
 #: The eight bytes every PNG file starts with.
@@ -112,8 +114,8 @@ class Framebuffer:
             f.seek(self.header.offset)
             return f.read(self.header.bytes_per_line * self.height)
 
-    def png(self, level: int = 1) -> bytes:
-        """The screen as PNG bytes (unfiltered rows; zlib at ``level``)."""
+    def png(self, level: int = 1, pointer: Pointer | None = None) -> bytes:
+        """The screen as PNG bytes (unfiltered rows; zlib at ``level``), ``pointer`` pasted in (:mod:`.pointer`)."""
         raw, stride_in = self.bgrx(), self.header.bytes_per_line
         w, h = self.width, self.height
         if stride_in != 4 * w:
@@ -122,6 +124,8 @@ class Framebuffer:
         rgb[0::3] = raw[2::4]
         rgb[1::3] = raw[1::4]
         rgb[2::3] = raw[0::4]
+        if pointer is not None:
+            paste_pointer(rgb, w, h, pointer)
         stride = 3 * w
         rows = bytearray((stride + 1) * h)  # each row's filter byte stays 0 (None)
         for y in range(h):

@@ -68,7 +68,7 @@ def prepared(args: dict[str, Any]) -> dict[str, Any]:
 
 def lifecycle(args: dict[str, Any]) -> dict[str, Any]:
     """The osworld backend on a local stand-in VM: dead VM replaced, unverifiable reset reverted."""
-    config = _config(args, options={"provider": "local", "local": {"python": sys.executable}})
+    config = _config(args, options={"provider": "local", "local": {"python": sys.executable, "server_mode": "osworld"}})
     task = next(t for t in default_tasks(config) if t.task_id == "local-files-rename")
     out: dict[str, Any] = {}
     with OSWorldDesktop(config) as desktop:
@@ -80,6 +80,91 @@ def lifecycle(args: dict[str, Any]) -> dict[str, Any]:
             os.kill(pid, signal.SIGKILL)
         out["dead"] = [_run(desktop, task, solution(task.task_id, SCREEN)), desktop.last_reset_kind]
         out["again"] = [_run(desktop, task, solution(task.task_id, SCREEN, correct=False)), desktop.last_reset_kind]
+    return out
+
+
+def _setup_task(task_id: str, setup: list[dict[str, Any]]) -> Task:
+    config = {"id": task_id, "instruction": "Do nothing.", "config": setup, "evaluator": {"func": "infeasible"}}
+    return Task(task_id, "Do nothing.", config, domain="local")
+
+
+def probes(args: dict[str, Any]) -> dict[str, Any]:
+    """On a stand-in VM whose server answers as OSWorld's: a windowless launch (socat) is not waited for as a
+    window, and a wmctrl that fails (X full) makes the reset unverified, so it reverts."""
+    import subprocess
+
+    local = {"python": sys.executable, "server_mode": "osworld", "prestart": False}
+    config = _config(args, options={"provider": "local", "local": local, "window_timeout": 3})
+    xterm = {"type": "launch", "parameters": {"command": ["xterm"]}}
+    socat = {"type": "launch", "parameters": {"command": ["socat", "tcp-listen:9222,fork", "tcp:localhost:1337"]}}
+    out: dict[str, Any] = {}
+    with OSWorldDesktop(config) as desktop:
+        desktop.reset(_setup_task("legato-windowless", [xterm, socat]))
+        out["windowless"] = [desktop.wait_after_reset().ready, desktop.last_reset_kind]
+        desktop.reset(_setup_task("legato-nothing", []))
+        out["clean"] = [desktop.wait_after_reset().ready, desktop.last_reset_kind]
+        # the ready signals cost the server no /screenshot (each one leaks an X connection on OSWorld's)
+        screenshots = []
+        desktop._impl._http.event_hooks["request"].append(
+            lambda request: screenshots.append(1) if request.url.path == "/screenshot" else None
+        )
+        desktop.reset(_setup_task("legato-xterm", [xterm]))
+        ready = [desktop.wait_after_reset().ready]
+        for _ in range(3):
+            desktop.act("pyautogui.typewrite('ls')")
+        ready.append(desktop.wait_before_eval().ready)
+        desktop.observe()
+        out["screenshots"] = [len(screenshots), ready]
+        display = desktop._impl.vm._desktop.display
+        # a host client takes every X slot, and each one freed again (the reset kills the task's X clients),
+        # until that X server is gone (the next one may get its display number)
+        code = (
+            "import os, sys, time; from legato_gym.desktop_server.pointer import read_pointer\n"
+            "full = False\n"
+            f"while os.path.exists('/proc/{display.pids[0]}'):\n"
+            f"    if read_pointer({display.name!r}, leak=True) is None:\n"
+            "        if not full: print('full', flush=True); full = True\n"
+            "        time.sleep(0.001)\n"
+        )
+        filler = subprocess.Popen(
+            [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+        try:
+            assert filler.stdout is not None and filler.stdout.readline().strip() == "full"
+            desktop.reset(_setup_task("legato-nothing", []))  # wmctrl cannot open the display
+            out["x_full"] = desktop.last_reset_kind
+        finally:
+            filler.kill()
+            filler.wait()
+        desktop.reset(_setup_task("legato-nothing", []))
+        out["after"] = [desktop.wait_after_reset().ready, desktop.last_reset_kind]
+    return out
+
+
+def recycle(args: dict[str, Any]) -> dict[str, Any]:
+    """A server that leaks as OSWorld's, recycled before its screenshot budget runs out (mid-episode) and
+    during fast reset; its new helpers count as first-boot processes, so the resets stay fast."""
+    local = {"python": sys.executable, "server_mode": "osworld"}
+    config = _config(args, options={"provider": "local", "local": local, "screenshot_budget": 6})
+    xterm = {"type": "launch", "parameters": {"command": ["xterm"]}}
+    out: dict[str, Any] = {"kinds": [], "recycles": []}
+    with OSWorldDesktop(config) as desktop:
+        impl = desktop._impl
+        servers = {impl._execute("echo $PPID", shell=True)["output"].strip()}
+        for _ in range(3):
+            desktop.reset(_setup_task("legato-xterm", [xterm]))
+            out["kinds"].append(desktop.last_reset_kind)
+            desktop.wait_after_reset()
+            for _ in range(8):  # more than the budget: the server is recycled mid-episode
+                desktop.observe()
+            desktop.act("pyautogui.typewrite('ls')")
+            out["recycles"].append(impl.server_recycles)
+            servers.add(impl._execute("echo $PPID", shell=True)["output"].strip())
+        desktop.reset(_setup_task("legato-nothing", []))
+        out["kinds"].append(desktop.last_reset_kind)
+        left = impl._execute("ps -u $(id -u) -o stat=,comm= | grep -v '^Z' | grep -c xterm", shell=True)
+        out["xterms_left"] = left["output"].strip()
+    out["servers"] = len(servers)
     return out
 
 
@@ -219,6 +304,8 @@ if __name__ == "__main__":
         "local_grader": local_grader,
         "prepared": prepared,
         "lifecycle": lifecycle,
+        "probes": probes,
+        "recycle": recycle,
         "docker_desktop": docker_desktop,
         "docker_many": docker_many,
         "docker_leak": docker_leak,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import signal
@@ -315,3 +316,25 @@ def test_gymnasium_id_is_registered() -> None:
         assert info["task_id"] == "local-files-rename"
     finally:
         env.close()
+
+
+def test_observations_have_the_pointer_where_osworlds_server_pastes_it(desktop: LocalDesktop) -> None:
+    """The pointer's image with its top-left corner at the pointer (OSWorld's paste), also in ``/screenshot``."""
+    from legato_gym.desktop_server.pointer import read_pointer
+
+    desktop.reset(infeasible())
+    desktop.wait_after_reset()
+    desktop.act("pyautogui.moveTo(200, 150)")
+    shot = desktop.observe().screenshot
+    plain = np.ascontiguousarray(desktop.display._framebuffer()[:, :, 2::-1])
+    pointer = read_pointer(desktop.display.name)
+    assert pointer is not None and (pointer.x, pointer.y) == (200, 150)
+    changed = np.argwhere((shot != plain).any(axis=2))
+    assert len(changed) > 0
+    assert changed[:, 0].min() >= 150 and changed[:, 1].min() >= 200
+    assert changed[:, 0].max() < 150 + pointer.height and changed[:, 1].max() < 200 + pointer.width
+    served = desktop.client.request("GET", "/screenshot")
+    from PIL import Image
+
+    server_shot = np.asarray(Image.open(io.BytesIO(served.content)).convert("RGB"))
+    np.testing.assert_array_equal(server_shot, shot)  # one paste, the same pixels both ways

@@ -76,6 +76,27 @@ def test_dead_vm_is_replaced_and_unverifiable_reset_reverts(venv_python: str, do
     assert result["again"] == [0.0, "fast"]
 
 
+def test_windowless_launches_do_not_wait_and_a_failing_probe_reverts(venv_python: str, download_cache: Path) -> None:
+    """socat opens no window: the ready signal does not wait for one; wmctrl failing (X full) is no clean reset."""
+    needs_local_tools()
+    result = run_in_venv(venv_python, "probes", {"cache": str(download_cache)}, timeout=400)
+    assert result["windowless"] == [True, "fast"]
+    assert result["clean"] == [True, "fast"]
+    assert result["screenshots"] == [1, [True, True]]  # the observation's only: the waits watch the screen in the VM
+    assert result["x_full"] == "fallback"
+    assert result["after"] == [True, "fast"]
+
+
+def test_a_leaking_server_is_recycled_and_resets_stay_fast(venv_python: str, download_cache: Path) -> None:
+    """The stand-in's server leaks an X connection per screenshot as OSWorld's does; the backend restarts it
+    before its budget runs out and during fast reset, and re-counts it as a first-boot process."""
+    needs_local_tools()
+    result = run_in_venv(venv_python, "recycle", {"cache": str(download_cache)}, timeout=400)
+    assert result["kinds"] == ["fast"] * 4
+    assert result["recycles"][0] >= 1 and result["recycles"] == sorted(set(result["recycles"]))
+    assert result["servers"] == 4 and result["xterms_left"] == "0"  # a new server in each episode
+
+
 def _probe_clean() -> Task:
     """Graded by desktop-env: 1 when no file or app of an earlier episode survived the reset."""
     config = {
@@ -103,7 +124,11 @@ def osworld_env(venv_python: str, download_cache: Path, osworld_path: Path) -> I
         screen=SCREEN,
         osworld_path=osworld_path,
         python=venv_python,
-        options={"provider": "local", "download_cache": str(download_cache), "local": {"python": venv_python}},
+        options={
+            "provider": "local",
+            "download_cache": str(download_cache),
+            "local": {"python": venv_python, "server_mode": "osworld"},
+        },
     )
     env = gym.make("legato/OSWorld-v0", config=config, tasks=default_tasks(config), max_steps=5)
     yield env
@@ -152,7 +177,11 @@ def test_vector_env_workers_run_in_desktop_env_interpreter(
         screen=SCREEN,
         osworld_path=osworld_path,
         python=venv_python,
-        options={"provider": "local", "download_cache": str(download_cache), "local": {"python": venv_python}},
+        options={
+            "provider": "local",
+            "download_cache": str(download_cache),
+            "local": {"python": venv_python, "server_mode": "osworld"},
+        },
     )
     tasks = {t.task_id: t for t in default_tasks(config)}
     rename = tasks["local-files-rename"]

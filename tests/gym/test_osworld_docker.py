@@ -34,7 +34,7 @@ export HOME=/home/user DISPLAY=:0
 Xvfb :0 -fbdir /tmp -screen 0 1024x768x24 -nolisten tcp >/dev/null 2>&1 &
 while [ ! -f /tmp/Xvfb_screen0 ]; do sleep 0.05; done
 cd /home/user
-exec python3 /app/server --listen tcp:0.0.0.0:5000 --fb /tmp/Xvfb_screen0
+exec python3 /app/server --listen tcp:0.0.0.0:5000 --fb /tmp/Xvfb_screen0 --mode osworld
 """
 
 

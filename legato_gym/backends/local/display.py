@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from legato_gym.backends.local.sandbox import drop_to, joined_cgroup
 from legato_gym.desktop_server.image import read_xwd_header
+from legato_gym.desktop_server.pointer import paste_pointer, read_pointer
 from legato_gym.errors import DeadlineExceeded, DesktopCrashed, MissingDependencyError
 
 __all__ = ["Display", "WindowInfo", "require_tools"]
@@ -104,6 +105,8 @@ class Display:
         self._fb_path = state_dir / "fb" / "Xvfb_screen0"
         self._socket_dir = state_dir / "x11"
         self._fb_view: npt.NDArray[np.uint8] | None = None
+        #: Paste the pointer into :meth:`screenshot` as OSWorld's server does (``LocalOptions.pointer``).
+        self.pointer = True
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -242,10 +245,15 @@ class Display:
         return self._fb_view
 
     def screenshot(self) -> npt.NDArray[np.uint8]:
-        """The screen as an ``(H, W, 3)`` RGB array (a copy)."""
+        """The screen as an ``(H, W, 3)`` RGB array (a copy), with the pointer pasted in where and as OSWorld's
+        server pastes it (:mod:`legato_gym.desktop_server.pointer`), unless :attr:`pointer` is off."""
         if not self.alive():
             raise DesktopCrashed(f"the X server of display {self.number} died")
-        return np.ascontiguousarray(self._framebuffer()[:, :, 2::-1])
+        image = np.ascontiguousarray(self._framebuffer()[:, :, 2::-1])
+        pointer = read_pointer(self.name) if self.pointer else None
+        if pointer is not None:
+            paste_pointer(image.reshape(-1).data, image.shape[1], image.shape[0], pointer)
+        return image
 
     def fingerprint(self) -> bytes:
         """A cheap digest of the screen (every 4th pixel of every 4th row) to tell whether it changed."""

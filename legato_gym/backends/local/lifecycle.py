@@ -97,6 +97,8 @@ class DesktopProcesses:
             system_paths=options.system_paths,
             extra_paths=(*options.extra_paths, *vscode.sandbox_paths()),  # code-server, for `code`
             open_file_timeout=min(config.timeouts.reset, 1800.0),
+            server_mode=options.server_mode,
+            pointer=options.pointer,
         )
         root = Path(options.state_dir or tempfile.gettempdir()) / "legato-local"
         root.mkdir(mode=0o711, parents=True, exist_ok=True)
@@ -288,7 +290,9 @@ class DesktopProcesses:
                 self.record.path.unlink(missing_ok=True)
 
     def _new_display(self, slot: str) -> Display:
-        return Display(self.state_dir / f"display{slot}", self.config.screen, self.spec.host_uid, self._cgroup.procs)
+        display = Display(self.state_dir / f"display{slot}", self.config.screen, self.spec.host_uid, self._cgroup.procs)
+        display.pointer = self.options.pointer
+        return display
 
     def _open_sandbox(self, display: Display, slot: str, deadline: float) -> tuple[Sandbox, DesktopClient]:
         """Start a sandbox on ``display`` and wait for its server."""

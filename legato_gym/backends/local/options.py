@@ -112,6 +112,14 @@ class LocalOptions(BackendOptions):
         file_cache: the persistent, URL-keyed cache of OSWorld's task files (:mod:`.file_cache`) that setup
             downloads and ``cloud_file`` gold files are read from first, shared by all desktops and never
             wiped by a reset (default ``$LEGATO_FILE_CACHE`` or ``~/.cache/legato/files``).
+        server_mode: how the in-desktop server answers (:mod:`legato_gym.desktop_server`). ``"legato"`` (the
+            default): OSWorld's protocol without its faults. ``"osworld"``: also what OSWorld's real server
+            does that a client sees (``docs/osworld.md``, "The stand-in VM's server mode"): it leaks an X
+            connection per ``/screenshot`` and dies once X is full, answers bodies of the wrong kind with
+            Flask's HTML 415/400 pages and unhandled errors with its HTML 500 page. The osworld backend's
+            stand-in VMs use it to meet what only the real VM does.
+        pointer: paste the pointer into screenshots where and as OSWorld's server does (its image's top-left
+            corner at the pointer's position): the observations and the server's ``/screenshot``.
     """
 
     backend: ClassVar[str] = "local"
@@ -137,6 +145,8 @@ class LocalOptions(BackendOptions):
     download_cache: str | None = None
     file_cache: str | None = None
     prestart: bool = True
+    server_mode: str = "legato"
+    pointer: bool = True
 
     def __post_init__(self) -> None:
         for name, least in (("memory_mb", 64), ("max_processes", 16), ("tmpfs_mb", 1)):
@@ -145,6 +155,8 @@ class LocalOptions(BackendOptions):
                 invalid(self, name, f"must be an integer >= {least}")
         if self.action_runner not in ("fork", "exec"):
             invalid(self, "action_runner", "choose 'fork' or 'exec'")
+        if self.server_mode not in ("legato", "osworld"):
+            invalid(self, "server_mode", "choose 'legato' or 'osworld' (OSWorld's real server, faults included)")
         if self.grader not in GRADERS:
             invalid(self, "grader", f"choose {', '.join(map(repr, GRADERS))}")
         seconds(self, "settle_s", "busy_s", "poll_s", "window_timeout", "kill_timeout", positive=True)

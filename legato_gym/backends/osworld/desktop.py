@@ -16,10 +16,14 @@ Per rollout:
   cannot be verified clean, a VM that stopped answering, and every reset with ``fast_reset=False`` use a
   snapshot revert instead (docker: a new container from the image, cold boot).
 * **ready signals.** After reset: the server answers, the windows the setup launched are mapped (``wmctrl
-  -l`` over ``/execute``), and two consecutive ``/screenshot`` frames are equal. After each action: the
-  frames are equal. Before grading: the post-config has run and the frames are equal. Each wait has a
-  deadline (``Timeouts.ready``). ``ready_signal=False`` sleeps as OSWorld does instead: ``fixed_wait``
-  after each action (twice for ``WAIT``), 30× after reset and 10× before grading (60 s and 20 s at 2 s).
+  -l`` over ``/execute``; a launch of a program that opens no window, such as ``socat``, is not counted),
+  and the screen is still: one wait in the VM through ``/execute`` that compares frames itself, so a ready
+  signal costs OSWorld's server no ``/screenshot`` (each leaks an X connection there). After each action:
+  the screen is still. The server is recycled during fast reset and before ``screenshot_budget``
+  screenshots (:meth:`_VMDesktop._recycle_server`). Before grading: the post-config has run and the screen
+  is still. Each wait has a deadline (``Timeouts.ready``). ``ready_signal=False`` sleeps as OSWorld does
+  instead: ``fixed_wait`` after each action (twice for ``WAIT``), 30× after reset and 10× before grading
+  (60 s and 20 s at 2 s).
 * **grading.** desktop-env's ``DesktopEnv.evaluate`` (:mod:`.session`).
 """
 
@@ -31,10 +35,11 @@ import importlib.util
 import io
 import json
 import logging
+import shlex
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -130,6 +135,67 @@ def check_screenshot(png: bytes, screen: tuple[int, int], caps: ReadCaps = ReadC
     return png
 
 
+#: Waits in the VM, with the VM's python, until two frames ``settle_s`` apart are equal or ``timeout`` passed;
+#: prints ``{"settled": bool, "frames": n}``. One X connection, closed when it exits (it leaks nothing, unlike
+#: the server's ``/screenshot``), and no screenshot through the server per poll.
+_SETTLE_SCRIPT = r"""
+import ctypes, ctypes.util, hashlib, json, sys, time
+settle, timeout = float(sys.argv[1]), float(sys.argv[2])
+x11 = ctypes.CDLL(ctypes.util.find_library("X11") or "libX11.so.6")
+x11.XOpenDisplay.restype = ctypes.c_void_p
+x11.XOpenDisplay.argtypes = [ctypes.c_char_p]
+x11.XDefaultRootWindow.restype = ctypes.c_ulong
+x11.XDefaultRootWindow.argtypes = [ctypes.c_void_p]
+x11.XGetImage.restype = ctypes.c_void_p
+x11.XGetImage.argtypes = [ctypes.c_void_p, ctypes.c_ulong, ctypes.c_int, ctypes.c_int, ctypes.c_uint,
+                          ctypes.c_uint, ctypes.c_ulong, ctypes.c_int]
+x11.XFree.argtypes = x11.XCloseDisplay.argtypes = [ctypes.c_void_p]
+x11.XDisplayWidth.argtypes = x11.XDisplayHeight.argtypes = [ctypes.c_void_p, ctypes.c_int]
+dpy = x11.XOpenDisplay(None)
+if not dpy:
+    print(json.dumps({"error": "cannot open the display"}))
+    sys.exit(0)
+root = x11.XDefaultRootWindow(dpy)
+w, h = x11.XDisplayWidth(dpy, 0), x11.XDisplayHeight(dpy, 0)
+def frame():
+    image = x11.XGetImage(dpy, root, 0, 0, w, h, 0xFFFFFFFF, 2)
+    if not image:
+        return None
+    data = ctypes.c_void_p.from_address(image + 16).value
+    stride = ctypes.c_int.from_address(image + 44).value
+    digest = hashlib.blake2b(ctypes.string_at(data, stride * h), digest_size=16).digest()
+    x11.XFree(data)
+    x11.XFree(image)
+    return digest
+end = time.monotonic() + timeout
+previous, frames, settled = frame(), 1, False
+while time.monotonic() < end:
+    time.sleep(settle)
+    current = frame()
+    frames += 1
+    if current is not None and current == previous:
+        settled = True
+        break
+    previous = current
+x11.XCloseDisplay(dpy)
+print(json.dumps({"settled": settled, "frames": frames}))
+"""
+
+
+def expected_windows(setup: Sequence[Mapping[str, Any]]) -> int:
+    """How many windows a task's setup maps: one per ``open`` step and per ``launch`` of a program that opens
+    one (not ``socat``, a daemon or a killer: :func:`~legato_gym.backends.local.apps.opens_window`), so the
+    ready signal never waits ``window_timeout`` for a window that never comes."""
+    from legato_gym.backends.local.apps import opens_window
+
+    count = 0
+    for step in setup:
+        params = step.get("parameters") or {}
+        if step.get("type") == "open" or (step.get("type") == "launch" and opens_window(params.get("command", ""))):
+            count += 1
+    return count
+
+
 def _decode_png(png: bytes, screen: tuple[int, int] | None = None) -> np.ndarray[Any, np.dtype[np.uint8]]:
     from PIL import Image
 
@@ -165,6 +231,10 @@ class _VMDesktop:
         self._baseline_hash = ""
         self._baseline_copy = self.work_dir / "home-baseline.tar"
         self._closed = False
+        #: ``/screenshot`` calls since the VM's server (re)started: each leaks an X connection on OSWorld's.
+        self.screenshots_since_start = 0
+        #: How many times the server was recycled (:meth:`_recycle_server`).
+        self.server_recycles = 0
         #: How the last reset went: ``"fast"``, ``"revert"`` (asked for / domain) or ``"fallback"``.
         self.last_reset_kind = ""
         try:
@@ -195,6 +265,7 @@ class _VMDesktop:
             self.vm.revert(deadline)
         endpoint = self.vm.endpoint
         wait_server(endpoint, deadline)
+        self.screenshots_since_start = 1  # wait_server's answered /screenshot
         if self._http is not None:
             self._http.close()
         self._http = httpx.Client(
@@ -255,11 +326,25 @@ class _VMDesktop:
         try:
             data = json.loads((result.get("output") or "").strip().splitlines()[-1])
         except (ValueError, IndexError) as exc:
-            raise DesktopCrashed(f"process listing in the VM failed: {result.get('error', '')[-300:]}") from exc
+            raise DesktopCrashed(f"process listing in the VM failed: {(result.get('error') or '')[-300:]}") from exc
+        keys = ("killed", "survivors", "missing") if kill else ("pids",)
+        if result.get("returncode") != 0 or not isinstance(data, dict) or any(k not in data for k in keys):
+            raise DesktopCrashed(
+                f"process listing in the VM answered {str(data)[:300]!r} (exit {result.get('returncode')})"
+            )
         return dict(data)
 
     def _windows(self) -> set[str]:
+        """The VM's managed windows (``wmctrl -l``).
+
+        Raises:
+            DesktopCrashed: ``wmctrl`` failed (X full, no window manager): no listing is not "no windows".
+        """
         result = self._execute(["wmctrl", "-l"], timeout=30)
+        if result.get("returncode") != 0:
+            raise DesktopCrashed(
+                f"wmctrl -l failed in the VM (exit {result.get('returncode')}): {(result.get('error') or '')[-300:]}"
+            )
         return {line.split()[0] for line in (result.get("output") or "").splitlines() if line.strip()}
 
     def _settled_pids(self, deadline: float) -> list[int]:
@@ -301,7 +386,20 @@ class _VMDesktop:
         self._baseline_hash = digest.hexdigest()
 
     def _fast_reset(self, deadline: float) -> bool:
-        """Kill the task's apps, verify, restore the home baseline; False when the reset is not verifiable."""
+        """Kill the task's apps, verify, restore the home baseline; False when the reset is not verifiable.
+
+        Every probe must answer: a process listing, ``wmctrl`` or home restore that fails or answers nothing
+        makes the reset unverified (then a snapshot revert), never clean.
+        """
+        try:
+            return self._fast_reset_verified(deadline)
+        except DesktopCrashed as exc:
+            if not self.vm.alive():
+                raise
+            logger.warning("fast reset not verifiable (%s); reverting", exc)
+            return False
+
+    def _fast_reset_verified(self, deadline: float) -> bool:
         result = self._procs(self._baseline_pids, kill=True)
         if result["survivors"] or result["missing"]:
             logger.warning(
@@ -323,16 +421,22 @@ class _VMDesktop:
         done = self._execute(restore, shell=True, timeout=300)
         if done.get("returncode") == 17:  # the in-VM copy changed or vanished: upload the host copy
             assert self._http is not None
-            self._http.post(
+            uploaded = self._http.post(
                 "/setup/upload",
                 data={"file_path": BASELINE_TAR},
                 files={"file_data": ("baseline.tar", self._baseline_copy.read_bytes())},
                 timeout=300,
             )
+            if uploaded.status_code != 200:
+                logger.warning("re-uploading the home baseline answered %s; reverting", uploaded.status_code)
+                return False
             done = self._execute(restore, shell=True, timeout=300)
         if done.get("returncode") != 0:
             logger.warning("home restore failed (%s); reverting", (done.get("error") or "")[-300:])
             return False
+        budget = self.options.screenshot_budget
+        if budget and self.screenshots_since_start >= budget // 2:  # recycle while nothing runs
+            self._recycle_server(deadline)
         return True
 
     # ------------------------------------------------------------------ the contract
@@ -365,10 +469,57 @@ class _VMDesktop:
 
         self._session.begin(task.config, task_path(TASK_DATA, task.task_id))
         self._session.setup(task.setup)
-        self._expected_windows = sum(1 for step in task.setup if step.get("type") in ("launch", "open"))
+        self._expected_windows = expected_windows(task.setup)
         self._task = task
 
+    def _recycle_server(self, deadline: float) -> None:
+        """Restart the VM's server, freeing the X connections its screenshots leaked.
+
+        In the VM, detached from the request that asks for it: ``sudo systemctl restart osworld_server``
+        with ``OSWorldOptions.client_password`` where that unit exists (OSWorld's VM), else SIGKILL to the
+        server, which its supervisor restarts (systemd's ``Restart=on-failure``; the stand-in VM's loop).
+        Then wait until it answers again, and take the first-boot processes again: the new server (and
+        what it starts) counts as first-boot, the old one is not missing.
+        """
+        from legato_gym.backends.osworld.vms import wait_server
+
+        inner = (
+            "sleep 0.3; if systemctl cat osworld_server >/dev/null 2>&1; then "
+            f"echo {shlex.quote(self.options.client_password)} | sudo -S systemctl restart osworld_server; "
+            'else kill -9 "$1"; fi'
+        )
+        result = self._execute(
+            f'server=$PPID; nohup sh -c {shlex.quote(inner)} recycle "$server" >/dev/null 2>&1 & echo $server',
+            shell=True,
+            timeout=30,
+        )
+        old = (result.get("output") or "").strip()
+        time.sleep(0.3)  # the restart is detached: let it begin before polling (else the old server answers)
+        while True:
+            try:
+                pid = self._execute("echo $PPID", shell=True, timeout=10).get("output", "").strip()
+            except DesktopCrashed:
+                pid = old
+            if pid != old:
+                break
+            if time.monotonic() >= deadline:
+                raise DeadlineExceeded("the VM's server did not come back after its restart")
+            time.sleep(0.1)
+        wait_server(self.vm.endpoint, deadline)
+        self.screenshots_since_start = 1
+        self.server_recycles += 1
+        # the old server's helpers are gone; the new one's count as first boot (the task's apps do not)
+        now = set(self._settled_pids(deadline))
+        listed = self._execute(f"ps -o pid= --ppid {shlex.quote(pid)}", shell=True, timeout=30)
+        helpers = {int(word) for word in (listed.get("output") or "").split() if word.isdigit()}
+        self._baseline_pids = sorted((set(self._baseline_pids) & now) | (helpers & now))
+        logger.info("recycled the VM's server (pid %s -> %s)", old, pid)
+
     def _screenshot(self) -> bytes:
+        budget = self.options.screenshot_budget
+        if budget and self.screenshots_since_start >= budget:
+            self._recycle_server(time.monotonic() + self.config.timeouts.reset)
+        self.screenshots_since_start += 1
         assert self._http is not None
         try:
             response = self._call("GET", "/screenshot", 30, cap=self.caps.screenshot_bytes)
@@ -379,6 +530,24 @@ class _VMDesktop:
         return check_screenshot(response.content, self.config.screen, self.caps)
 
     def _settle(self, deadline: float) -> bool:
+        """Wait until the screen is still: one in-VM wait (:data:`_SETTLE_SCRIPT`, through ``/execute``) that
+        costs the server no ``/screenshot`` (each one leaks an X connection on OSWorld's real server); two
+        equal ``/screenshot`` frames only where that script cannot run."""
+        timeout = max(0.0, deadline - time.monotonic())
+        try:
+            result = self._execute(
+                ["python3", "-c", _SETTLE_SCRIPT, str(self.options.settle_s), f"{timeout:.3f}"], timeout=timeout + 30
+            )
+            answer = json.loads((result.get("output") or "").strip().splitlines()[-1])
+        except (ValueError, IndexError, DeadlineExceeded) as exc:
+            logger.debug("in-VM settle unavailable (%s); comparing screenshots", exc)
+        else:
+            if isinstance(answer, dict) and "settled" in answer:
+                return bool(answer["settled"])
+            logger.debug("in-VM settle answered %s; comparing screenshots", answer)
+        return self._settle_by_screenshots(deadline)
+
+    def _settle_by_screenshots(self, deadline: float) -> bool:
         previous = self._screenshot()
         while time.monotonic() < deadline:
             time.sleep(self.options.settle_s)  # the interval between two frames compared, not a wait

@@ -75,7 +75,10 @@ class OSWorldOptions(BackendOptions):
         window_timeout: how long to wait for the setup's windows to map before giving up on that signal.
         kill_timeout: how long fast reset waits for killed processes and their windows to be gone.
         revert_domains: task domains that always use a snapshot revert.
-        client_password: the VM user's password.
+        client_password: the VM user's password (also for ``sudo systemctl restart osworld_server``).
+        screenshot_budget: ``/screenshot`` calls a server start may answer: OSWorld's server leaks an X
+            connection per screenshot and dies at about 250. A fast reset recycles the server once half of
+            it is spent, and a screenshot that would exceed it recycles the server first (0: never).
     """
 
     backend: ClassVar[str] = "osworld"
@@ -89,6 +92,7 @@ class OSWorldOptions(BackendOptions):
     kill_timeout: float = 5.0
     revert_domains: tuple[str, ...] = tuple(sorted(REVERT_DOMAINS))
     client_password: str = "password"
+    screenshot_budget: int = 150
 
     def __post_init__(self) -> None:
         if self.provider not in PROVIDERS:
@@ -99,3 +103,6 @@ class OSWorldOptions(BackendOptions):
                 "standing in for a VM)",
             )
         seconds(self, "settle_s", "window_timeout", "kill_timeout", positive=True)
+        budget = self.screenshot_budget
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+            invalid(self, "screenshot_budget", "must be an integer >= 0 (0: never recycle the server)")

@@ -137,6 +137,14 @@ def entry_command(spec: SandboxSpec) -> list[str]:
     # openbox is restarted if it exits (the agent may run `openbox --exit` or kill it), and does not
     # inherit the server's socket
     wm = f"openbox --config-file {Inside.OPENBOX}/rc.xml --startup {shlex.quote('touch ' + _WM_MARKER)}"
+    server = (
+        f"python {Inside.SERVER} --listen fd:3 --fb {Inside.FB} --open-file-timeout {spec.open_file_timeout:g} "
+        f"--atspi-python {ATSPI_PYTHON} --mode {spec.server_mode}{'' if spec.pointer else ' --no-pointer'}"
+    )
+    if spec.server_mode == "osworld":  # restarted when it dies, as OSWorld's systemd unit restarts its server
+        server = f"exec 3<&0 </dev/null 4>&-; while :; do {server}; sleep 0.5; done"
+    else:
+        server = f"exec {server} 3<&0 </dev/null 4>&-"
     # the window manager first, so that its pid inside (a root property) is the same in every sandbox
     user_entry = (
         "exec 4>&1 >/dev/null; "
@@ -146,9 +154,7 @@ def entry_command(spec: SandboxSpec) -> list[str]:
         f"if [ -f {Inside.BASELINE} ]; then tar -xf {Inside.BASELINE} -C /home/user || exit 3; fi; "
         f"while [ ! -e {_WM_MARKER} ]; do sleep 0.005; done; "
         f"python {Inside.RELAY} --fd 4 --port {DEVTOOLS_PORT} --port {VLC_HTTP_PORT} "
-        "</dev/null 2>/dev/null & "
-        f"exec python {Inside.SERVER} --listen fd:3 --fb {Inside.FB} "
-        f"--open-file-timeout {spec.open_file_timeout:g} --atspi-python {ATSPI_PYTHON} 3<&0 </dev/null 4>&-"
+        "</dev/null 2>/dev/null & " + server
     )
     uid = spec.host_uid
     limits = spec.limits

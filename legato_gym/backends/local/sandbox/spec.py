@@ -104,6 +104,8 @@ class SandboxSpec:
         system_paths: host folders bound read-only (the apps' system folders).
         extra_paths: more host folders bound read-only at the same place (apps installed elsewhere).
         open_file_timeout: how long the server's ``/setup/open_file`` waits for the window.
+        server_mode: the in-desktop server's mode, ``legato`` or ``osworld`` (``LocalOptions.server_mode``).
+        pointer: the server pastes the pointer into ``/screenshot`` (always in ``osworld`` mode).
     """
 
     python: str
@@ -112,6 +114,8 @@ class SandboxSpec:
     system_paths: tuple[str, ...] = SYSTEM_PATHS
     extra_paths: tuple[str, ...] = ()
     open_file_timeout: float = 60.0
+    server_mode: str = "legato"
+    pointer: bool = True
 
 
 @dataclass(frozen=True)
