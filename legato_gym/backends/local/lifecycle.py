@@ -91,6 +91,7 @@ class DesktopProcesses:
             system_paths=options.system_paths,
             extra_paths=(*options.extra_paths, *vscode.sandbox_paths()),  # code-server, for `code`
             open_file_timeout=min(config.timeouts.reset, 1800.0),
+            session=options.session,
         )
         root = Path(options.state_dir or tempfile.gettempdir()) / "legato-local"
         root.mkdir(mode=0o711, parents=True, exist_ok=True)

@@ -104,6 +104,7 @@ class SandboxSpec:
         system_paths: host folders bound read-only (the apps' system folders).
         extra_paths: more host folders bound read-only at the same place (apps installed elsewhere).
         open_file_timeout: how long the server's ``/setup/open_file`` waits for the window.
+        session: the desktop's session, ``"openbox"`` or ``"gnome"`` (:mod:`.shell`).
     """
 
     python: str
@@ -112,6 +113,7 @@ class SandboxSpec:
     system_paths: tuple[str, ...] = SYSTEM_PATHS
     extra_paths: tuple[str, ...] = ()
     open_file_timeout: float = 60.0
+    session: str = "openbox"
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,11 @@ class SandboxLayout:
     def openbox_dir(self) -> Path:
         """openbox's configuration (bound at :attr:`Inside.OPENBOX`)."""
         return self.state_dir / "openbox"
+
+    @property
+    def gnome_dir(self) -> Path:
+        """The GNOME session's files (bound at :data:`.shell.GNOME_DIR`; ``session="gnome"`` only)."""
+        return self.state_dir / "gnome"
 
     @property
     def system_dir(self) -> Path:
