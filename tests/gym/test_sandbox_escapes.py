@@ -656,3 +656,82 @@ def test_a_forwarded_answer_over_its_cap_is_cut_and_the_agents_failure(
     with pytest.raises(AgentFault, match="reply_too_large"):
         b.observe()
     b.reset(TASK)
+
+
+# ------------------------------------------------------------------------ the GNOME session's ways to run things
+
+
+@pytest.fixture(scope="module")
+def gnome() -> Iterator[LocalDesktop]:
+    from legato_gym.backends.local.sandbox.shell import gnome_installed
+
+    if not gnome_installed():
+        pytest.skip("needs GNOME Shell and the Ubuntu dock (gnome-shell gnome-shell-extension-dashtodock)")
+    options = LocalOptions(memory_mb=2048, max_processes=512, tmpfs_mb=256, prestart=False, session="gnome")
+    with LocalDesktop(DesktopConfig(screen=(1920, 1080), options=options)) as desktop:
+        desktop.reset(TASK)
+        yield desktop
+
+
+def mousepad_shown(desktop: LocalDesktop) -> bool:
+    return any(w.wm_class.startswith("mousepad.") for w in desktop.display.windows())
+
+
+def test_gnome_shell_and_what_it_starts_run_inside_the_sandbox(gnome: LocalDesktop) -> None:
+    code, out = agent(gnome, "ps -eo comm")
+    assert code == 0 and "gnome-shell" in out.split(), out  # control: the shell runs, and inside
+    assert outside_sandbox(gnome) == []
+
+
+def test_gnome_run_dialog_runs_commands_inside(gnome: LocalDesktop) -> None:
+    gnome.reset(TASK)
+    marker = f"/tmp/run-dialog-{uuid.uuid4().hex}"
+    gnome.act("pyautogui.hotkey('alt', 'f2')")
+    time.sleep(0.5)  # the dialog takes keys once shown
+    gnome.act(f"pyautogui.typewrite(\"sh -c 'id > {marker}'\\n\", interval=0.02)")
+    assert wait_for(lambda: gnome.client.file(marker) is not None)  # control: the dialog ran it
+    assert b"uid=0" not in (gnome.client.file(marker) or b"")
+    assert not Path(marker).exists()  # the sandbox's /tmp, not the host's
+    assert outside_sandbox(gnome) == []
+
+
+def test_gnome_overview_search_launches_inside(gnome: LocalDesktop) -> None:
+    gnome.reset(TASK)
+    gnome.act("pyautogui.click(38, 13)")  # Activities: the overview, its search focused
+    time.sleep(0.5)
+    gnome.act("pyautogui.typewrite('mousepad', interval=0.05)")
+    time.sleep(1.0)  # the search's results
+    gnome.act("pyautogui.press('enter')")
+    assert wait_for(lambda: mousepad_shown(gnome))  # control: the search launched it
+    assert outside_sandbox(gnome) == []
+
+
+def test_gnome_dock_context_menu_starts_nothing_outside(gnome: LocalDesktop) -> None:
+    gnome.reset(TASK)
+    before = gnome.display.fingerprint()
+    gnome.act(f"pyautogui.rightClick(35, {65 + 68 * 8})")  # Files' launcher: New Window, Show Details, ...
+    assert wait_for(lambda: gnome.display.fingerprint() != before, 5)  # control: the menu opened
+    for item in range(1, 5):  # each of the menu's first items, from a fresh menu
+        gnome.act("pyautogui.press('escape')")
+        gnome.act(f"pyautogui.rightClick(35, {65 + 68 * 8})")
+        gnome.act(f"pyautogui.press('down', presses={item}); pyautogui.press('enter')")
+    time.sleep(1.0)
+    assert outside_sandbox(gnome) == []
+    assert gnome.display.alive()
+
+
+def test_gnome_extension_settings_and_shell_eval_stay_inside(gnome: LocalDesktop) -> None:
+    gnome.reset(TASK)
+    marker = f"/tmp/shell-eval-{uuid.uuid4().hex}"
+    script = (
+        "gnome-extensions prefs dash-to-dock@micxgx.gmail.com; "
+        "gdbus call --session --dest org.gnome.Shell --object-path /org/gnome/Shell --method org.gnome.Shell.Eval "
+        f"\"imports.gi.GLib.spawn_command_line_async('touch {marker}')\"; "
+        "echo tried"
+    )
+    _, out = agent(gnome, script)
+    assert "tried" in out and "(false," in out, out  # control: the shell answered, refusing Eval
+    time.sleep(2.0)  # the settings window, if any, starting
+    assert not Path(marker).exists()  # Eval (refused outside unsafe mode) ran nothing on the host
+    assert outside_sandbox(gnome) == []
+    assert gnome.display.alive()

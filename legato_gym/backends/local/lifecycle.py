@@ -99,6 +99,7 @@ class DesktopProcesses:
             open_file_timeout=min(config.timeouts.reset, 1800.0),
             server_mode=options.server_mode,
             pointer=options.pointer,
+            session=options.session,
         )
         root = Path(options.state_dir or tempfile.gettempdir()) / "legato-local"
         root.mkdir(mode=0o711, parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from legato_gym.backends.local.sandbox import SYSTEM_PATHS
+from legato_gym.backends.local.sandbox.shell import SESSIONS
 from legato_gym.options import BackendOptions, invalid, seconds
 
 __all__ = ["GRADERS", "LocalOptions", "resolve_grader"]
@@ -98,6 +99,9 @@ class LocalOptions(BackendOptions):
             :mod:`.grading` (OSWorld's semantics, re-implemented for a few getters and metrics, no extra
             interpreter). ``"auto"`` (the default) is ``"osworld"`` where desktop-env imports and ``"local"``
             elsewhere (:func:`resolve_grader`); ``LocalDesktop.grader`` says which one grades.
+        session: the desktop's session: ``"openbox"`` (the default: a window manager on a black root window)
+            or ``"gnome"``, GNOME Shell with the Ubuntu dock and the Yaru theme as on OSWorld's VM
+            (:mod:`.sandbox.shell`; Debian ``gnome-shell gnome-shell-extension-dashtodock yaru-theme-*``).
         download_cache: with ``grader="osworld"``, the host cache for setup downloads, shared by all
             desktops and kept across runs (default ``~/.cache/legato/osworld-downloads``).
         prestart: start each desktop's next episode ahead (:mod:`.prestart`, on by default): a whole fresh
@@ -147,6 +151,7 @@ class LocalOptions(BackendOptions):
     prestart: bool = True
     server_mode: str = "legato"
     pointer: bool = True
+    session: str = "openbox"
 
     def __post_init__(self) -> None:
         for name, least in (("memory_mb", 64), ("max_processes", 16), ("tmpfs_mb", 1)):
@@ -157,6 +162,8 @@ class LocalOptions(BackendOptions):
             invalid(self, "action_runner", "choose 'fork' or 'exec'")
         if self.server_mode not in ("legato", "osworld"):
             invalid(self, "server_mode", "choose 'legato' or 'osworld' (OSWorld's real server, faults included)")
+        if self.session not in SESSIONS:
+            invalid(self, "session", f"choose {', '.join(map(repr, SESSIONS))}")
         if self.grader not in GRADERS:
             invalid(self, "grader", f"choose {', '.join(map(repr, GRADERS))}")
         seconds(self, "settle_s", "busy_s", "poll_s", "window_timeout", "kill_timeout", positive=True)

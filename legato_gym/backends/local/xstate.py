@@ -314,8 +314,12 @@ def _restore(display: Any, baseline: XBaseline) -> None:
             display.change_hosts(X.HostDelete, family, name)
         for family, name in set(hosts[1]) - set(now_hosts[1]):
             display.change_hosts(X.HostInsert, family, name)
-    root.change_attributes(background_pixmap=X.NONE, cursor=X.NONE)  # the server's own background again
+    # the server's own black background again; painted once, as a compositing window manager (GNOME Shell)
+    # leaves its last frame on the root, which a background of None would keep. The root's cursor stays the
+    # one the window manager set, as the baseline's kill left it (a changed one shows in the pixels).
+    root.change_attributes(background_pixel=display.screen().black_pixel)
     root.clear_area()
+    root.change_attributes(background_pixmap=X.NONE)
     root.warp_pointer(*baseline.pointer)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import legato_gym.desktop_server
 from legato_gym.backends.local import apps
 from legato_gym.backends.local.sandbox.session import SESSION_BUS_DIR, entry_command, environment
+from legato_gym.backends.local.sandbox.shell import GNOME_DIR
 from legato_gym.backends.local.sandbox.spec import Inside, SandboxLayout, SandboxSpec, interpreter_paths
 
 __all__ = ["RELAY_FILE", "SERVER_DIR", "bwrap_argv", "mounts"]
@@ -65,6 +66,8 @@ def mounts(spec: SandboxSpec, layout: SandboxLayout) -> list[str]:
     argv += ["--ro-bind", str(RELAY_FILE), Inside.RELAY]
     argv += ["--ro-bind", str(layout.fb_path), Inside.FB]
     argv += ["--ro-bind", str(layout.openbox_dir), Inside.OPENBOX]
+    if spec.session == "gnome":
+        argv += ["--ro-bind", str(layout.gnome_dir), GNOME_DIR]
     argv += ["--ro-bind", str(layout.etc_dir / "passwd"), "/etc/passwd"]
     argv += ["--ro-bind", str(layout.etc_dir / "group"), "/etc/group"]
     for inside in apps.system_files():
@@ -84,7 +87,7 @@ def bwrap_argv(spec: SandboxSpec, layout: SandboxLayout, seccomp_fd: int, info_f
     sandbox's pids as JSON on ``info_fd``.
     """
     argv = ["bwrap", *mounts(spec, layout), "--clearenv"]
-    for key, value in environment(layout.display_number).items():
+    for key, value in environment(layout.display_number, spec.session).items():
         argv += ["--setenv", key, value]
     if spec.host_uid is None:  # unprivileged legato: a user namespace maps our uid to 1000 inside
         argv += ["--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000"]

@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 
 from legato_gym.backends.local import apps
+from legato_gym.backends.local.sandbox.shell import write_gnome_files
 from legato_gym.backends.local.sandbox.spec import SandboxLayout, SandboxSpec
 
 __all__ = ["OPENBOX_MENU", "OPENBOX_RC", "write_state_files"]
@@ -110,3 +111,5 @@ def write_state_files(spec: SandboxSpec, layout: SandboxLayout) -> None:
         layout.system_copy(inside).write_text(text)
         layout.system_copy(inside).chmod(0o755)
     (layout.openbox_dir / "menu.xml").write_text(OPENBOX_MENU)
+    if spec.session == "gnome":
+        write_gnome_files(layout.gnome_dir)

@@ -106,6 +106,7 @@ class SandboxSpec:
         open_file_timeout: how long the server's ``/setup/open_file`` waits for the window.
         server_mode: the in-desktop server's mode, ``legato`` or ``osworld`` (``LocalOptions.server_mode``).
         pointer: the server pastes the pointer into ``/screenshot`` (always in ``osworld`` mode).
+        session: the desktop's session, ``"openbox"`` or ``"gnome"`` (:mod:`.shell`).
     """
 
     python: str
@@ -116,6 +117,7 @@ class SandboxSpec:
     open_file_timeout: float = 60.0
     server_mode: str = "legato"
     pointer: bool = True
+    session: str = "openbox"
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,11 @@ class SandboxLayout:
     def openbox_dir(self) -> Path:
         """openbox's configuration (bound at :attr:`Inside.OPENBOX`)."""
         return self.state_dir / "openbox"
+
+    @property
+    def gnome_dir(self) -> Path:
+        """The GNOME session's files (bound at :data:`.shell.GNOME_DIR`; ``session="gnome"`` only)."""
+        return self.state_dir / "gnome"
 
     @property
     def system_dir(self) -> Path:
