@@ -45,8 +45,14 @@ def xvfb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]
     try:
         yield display, fbdir / "Xvfb_screen0"
     finally:
-        proc.kill()
-        proc.wait()
+        proc.terminate()  # not SIGKILL: Xvfb removes its /tmp/.X11-unix socket, which python-xlib would take
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        for leftover in (Path(f"/tmp/.X11-unix/X{display[1:]}"), Path(f"/tmp/.X{display[1:]}-lock")):
+            leftover.unlink(missing_ok=True)
 
 
 def _serve(folder: Path, display: str, fb: Path, mode: str) -> tuple[subprocess.Popen[bytes], httpx.Client]:

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from legato_gym.backends.local.display import Display
+from legato_gym.backends.local.xstate import open_display
 from legato_gym.desktop_server.input_sync import install, is_text, wait_input_taken
 
 #: The stand-in app: answers a ping after ``DELAY`` seconds of "work" unless ``MUTE`` exists; logs answers.
@@ -27,6 +28,9 @@ APP = """
 import os, sys, time
 from Xlib import X, display
 from Xlib.protocol import event
+from Xlib.support import unix_connect
+plain = unix_connect._get_unix_socket  # the abstract socket: /tmp/.X11-unix/X<N> may be another's stale one
+unix_connect._get_unix_socket = lambda address: plain(address if address[:1] == "\\0" else "\\0" + address)
 log, delay, mute = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 d = display.Display()
 root = d.screen().root
@@ -64,9 +68,7 @@ def x_display(tmp_path: Path) -> Iterator[str]:
 
 
 def _connect(name: str) -> Any:
-    from Xlib import display  # type: ignore[import-untyped]
-
-    return display.Display(name)
+    return open_display(name)  # not a stale /tmp/.X11-unix file
 
 
 def _start_app(name: str, tmp_path: Path, delay: float) -> tuple[subprocess.Popen[bytes], Path, Path]:

@@ -17,6 +17,7 @@ import pytest
 
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop
+from legato_gym.backends.local.xstate import open_display
 
 Xlib = pytest.importorskip("Xlib.display", reason="python-xlib comes with `pip install 'legatolabs[local]'`")
 from Xlib import X, Xatom  # type: ignore[import-untyped]  # noqa: E402
@@ -71,7 +72,7 @@ class Host:
     """The host's own view of a desktop's X server (not through legato's code under test)."""
 
     def __init__(self, desktop: LocalDesktop) -> None:
-        self.display: Any = Xlib.Display(desktop.display.name)
+        self.display: Any = open_display(desktop.display.name)  # not a stale /tmp/.X11-unix file
         self.root = self.display.screen().root
 
     def __enter__(self) -> Host:

@@ -16,6 +16,7 @@ import pytest
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, LocalOptions
 from legato_gym.backends.local.sandbox.shell import APP_WINDOWS, gnome_installed
+from legato_gym.backends.local.xstate import open_display
 
 pytestmark = [
     pytest.mark.desktop,
@@ -44,10 +45,10 @@ def geometries(desktop: LocalDesktop) -> dict[str, tuple[int, int, int, int]]:
     """``WM_CLASS`` (``instance.class``, lower case) of each managed window to its frame's ``(x, y, width,
     height)`` on the screen: the client's place on the root, widened by the window manager's
     ``_NET_FRAME_EXTENTS`` (its title bar). ``wmctrl -lG`` and ``xdotool`` add the frame's offsets twice."""
-    from Xlib import X, display, error
+    from Xlib import X, error
 
     found = {}
-    screen = display.Display(desktop.display.name)
+    screen = open_display(desktop.display.name)  # not a stale /tmp/.X11-unix file
     try:
         root = screen.screen().root
         clients = root.get_full_property(screen.intern_atom("_NET_CLIENT_LIST"), X.AnyPropertyType)

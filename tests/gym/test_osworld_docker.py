@@ -33,6 +33,7 @@ mkdir -p /home/user
 export HOME=/home/user DISPLAY=:0
 Xvfb :0 -fbdir /tmp -screen 0 1024x768x24 -nolisten tcp >/dev/null 2>&1 &
 while [ ! -f /tmp/Xvfb_screen0 ]; do sleep 0.05; done
+openbox >/dev/null 2>&1 &  # a window manager, as the VM's GNOME: wmctrl's listing is a probe of the reset
 cd /home/user
 exec python3 /app/server --listen tcp:0.0.0.0:5000 --fb /tmp/Xvfb_screen0 --mode osworld
 """
@@ -75,9 +76,9 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
         pytest.skip("no Docker engine: `apt-get install -y docker.io` (the fixture starts dockerd itself)")
     if os.geteuid() != 0:
         pytest.skip("starting dockerd needs root")
-    for tool in ("Xvfb", "python3"):
+    for tool in ("Xvfb", "python3", "openbox"):
         if not Path(f"/usr/bin/{tool}").exists():
-            pytest.skip(f"the stand-in image runs the host's /usr/bin/{tool}: apt-get install -y xvfb python3")
+            pytest.skip(f"the stand-in image runs the host's /usr/bin/{tool}: apt-get install -y xvfb python3 openbox")
     scratch = Path(tempfile_dir := str(tmp_path_factory.mktemp("dockerd")))
     sock = scratch / "docker.sock"
     log = (scratch / "dockerd.log").open("wb")

@@ -343,7 +343,9 @@ class DesktopProcesses:
             if audio.get("returncode") != 0:
                 logger.warning("the sound server's volume could not be set in the baseline home: %s", audio)
         tar = "/tmp/.legato-baseline.tar"
-        script = f"mkdir -p {' '.join(HOME_DIRS)} && tar -cf {tar} -C /home/user ."
+        # GNU tar exits 1 when a file changed as it read it (GNOME Shell's shader cache): the copy is usable
+        archive = f"tar --warning=no-file-changed -cf {tar} -C /home/user .; [ $? -le 1 ]"
+        script = f"mkdir -p {' '.join(HOME_DIRS)} && {{ {archive}; }}"
         result = self.client.execute(script, shell=True, timeout=max(1.0, deadline - time.monotonic()))
         if result.get("returncode") != 0:
             raise DesktopCrashed(f"could not capture the home baseline: {result}")

@@ -28,7 +28,7 @@ from typing import Any
 
 from legato_gym.errors import MissingDependencyError
 
-__all__ = ["XBaseline", "restore"]
+__all__ = ["XBaseline", "open_display", "restore"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,13 +53,11 @@ def _xlib() -> Any:
 _CONNECT_LOCK = threading.Lock()
 
 
-@contextlib.contextmanager
-def _connect(display_name: str) -> Iterator[Any]:
-    """A python-xlib connection to one of legato's X servers, through its abstract socket.
+def open_display(display_name: str) -> Any:
+    """A python-xlib ``Display`` of one of legato's X servers (or any local one), through its abstract socket.
 
     python-xlib takes the file ``/tmp/.X11-unix/X<N>`` when one exists, and the host's may be a stale one
-    left by another X server killed with that number (legato's own keep their socket files in a folder of
-    their own): the abstract socket is always the server's.
+    left by another X server killed with that number: the abstract socket is always the live server's.
     """
     xlib = _xlib()
     from Xlib.support import unix_connect  # type: ignore[import-untyped]
@@ -68,9 +66,20 @@ def _connect(display_name: str) -> Iterator[Any]:
     with _CONNECT_LOCK:
         unix_connect._get_unix_socket = lambda address: plain(address if address[:1] == "\0" else "\0" + address)
         try:
-            display = xlib.display.Display(display_name)
+            return xlib.display.Display(display_name)
         finally:
             unix_connect._get_unix_socket = plain
+
+
+@contextlib.contextmanager
+def _connect(display_name: str) -> Iterator[Any]:
+    """A python-xlib connection to one of legato's X servers, through its abstract socket.
+
+    python-xlib takes the file ``/tmp/.X11-unix/X<N>`` when one exists, and the host's may be a stale one
+    left by another X server killed with that number (legato's own keep their socket files in a folder of
+    their own): the abstract socket is always the server's.
+    """
+    display = open_display(display_name)
     try:
         yield display
     finally:

@@ -366,7 +366,14 @@ class _VMDesktop:
     def _capture_baseline(self, deadline: float) -> None:
         """Record the first-boot processes, windows and /home/user (a tar in the VM plus a host copy)."""
         self._baseline_pids = self._settled_pids(deadline)
-        self._baseline_windows = self._windows()
+        while True:  # at first boot the window manager may come up after the server: wait for its listing
+            try:
+                self._baseline_windows = self._windows()
+                break
+            except DesktopCrashed:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
         # GNU tar exits 1 when a file changed while it was read (session logs): the copy is still usable.
         made = self._execute(
             f"tar --warning=no-file-changed -cf {BASELINE_TAR} -C /home/user . 2>&1; [ $? -le 1 ]",
