@@ -37,7 +37,8 @@ from legato_gym.contract import Desktop, Observation, Task, screen_size_of
 from legato_gym.episode import Episode
 from legato_gym.errors import ConfigError, StateError, UnknownTaskError
 from legato_gym.registration import with_step_limit
-from legato_gym.tasks import suggest, task_from_config
+from legato_gym.suggest import suggest
+from legato_gym.tasks import task_from_config
 
 if TYPE_CHECKING:
     from gymnasium.envs.registration import EnvSpec

@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, NoReturn, TypeVar, Union
 
 from legato_gym.errors import ConfigError
+from legato_gym.suggest import suggest
 
 __all__ = ["BackendOptions", "invalid", "options_from_json", "options_to_json", "typed_options"]
 
@@ -102,8 +103,6 @@ def read_options(cls: type[T], data: object, where: str) -> T:
     names = [f.name for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
     for key in data:
         if key not in names:
-            from legato_gym.tasks import suggest
-
             raise ConfigError(
                 f"{where}: unknown key {key!r}{suggest(str(key), sorted(names))} (known: {', '.join(sorted(names))})"
             )

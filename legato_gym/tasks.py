@@ -23,7 +23,6 @@ Example::
 
 from __future__ import annotations
 
-import difflib
 import glob
 import json
 from collections.abc import Mapping, Sequence
@@ -33,21 +32,13 @@ from typing import Any
 from legato_gym.config import OSWORLD_ENV_VAR, default_osworld_path
 from legato_gym.contract import TASK_ID_RULE, Task, task_id_problem
 from legato_gym.errors import TaskFileError, UnknownTaskError
+from legato_gym.suggest import suggest
 
 __all__ = ["check_task_id", "examples_dir", "load_osworld_task", "load_tasks", "suggest", "task_from_config"]
 
 _EXAMPLES = Path("evaluation_examples") / "examples"
 #: How messages name tasks given as parsed JSON (a list in Python) rather than a file.
 _PARSED = "tasks"
-
-
-def suggest(value: str, candidates: Sequence[str]) -> str:
-    """A ``"; did you mean 'x'?"`` suffix naming the closest candidate, or ``""`` when none is close."""
-    prefixed = [c for c in candidates if value and c.startswith(value)]
-    if len(prefixed) == 1:
-        return f"; did you mean {prefixed[0]!r}?"
-    close = difflib.get_close_matches(value, list(candidates), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def check_task_id(task_id: object, where: str, *, what: str = "task_id") -> str:

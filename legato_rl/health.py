@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 
-from legato_gym.tasks import suggest
+from legato_gym.suggest import suggest
 from legato_rl.errors import PolicyError, PolicyHTTPError, PolicyTimeout, PolicyUnavailable, PolicyUnreachable
 from legato_rl.policy import KEY_ENV_VAR, PolicyClient, PolicyConfig
 

@@ -14,7 +14,8 @@ import numpy.typing as npt
 
 from legato_gym.contract import Task
 from legato_gym.errors import ActionError, ConfigError, UnknownTaskError
-from legato_gym.tasks import suggest, task_from_config
+from legato_gym.suggest import suggest
+from legato_gym.tasks import task_from_config
 
 __all__ = ["check_actions", "check_env_id", "pick_tasks", "reset_mask", "reset_seeds", "resolve_task"]
 

@@ -55,7 +55,7 @@ class TaskIndex:
             )
         task = self.by_id.get(value)
         if task is None:
-            from legato_gym.tasks import suggest
+            from legato_gym.suggest import suggest
 
             raise ConfigError(f"unknown task id {value!r}{suggest(value, list(self.by_id))}")
         return task

@@ -20,6 +20,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from legato_gym.options import BackendOptions, invalid, seconds
+from legato_gym.suggest import suggest
 
 __all__ = ["CRASH_EXIT_CODE", "FAULT_PHASES", "LATENCY_PHASES", "FakeOptions", "Faults", "Latency"]
 
@@ -102,8 +103,6 @@ class FakeOptions(BackendOptions):
     faults: Faults = field(default_factory=Faults)
 
     def __post_init__(self) -> None:
-        from legato_gym.tasks import suggest
-
         for phase in self.latency:
             if phase not in LATENCY_PHASES:
                 hint = suggest(str(phase), LATENCY_PHASES)
