@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import logging
 import os
 import platform
 import socket
-import struct
 import time
 import zlib
 from collections.abc import Mapping
@@ -37,7 +35,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from legato_gym.png import PNG_SIGNATURE
+from legato_gym.png import decode_png
 from legato_gym.vector.process import WorkerProcess
 from legato_gym.vector.protocol import PROTOCOL_VERSION
 from legato_gym.vector.worker import _error, _Worker
@@ -83,7 +81,7 @@ def decode_screen(payload: bytes | memoryview, shape: tuple[int, ...], codec: st
     out = bytearray(size + extra)
     pixels = np.frombuffer(out, dtype=np.uint8, count=size)
     if codec == "png":
-        _decode_png(bytes(payload), shape, pixels)
+        decode_png(payload, shape, pixels)
         return out
     if codec == "raw":
         data: bytes | memoryview = payload
@@ -95,38 +93,6 @@ def decode_screen(payload: bytes | memoryview, shape: tuple[int, ...], codec: st
         raise ValueError(f"screenshot holds {len(data)} bytes, expected shape {list(shape)}")
     out[:size] = data
     return out
-
-
-def _decode_png(data: bytes, shape: tuple[int, ...], pixels: np.ndarray[Any, np.dtype[np.uint8]]) -> None:
-    height, width, channels = shape
-    stride = width * channels
-    if data.startswith(PNG_SIGNATURE) and data[24:29] == bytes([8, 2, 0, 0, 0]):
-        # IHDR says 8-bit RGB, deflate, standard filters, no interlace: gather the IDAT chunks
-        chunks, pos = [], 8
-        while pos + 8 <= len(data):
-            (size,), kind = struct.unpack(">I", data[pos : pos + 4]), data[pos + 4 : pos + 8]
-            if kind == b"IDAT":
-                chunks.append(data[pos + 8 : pos + 8 + size])
-            pos += 12 + size
-        rows = np.frombuffer(zlib.decompress(b"".join(chunks)), dtype=np.uint8)
-        if rows.size == height * (stride + 1):
-            rows = rows.reshape(height, stride + 1)
-            filters = rows[:, 0]
-            out = pixels.reshape(height, stride)
-            if bool(np.all(filters == 2)):  # Up: each row adds the one above (a row loop beats cumsum 20x)
-                out[0] = rows[0, 1:]
-                for y in range(1, height):
-                    np.add(out[y - 1], rows[y, 1:], out=out[y])
-                return
-            if bool(np.all(filters == 0)):
-                out[:] = rows[:, 1:]
-                return
-    from PIL import Image
-
-    image = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"), dtype=np.uint8)
-    if image.shape != tuple(shape):
-        raise ValueError(f"PNG screenshot is {list(image.shape)}, expected shape {list(shape)}")
-    pixels[:] = image.reshape(-1)
 
 
 class LazyScreenshot:

@@ -23,10 +23,10 @@ from legato_gym import AgentFault, DesktopConfig, ReplyTooLarge
 from legato_gym.backends.fake import FakeDesktop, default_tasks
 from legato_gym.backends.local.client import DesktopClient
 from legato_gym.backends.local.forward import UnixForwarder
-from legato_gym.backends.osworld.desktop import check_screenshot
 from legato_gym.bounds import ReadCaps
 from legato_gym.contract import ActResult
 from legato_gym.episode import Episode
+from legato_gym.png import check_screenshot
 
 _MIB = 1 << 20
 #: Small caps, so that a body many times the cap stays cheap to send.

@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
-import io
 import json
 import logging
 import shlex
@@ -45,13 +44,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 
 from legato_gym.backends.osworld.options import REVERT_DOMAINS, OSWorldOptions
 from legato_gym.bounds import ReadCaps, read_capped, write_capped
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import SPECIAL_ACTIONS, ActResult, Observation, Task, Waited, task_path
-from legato_gym.desktop_server.image import png_size
 from legato_gym.errors import (
     AgentFault,
     DeadlineExceeded,
@@ -60,6 +57,7 @@ from legato_gym.errors import (
     StateError,
 )
 from legato_gym.options import typed_options
+from legato_gym.png import check_screenshot, decode_png
 
 __all__ = ["REVERT_DOMAINS", "OSWorldDesktop", "OSWorldOptions"]
 
@@ -115,24 +113,6 @@ while True:
     time.sleep(0.02)
 print(json.dumps({"killed": len(targets), "survivors": left, "missing": sorted(keep - now)}))
 """
-
-
-def check_screenshot(png: bytes, screen: tuple[int, int], caps: ReadCaps = ReadCaps.DEFAULT) -> bytes:
-    """``png`` if it is a PNG of at most ``caps.screenshot_bytes`` and no larger than ``screen``, read from its
-    header before anything decodes it (a small PNG can claim a huge image).
-
-    Raises:
-        ReplyTooLarge: the bytes or the dimensions are over their caps.
-        DesktopCrashed: it is not a PNG.
-    """
-    if len(png) > caps.screenshot_bytes:
-        raise ReplyTooLarge(f"a screenshot of {len(png)} bytes is over the cap of {caps.screenshot_bytes} bytes")
-    size = png_size(png)
-    if size is None:
-        raise DesktopCrashed(f"the desktop's screenshot is not a PNG (it starts {png[:16]!r})")
-    if size[0] > screen[0] or size[1] > screen[1]:
-        raise ReplyTooLarge(f"a screenshot of {size[0]}x{size[1]} is larger than the screen, {screen[0]}x{screen[1]}")
-    return png
 
 
 #: Waits in the VM, with the VM's python, until two frames ``settle_s`` apart are equal or ``timeout`` passed;
@@ -194,16 +174,6 @@ def expected_windows(setup: Sequence[Mapping[str, Any]]) -> int:
         if step.get("type") == "open" or (step.get("type") == "launch" and opens_window(params.get("command", ""))):
             count += 1
     return count
-
-
-def _decode_png(png: bytes, screen: tuple[int, int] | None = None) -> np.ndarray[Any, np.dtype[np.uint8]]:
-    from PIL import Image
-
-    if screen is not None:
-        check_screenshot(png, screen)
-
-    with Image.open(io.BytesIO(png)) as image:
-        return np.asarray(image.convert("RGB"), dtype=np.uint8)
 
 
 class _VMDesktop:
@@ -606,7 +576,9 @@ class _VMDesktop:
 
     def observe(self) -> Observation:
         png, instruction = self.observe_png()
-        return Observation(screenshot=_decode_png(png, self.config.screen), instruction=instruction, png=png)
+        return Observation(
+            screenshot=decode_png(check_screenshot(png, self.config.screen)), instruction=instruction, png=png
+        )
 
     def act(self, action: str) -> ActResult:
         self._require("act")

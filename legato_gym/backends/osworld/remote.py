@@ -19,6 +19,7 @@ from legato_gym import errors
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import ActResult, Observation, Task, Waited
 from legato_gym.errors import DeadlineExceeded, DesktopCrashed, DesktopError, LegatoError, MissingDependencyError
+from legato_gym.png import check_screenshot, decode_png
 from legato_gym.vector.process import WorkerProcess
 from legato_gym.vector.protocol import PROTOCOL_VERSION, config_to_json
 
@@ -116,16 +117,12 @@ class RemoteDesktop:
         return Waited(seconds=float(seconds), ready=bool(ready))
 
     def observe_png(self) -> tuple[bytes, str]:
-        from legato_gym.backends.osworld.desktop import check_screenshot
-
         png, instruction = self._call("remote_observe", timeout=120.0)
         return check_screenshot(base64.b64decode(png), self.config.screen), str(instruction)
 
     def observe(self) -> Observation:
-        from legato_gym.backends.osworld.desktop import _decode_png
-
         png, instruction = self.observe_png()
-        return Observation(screenshot=_decode_png(png), instruction=instruction, png=png)
+        return Observation(screenshot=decode_png(png), instruction=instruction, png=png)
 
     def act(self, action: str) -> ActResult:
         act_s, ready_s, wait_s = self._call("remote_act", action, timeout=self.config.timeouts.longest_step)
