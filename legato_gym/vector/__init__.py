@@ -1,16 +1,16 @@
 """Vector envs: many desktops, each in its own worker process.
 
 ``gymnasium.make_vec("legato/FakeDesktop-v0", num_envs=8)`` returns a :class:`DesktopVectorEnv` through
-:func:`make_vector_env`. The worker side (:mod:`~legato_gym.vector.worker`, :mod:`~legato_gym.vector.protocol`,
-:mod:`~legato_gym.vector.screens`) imports only the standard library and numpy; this package's ``__init__``
+:func:`make_vector_env`. The worker side (:mod:`~legato_gym.vector.worker`, and the transport below it:
+:mod:`legato_gym.transport`) imports only the standard library and numpy; this package's ``__init__``
 imports gymnasium lazily, so a worker under another interpreter never needs it.
 
 Modules, parent side: :mod:`~legato_gym.vector.env` (the public :class:`DesktopVectorEnv`),
 :mod:`~legato_gym.vector.inputs` (checking seeds, masks, actions, tasks), :mod:`~legato_gym.vector.batch`
 (batched results), :mod:`~legato_gym.vector.state` (each desktop's episode phase),
 :mod:`~legato_gym.vector.pool` (workers, deadlines, replacement), :mod:`~legato_gym.vector.requests`,
-:mod:`~legato_gym.vector.results`, :mod:`~legato_gym.vector.handles` (the interface a worker is driven
-through), :mod:`~legato_gym.vector.process` (workers as local processes). Ray: :mod:`~legato_gym.vector.ray_env`,
+:mod:`~legato_gym.vector.results`. Workers are reached through :mod:`legato_gym.transport` (the handle
+interface, local worker processes, the protocol, the screenshot buffer). Ray: :mod:`~legato_gym.vector.ray_env`,
 :mod:`~legato_gym.vector.ray_cluster`, :mod:`~legato_gym.vector.ray_hosts`, :mod:`~legato_gym.vector.ray_host`.
 """
 

@@ -22,7 +22,7 @@ With ``png=True`` every observation also comes with the screenshot PNG-encoded i
 spends no CPU of its own on compression.
 
 This module is the public surface; the workers, their deadlines and replacement are the pool's
-(:mod:`~legato_gym.vector.pool`, given a :class:`~legato_gym.vector.handles.WorkerLauncher`), each desktop's
+(:mod:`~legato_gym.vector.pool`, given a :class:`~legato_gym.transport.handles.WorkerLauncher`), each desktop's
 episode phase is :mod:`~legato_gym.vector.state`'s, and batching is :mod:`~legato_gym.vector.batch`'s.
 """
 
@@ -47,12 +47,12 @@ from legato_gym.env import ACTION_MAX_LENGTH, INSTRUCTION_MAX_LENGTH, TEXT_CHARS
 from legato_gym.episode import UNKNOWN, Unknown
 from legato_gym.errors import ConfigError, StateError
 from legato_gym.registration import with_step_limit
+from legato_gym.transport.handles import WorkerLauncher
+from legato_gym.transport.process import ProcessLauncher
+from legato_gym.transport.protocol import config_to_json
 from legato_gym.vector import inputs
 from legato_gym.vector.batch import Batch, Obs, assemble, single_obs
-from legato_gym.vector.handles import WorkerLauncher
 from legato_gym.vector.pool import WorkerPool, kill_all
-from legato_gym.vector.process import ProcessLauncher
-from legato_gym.vector.protocol import config_to_json
 from legato_gym.vector.requests import Deadlines, Request
 from legato_gym.vector.results import Result
 from legato_gym.vector.spaces import UniformBox

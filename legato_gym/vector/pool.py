@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from legato_gym.errors import DeadlineExceeded, DesktopCrashed, DesktopError, LegatoError, StateError
-from legato_gym.vector.handles import Frame, WorkerHandle, WorkerLauncher
-from legato_gym.vector.protocol import PROTOCOL_VERSION, ProtocolError
+from legato_gym.transport.handles import Frame, WorkerHandle, WorkerLauncher
+from legato_gym.transport.protocol import PROTOCOL_VERSION, ProtocolError
 from legato_gym.vector.requests import EPISODE_OPS, Deadlines, Request, Sink
 from legato_gym.vector.results import Result, Screens, copy_error, read_reply, remote_error
 from legato_gym.vector.state import EpisodeState, Event

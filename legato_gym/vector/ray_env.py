@@ -45,8 +45,8 @@ import contextlib
 from typing import Any
 
 from legato_gym.backends import resolve_backend
+from legato_gym.transport.handles import WorkerLauncher
 from legato_gym.vector.env import DesktopVectorEnv
-from legato_gym.vector.handles import WorkerLauncher
 from legato_gym.vector.ray_cluster import Fit, RayPlacement, check_fit, desktops_per_node, import_ray, init_ray
 from legato_gym.vector.ray_hosts import Hosts, RayLauncher, RayWorker
 

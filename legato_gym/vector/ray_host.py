@@ -2,8 +2,8 @@
 
 :class:`~legato_gym.vector.ray_env.RayDesktopVectorEnv` places one :class:`HostAgent` per group of desktops
 on the hosts of a Ray cluster. The agent is deliberately thin: it starts the same worker processes a local
-vector env starts (:class:`~legato_gym.vector.process.WorkerProcess`, with a shared-memory screenshot buffer
-on its own host) and relays the same protocol messages (:mod:`legato_gym.vector.protocol`) between them and
+vector env starts (:class:`~legato_gym.transport.process.WorkerProcess`, with a shared-memory screenshot buffer
+on its own host) and relays the same protocol messages (:mod:`legato_gym.transport.protocol`) between them and
 the driver. Deadlines, replacement and the episode state machine stay on the driver, in the vector env's
 worker pool (:mod:`legato_gym.vector.pool`).
 
@@ -36,8 +36,8 @@ from typing import Any, Literal
 import numpy as np
 
 from legato_gym.png import decode_png
-from legato_gym.vector.process import WorkerProcess
-from legato_gym.vector.protocol import PROTOCOL_VERSION
+from legato_gym.transport.process import WorkerProcess
+from legato_gym.transport.protocol import PROTOCOL_VERSION
 from legato_gym.vector.worker import _error, _Worker
 
 __all__ = ["Codec", "HostAgent", "LazyScreenshot", "decode_screen", "encode_screen"]

@@ -2,9 +2,9 @@
 
 :class:`Hosts` places desktops on :class:`~legato_gym.vector.ray_host.HostAgent` actors (one per group of
 desktops), creates agents as needed, retires lost ones and polls Ray's node table. :class:`RayWorker` is the
-:class:`~legato_gym.vector.handles.WorkerHandle` of one desktop hosted by an agent: replies arrive through
+:class:`~legato_gym.transport.handles.WorkerHandle` of one desktop hosted by an agent: replies arrive through
 Ray futures, and a local socket pair wakes the pool's selector or event loop. :class:`RayLauncher` is the
-:class:`~legato_gym.vector.handles.WorkerLauncher` a :class:`~legato_gym.vector.ray_env.RayDesktopVectorEnv`
+:class:`~legato_gym.transport.handles.WorkerLauncher` a :class:`~legato_gym.vector.ray_env.RayDesktopVectorEnv`
 gives its pool.
 """
 
@@ -24,8 +24,8 @@ import numpy as np
 import numpy.typing as npt
 
 from legato_gym.errors import DesktopCrashed
-from legato_gym.vector.handles import Frame
-from legato_gym.vector.process import STDERR_TAIL
+from legato_gym.transport.handles import Frame
+from legato_gym.transport.process import STDERR_TAIL
 from legato_gym.vector.ray_cluster import NODE_POLL_S, SUSPECT_S, GiB, RayPlacement, desktop_needs, desktops_per_node
 from legato_gym.vector.ray_host import HostAgent, decode_screen
 
@@ -448,7 +448,7 @@ def unwire(obs: dict[str, Any], payload: bytes) -> bytearray:
 
 
 class RayLauncher:
-    """Starts each desktop's worker on a Ray host agent (a :class:`~legato_gym.vector.handles.WorkerLauncher`).
+    """Starts each desktop's worker on a Ray host agent (a :class:`~legato_gym.transport.handles.WorkerLauncher`).
 
     Args:
         hosts: the host agents the desktops are placed on.

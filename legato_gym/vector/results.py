@@ -11,8 +11,8 @@ import numpy.typing as npt
 
 from legato_gym import errors
 from legato_gym.errors import DesktopError, LegatoError
-from legato_gym.vector.handles import WorkerHandle
-from legato_gym.vector.protocol import ProtocolError
+from legato_gym.transport.handles import WorkerHandle
+from legato_gym.transport.protocol import ProtocolError
 
 __all__ = ["Result", "copy_error", "read_reply", "remote_error"]
 

@@ -1,4 +1,4 @@
-"""The desktop worker process: one desktop, driven over the protocol in :mod:`legato_gym.vector.protocol`.
+"""The desktop worker process: one desktop, driven over the protocol in :mod:`legato_gym.transport.protocol`.
 
 Started by the vector env with ``DesktopConfig.python`` as the equivalent of ``python -m
 legato_gym.vector.worker --fd N --parent-pid P [--pdeathsig]`` (through a one-line bootstrap that imports
@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from legato_gym.vector.protocol import PROTOCOL_VERSION, FrameReader, ProtocolError, config_from_json, encode_frame
-from legato_gym.vector.screens import ScreenBuffer
+from legato_gym.transport.protocol import PROTOCOL_VERSION, FrameReader, ProtocolError, config_from_json, encode_frame
+from legato_gym.transport.screens import ScreenBuffer
 
 __all__ = ["main"]
 

@@ -19,8 +19,8 @@ from legato_gym.backends.fake import FakeDesktop, FakeOptions, Faults, Latency, 
 from legato_gym.backends.local import LocalOptions
 from legato_gym.backends.osworld import DockerSettings, OSWorldOptions
 from legato_gym.options import BackendOptions, invalid
+from legato_gym.transport.protocol import config_from_json, config_to_json
 from legato_gym.vector import DesktopVectorEnv
-from legato_gym.vector.protocol import config_from_json, config_to_json
 
 SCREEN = (320, 240)
 

@@ -27,7 +27,7 @@ from legato_gym.backends.osworld.venv import MARKER, VENV_ENV_VAR
 from legato_gym.env import DesktopEnv
 from legato_gym.errors import ConfigError, UnsupportedTaskError
 from legato_gym.tasks import load_tasks
-from legato_gym.vector import process as vector_process
+from legato_gym.transport import process as vector_process
 from legato_rl.cli.app import app
 from legato_rl.cli.collect import _stamp_grader, local_solution
 from legato_rl.store import read_record_dicts

@@ -21,8 +21,8 @@ from legato_gym.backends.fake import FakeDesktop, default_tasks
 from legato_gym.config import DesktopConfig
 from legato_gym.errors import ConfigError, DesktopCrashed, MissingDependencyError
 from legato_gym.png import encode_png
+from legato_gym.transport.handles import WorkerHandle, WorkerLauncher
 from legato_gym.vector import DesktopVectorEnv
-from legato_gym.vector.handles import WorkerHandle, WorkerLauncher
 from legato_gym.vector.ray_env import RayDesktopVectorEnv, RayPlacement, desktops_per_node, import_ray
 from legato_gym.vector.ray_host import HostAgent, LazyScreenshot, decode_screen, encode_screen
 from legato_gym.vector.ray_hosts import Hosts, unwire

@@ -14,10 +14,10 @@ import pytest
 from legato_gym.backends.fake import default_tasks
 from legato_gym.config import DesktopConfig
 from legato_gym.errors import DesktopCrashed, StateError
+from legato_gym.transport.handles import Frame, WorkerHandle, WorkerLauncher
+from legato_gym.transport.process import ProcessLauncher, WorkerProcess
+from legato_gym.transport.protocol import PROTOCOL_VERSION
 from legato_gym.vector import DesktopVectorEnv
-from legato_gym.vector.handles import Frame, WorkerHandle, WorkerLauncher
-from legato_gym.vector.process import ProcessLauncher, WorkerProcess
-from legato_gym.vector.protocol import PROTOCOL_VERSION
 from legato_gym.vector.ray_hosts import RayWorker
 from legato_gym.vector.state import TRANSITIONS, EpisodeState, Event, Phase
 from legato_gym.vector.worker import _error, _Worker

@@ -12,8 +12,8 @@ import pytest
 
 from legato_gym.config import DesktopConfig, Timeouts
 from legato_gym.errors import ConfigError
-from legato_gym.vector import process
-from legato_gym.vector.protocol import (
+from legato_gym.transport import process
+from legato_gym.transport.protocol import (
     HEADER,
     FrameReader,
     ProtocolError,
@@ -21,7 +21,7 @@ from legato_gym.vector.protocol import (
     config_to_json,
     encode_frame,
 )
-from legato_gym.vector.screens import ScreenBuffer
+from legato_gym.transport.screens import ScreenBuffer
 
 
 def test_frames_decode_whatever_the_chunking() -> None:

@@ -15,7 +15,7 @@ from _policy_kit import png_data_url, run, user
 from typer.testing import CliRunner
 
 from legato_gym.errors import ConfigError
-from legato_gym.vector.process import WorkerProcess
+from legato_gym.transport.process import WorkerProcess
 from legato_rl.cli.app import app
 from legato_rl.errors import PolicyError, redact, secret_forms
 from legato_rl.policy import ChatResult, Limits, PolicyClient, PolicyConfig
@@ -212,7 +212,7 @@ def test_desktop_workers_do_not_get_the_key(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_workers_strip_the_variable_the_policy_client_reads() -> None:
-    from legato_gym.vector import process
+    from legato_gym.transport import process
     from legato_rl.policy import KEY_ENV_VAR
 
     assert KEY_ENV_VAR in process._WORKER_SECRETS  # named twice, since legato_gym cannot import legato_rl

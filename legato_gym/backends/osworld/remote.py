@@ -20,8 +20,8 @@ from legato_gym.config import DesktopConfig
 from legato_gym.contract import ActResult, Observation, Task, Waited
 from legato_gym.errors import DeadlineExceeded, DesktopCrashed, DesktopError, LegatoError, MissingDependencyError
 from legato_gym.png import check_screenshot, decode_png
-from legato_gym.vector.process import WorkerProcess
-from legato_gym.vector.protocol import PROTOCOL_VERSION, config_to_json
+from legato_gym.transport.process import WorkerProcess
+from legato_gym.transport.protocol import PROTOCOL_VERSION, config_to_json
 
 __all__ = ["RemoteDesktop", "resolve_python"]
 

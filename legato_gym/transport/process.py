@@ -24,9 +24,9 @@ import numpy as np
 import numpy.typing as npt
 
 from legato_gym.errors import ConfigError
-from legato_gym.vector.handles import Frame
-from legato_gym.vector.protocol import FrameReader, encode_frame
-from legato_gym.vector.screens import ScreenBuffer
+from legato_gym.transport.handles import Frame
+from legato_gym.transport.protocol import FrameReader, encode_frame
+from legato_gym.transport.screens import ScreenBuffer
 
 __all__ = ["ProcessLauncher", "WorkerProcess"]
 
