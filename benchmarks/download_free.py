@@ -50,7 +50,7 @@ def download_free(osworld: Path) -> list[tuple[str, str, dict[str, Any]]]:
 
 def grader_for(choice: str) -> str:
     """The grader ``legato rl collect --grader choice`` grades with here."""
-    from legato_gym.backends.osworld.venv import recorded_python
+    from legato_gym.desktopenv.venv import recorded_python
 
     if choice == "auto":
         return "osworld" if recorded_python() else "local"

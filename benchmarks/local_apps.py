@@ -39,7 +39,7 @@ SCREEN = (1920, 1080)
 
 def _reexec_under_desktop_env() -> None:
     """Run this script again in desktop-env's interpreter, with the project importable."""
-    from legato_gym.backends.osworld.venv import default_venv, venv_python
+    from legato_gym.desktopenv.venv import default_venv, venv_python
 
     python = venv_python(default_venv())
     if not python.exists():

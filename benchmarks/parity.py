@@ -177,7 +177,7 @@ def _in_desktop_env() -> None:
 
     if importlib.util.find_spec("desktop_env") is not None:
         return
-    from legato_gym.backends.osworld.venv import recorded_python
+    from legato_gym.desktopenv.venv import recorded_python
 
     python = recorded_python()
     if python is None:
@@ -195,7 +195,7 @@ def main() -> None:
     _in_desktop_env()
     import desktop_env
 
-    from legato_gym.backends.osworld.venv import DESKTOP_ENV_VERSION
+    from legato_gym.desktopenv.venv import DESKTOP_ENV_VERSION
 
     rows = measure(set(args.only) if args.only else None)
     version = getattr(desktop_env, "__version__", DESKTOP_ENV_VERSION)

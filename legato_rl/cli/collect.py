@@ -308,7 +308,7 @@ def _grader_config(grader: str, backend: str, config: DesktopConfig) -> tuple[De
                 f"--grader {grader} applies to --backend local only; backend {backend!r} grades with its own"
             )
         return config, None
-    from legato_gym.backends.osworld.venv import default_venv, recorded_python
+    from legato_gym.desktopenv.venv import default_venv, recorded_python
 
     python = config.python or recorded_python()
     if grader == "osworld" and python is None:

@@ -43,9 +43,9 @@ from legato_gym.backends.local.file_cache import (
     default_file_cache_dir,
 )
 from legato_gym.backends.local.options import GRADERS, LocalOptions
-from legato_gym.backends.osworld.venv import LEFT_OUT, check_venv, default_venv, recorded_python, setup_venv
 from legato_gym.config import OSWORLD_ENV_VAR, default_osworld_path
 from legato_gym.contract import Task
+from legato_gym.desktopenv.venv import LEFT_OUT, check_venv, default_venv, recorded_python, setup_venv
 from legato_gym.errors import LegatoError, SetupError, TaskFileError
 from legato_gym.tasks import load_tasks
 from legato_rl.cli._errors import fail

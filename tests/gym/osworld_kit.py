@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from legato_gym.backends.osworld.venv import default_venv, setup_venv
+from legato_gym.desktopenv.venv import default_venv, setup_venv
 from legato_gym.errors import MissingDependencyError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 from legato_gym.backends.local import LocalDesktop, default_tasks
 from legato_gym.backends.local.coverage import Capabilities, assess, check_tasks, task_needs
 from legato_gym.backends.local.file_cache import FILE_CACHE_ENV_VAR, FileCache
-from legato_gym.backends.osworld.venv import recorded_python
 from legato_gym.config import OSWORLD_ENV_VAR, DesktopConfig
+from legato_gym.desktopenv.venv import recorded_python
 from legato_gym.errors import UnsupportedTaskError
 from legato_gym.tasks import load_tasks
 from legato_rl.cli.app import app

@@ -23,7 +23,7 @@ from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, LocalOptions, coverage, default_tasks
 from legato_gym.backends.local.coverage import Capabilities, assess, needs_no_download, task_needs
 from legato_gym.backends.local.options import resolve_grader
-from legato_gym.backends.osworld.venv import MARKER, VENV_ENV_VAR
+from legato_gym.desktopenv.venv import MARKER, VENV_ENV_VAR
 from legato_gym.env import DesktopEnv
 from legato_gym.errors import ConfigError, UnsupportedTaskError
 from legato_gym.tasks import load_tasks

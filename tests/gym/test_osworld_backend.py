@@ -20,7 +20,7 @@ import legato_gym  # noqa: F401  (registers legato/OSWorld-v0)
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import solution
 from legato_gym.backends.local.tasks import LOCAL_TASKS, OSWORLD_OS_TASKS, default_tasks
-from legato_gym.backends.osworld.venv import check_venv
+from legato_gym.desktopenv.venv import check_venv
 
 pytestmark = [pytest.mark.osworld_venv, pytest.mark.desktop]
 

@@ -13,9 +13,10 @@ from typer.testing import CliRunner
 
 from legato_gym import DesktopConfig
 from legato_gym.backends import get_backend
-from legato_gym.backends.osworld import OSWorldOptions, default_tasks, shim, supplements, tasks_from_index
+from legato_gym.backends.osworld import OSWorldOptions, default_tasks, tasks_from_index
 from legato_gym.backends.osworld.remote import resolve_python
-from legato_gym.backends.osworld.venv import MARKER, REQUIREMENTS, VENV_ENV_VAR, check_venv, recorded_python
+from legato_gym.desktopenv import shim, supplements
+from legato_gym.desktopenv.venv import MARKER, REQUIREMENTS, VENV_ENV_VAR, check_venv, recorded_python
 from legato_gym.errors import ConfigError, MissingDependencyError
 from legato_gym.registration import ENV_IDS
 

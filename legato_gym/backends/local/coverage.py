@@ -135,7 +135,7 @@ OSWORLD_SETUP_TYPES = frozenset(
     }
 )
 #: Getters and metrics that OSWorld's 2026 task data names but desktop-env 1.0.2 does not have, and legato does
-#: not add (:mod:`legato_gym.backends.osworld.supplements` adds ``check_play_and_exit`` and
+#: not add (:mod:`legato_gym.desktopenv.supplements` adds ``check_play_and_exit`` and
 #: ``chrome_appearance_mode_ui``).
 OSWORLD_MISSING = frozenset({"check_structure_sim_with_threshold"})
 #: Getters that need a service inside the desktop, by service name.

@@ -2,7 +2,7 @@
 
 :class:`LocalGrader` runs the setup and post-config steps itself (:mod:`.task_setup`) and grades with the
 built-in getters and metrics (:mod:`.grading`), in a per-task cache folder. :class:`OSWorldGrader` hands
-both to desktop-env's own controllers and evaluator (:mod:`legato_gym.backends.osworld.session`), after
+both to desktop-env's own controllers and evaluator (:mod:`legato_gym.desktopenv.session`), after
 putting what the file cache holds where desktop-env looks first (:func:`prefill_osworld`). A desktop picks
 one with :func:`make_grader` from its resolved ``grader`` option.
 
@@ -30,7 +30,7 @@ from legato_gym.backends.local.tasks import TASK_DATA
 from legato_gym.contract import Task, task_path
 
 if TYPE_CHECKING:
-    from legato_gym.backends.osworld.session import OSWorldSession
+    from legato_gym.desktopenv.session import OSWorldSession
 
 __all__ = [
     "Grader",
@@ -175,7 +175,7 @@ class OSWorldGrader:
         return self._session
 
     def _new_session(self, ports: Mapping[Port, tuple[str, int]], work_dir: Path) -> OSWorldSession:
-        from legato_gym.backends.osworld.session import Endpoint, OSWorldSession
+        from legato_gym.desktopenv.session import Endpoint, OSWorldSession
 
         host, port = ports["server"]
         endpoint = Endpoint(host, port, chromium_port=ports["devtools"][1], vlc_port=ports["vlc"][1])

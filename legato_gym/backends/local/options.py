@@ -42,7 +42,7 @@ def resolve_grader(grader: str, python: str | None = None) -> str:
     if here and importlib.util.find_spec("desktop_env") is not None:
         return "osworld"
     if python is not None:
-        from legato_gym.backends.osworld.venv import recorded_python
+        from legato_gym.desktopenv.venv import recorded_python
 
         recorded = recorded_python()
         if recorded is not None and os.path.realpath(recorded) == os.path.realpath(python):
@@ -93,7 +93,7 @@ class LocalOptions(BackendOptions):
             that overruns ``timeouts.act``.
         state_dir: where desktops keep their private files (default: the system temp dir).
         grader: ``"osworld"`` runs setup, post-config and grading with desktop-env's own
-            ``SetupController``, getters and metrics (:mod:`legato_gym.backends.osworld.session`) over a
+            ``SetupController``, getters and metrics (:mod:`legato_gym.desktopenv.session`) over a
             loopback TCP forwarder into the sandbox; the desktop must then run in desktop-env's interpreter
             (``DesktopConfig.python`` from ``legato osworld setup``). ``"local"`` grades with
             :mod:`.grading` (OSWorld's semantics, re-implemented for a few getters and metrics, no extra

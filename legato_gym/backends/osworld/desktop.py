@@ -180,7 +180,7 @@ class _VMDesktop:
     """The desktop, in desktop-env's interpreter. See the module docstring."""
 
     def __init__(self, config: DesktopConfig) -> None:
-        from legato_gym.backends.osworld.session import import_desktop_env
+        from legato_gym.desktopenv.session import import_desktop_env
 
         import_desktop_env()  # fail early, with the fix, outside desktop-env's interpreter
         self.config = config
@@ -226,8 +226,8 @@ class _VMDesktop:
         return self._vm
 
     def _boot(self, deadline: float, *, first: bool) -> None:
-        from legato_gym.backends.osworld.session import OSWorldSession
         from legato_gym.backends.osworld.vms import make_vm, wait_server
+        from legato_gym.desktopenv.session import OSWorldSession
 
         if first:
             self._vm = make_vm(self.options, self.config, deadline)

@@ -32,7 +32,7 @@ def resolve_python(config: DesktopConfig) -> str:
     Raises:
         MissingDependencyError: neither is set; the message says to run ``legato osworld setup``.
     """
-    from legato_gym.backends.osworld.venv import default_venv, recorded_python
+    from legato_gym.desktopenv.venv import default_venv, recorded_python
 
     python = config.python or recorded_python()
     if python is None:

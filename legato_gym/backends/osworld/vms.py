@@ -1,6 +1,6 @@
 """The machines behind the ``osworld`` backend: one VM (or stand-in) per desktop, started, reverted, closed.
 
-A :class:`VM` gives an :class:`~legato_gym.backends.osworld.session.Endpoint` where OSWorld's in-VM server
+A :class:`VM` gives an :class:`~legato_gym.desktopenv.session.Endpoint` where OSWorld's in-VM server
 answers, and a snapshot revert. Providers:
 
 * ``docker`` (:class:`DockerVM`): OSWorld's ``happysixd/osworld-docker`` image (QEMU inside Docker, KVM when
@@ -30,8 +30,8 @@ import httpx
 
 from legato_gym.backends.local.options import LocalOptions
 from legato_gym.backends.osworld.options import DockerSettings, OSWorldOptions
-from legato_gym.backends.osworld.session import Endpoint
 from legato_gym.config import DesktopConfig
+from legato_gym.desktopenv.session import Endpoint
 from legato_gym.errors import DeadlineExceeded, DesktopCrashed, MissingDependencyError
 
 __all__ = ["LABEL", "VM", "DockerSettings", "DockerVM", "LocalStandInVM", "sweep_leaked", "wait_server"]

@@ -12,7 +12,7 @@ Standard library only: it runs in legato's interpreter and is imported in deskto
 
 Example::
 
-    from legato_gym.backends.osworld.venv import setup_venv, check_venv
+    from legato_gym.desktopenv.venv import setup_venv, check_venv
     result = setup_venv()                    # ~/.cache/legato/osworld-venv
     report = check_venv(result.venv)         # imports controllers, getters, metrics there
 """
@@ -279,11 +279,11 @@ class CheckReport:
         }
 
 
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 #: Import legato_gym with gymnasium hidden (its no-gymnasium path, as a worker does), then run the probe.
 _PROBE = (
     "import sys; sys.modules['gymnasium'] = None; import legato_gym; del sys.modules['gymnasium']; "
-    "from legato_gym.backends.osworld.probe import main; sys.exit(main())"
+    "from legato_gym.desktopenv.probe import main; sys.exit(main())"
 )
 
 

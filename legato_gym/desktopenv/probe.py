@@ -15,7 +15,7 @@ import sys
 import traceback
 from typing import Any
 
-from legato_gym.backends.osworld import shim
+from legato_gym.desktopenv import shim
 
 __all__ = ["main", "probe"]
 

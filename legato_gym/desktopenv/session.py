@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from legato_gym.backends.osworld import shim, supplements
+from legato_gym.desktopenv import shim, supplements
 from legato_gym.errors import MissingDependencyError, SetupError, UnsupportedTaskError
 
 __all__ = ["CLIENT_PASSWORD", "Endpoint", "OSWorldSession", "import_desktop_env"]
