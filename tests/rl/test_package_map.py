@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,3 +50,11 @@ def test_every_package_is_on_the_map() -> None:
         for path in (ROOT / top).rglob("__init__.py")
     }
     assert not sorted(map(str, packages - folders)), "packages missing from docs/concepts.md's map"
+
+
+def test_the_layers_drawn_are_those_checked_and_those_the_code_has() -> None:
+    """docs/concepts.md's layer block is what docs/gen_layers.py draws from pyproject.toml and the imports."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "docs" / "gen_layers.py"), "--check"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
