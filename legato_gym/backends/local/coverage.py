@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from legato_gym.backends.local import vscode
+from legato_gym.backends.local.apps import catalog
 from legato_gym.backends.local.commands import command_words
 from legato_gym.backends.local.file_cache import FileCache
 from legato_gym.contract import Task
@@ -51,49 +52,13 @@ __all__ = [
     "task_needs",
 ]
 
-#: Apps the local desktop can carry, each with the executables that provide it (first found wins).
-APPS: dict[str, tuple[str, ...]] = {
-    "chrome": ("google-chrome", "chromium", "chromium-browser"),
-    "libreoffice": ("libreoffice", "soffice"),
-    "gimp": ("gimp",),
-    "vlc": ("vlc",),
-    "thunderbird": ("thunderbird",),
-    "vs_code": ("code", "codium"),
-    "terminal": ("xterm", "gnome-terminal"),
-    "text editor": ("mousepad", "gedit"),
-    "file manager": ("nautilus",),
-    "pdf viewer": ("evince",),
-    "video player": ("totem",),  # GNOME Videos: the VM's default for most video types
-}
+#: Apps the local desktop can carry, each with the executables that provide it (first found wins): from each
+#: app's record (:data:`legato_gym.backends.local.apps.catalog.APPS`).
+APPS: dict[str, tuple[str, ...]] = {app.name: app.executables for app in catalog.APPS}
 
-#: ``related_apps`` spellings in OSWorld's data, mapped to :data:`APPS` keys. Names not listed here (``os``,
-#: ``image``, ``picard``) are descriptive and need no app of their own. ``pdf`` is the PDF viewer: its tasks
-#: open PDFs (``open`` steps, which name no app) for the agent to read, fill in or sort, in Evince on the VM.
-_RELATED: dict[str, str] = {
-    "chrome": "chrome",
-    "browser": "chrome",
-    "libreoffice": "libreoffice",
-    "libreoffice_calc": "libreoffice",
-    "libreoffice calc": "libreoffice",
-    "libreoffice_writer": "libreoffice",
-    "libreoffice_impress": "libreoffice",
-    "calc": "libreoffice",
-    "writer": "libreoffice",
-    "gimp": "gimp",
-    "vlc": "vlc",
-    "ubuntu_media_player": "vlc",
-    "thunderbird": "thunderbird",
-    "vs_code": "vs_code",
-    "vscode": "vs_code",
-    "terminal": "terminal",
-    "text editor": "text editor",
-    "file manager": "file manager",
-    "nautilus": "file manager",
-    "files": "file manager",
-    "pdf viewer": "pdf viewer",
-    "pdf": "pdf viewer",
-    "evince": "pdf viewer",
-}
+#: ``related_apps`` spellings in OSWorld's data, mapped to :data:`APPS` keys (:attr:`.catalog.App.related`).
+#: Names no app claims (``os``, ``image``, ``picard``) are descriptive and need no app of their own.
+_RELATED: dict[str, str] = {spelling: app.name for app in catalog.APPS for spelling in app.related}
 _EXECUTABLE_APP = {exe: app for app, exes in APPS.items() for exe in exes}
 
 #: Setup step types that need what no local desktop has.

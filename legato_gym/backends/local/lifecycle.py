@@ -332,12 +332,14 @@ class DesktopProcesses:
         """Snapshot the freshly booted home, set up as OSWorld's VM home, as the baseline every reset restores.
 
         The apps' first-run settings, profiles and MIME defaults (:func:`.apps.baseline_files`) are written
-        into it first, GIMP's profile and the sound server's volume (:data:`.apps.AUDIO_BASELINE`) made, so
-        every episode starts from them.
+        into it first, the apps' warmed-up profiles (GIMP's) and the sound server's volume
+        (:data:`.apps.AUDIO_BASELINE`) made, so every episode starts from them.
         """
         for path, content in apps.baseline_files().items():
             self.client.upload(f"/home/user/{path}", content)
-        self._warm_gimp(deadline)
+        for app in apps.APPS:
+            if app.warm_up is not None:
+                self._warm_up(app, deadline)
         if shutil.which("pulseaudio") and shutil.which("pactl"):  # the sound server's volume, as the VM keeps it
             audio = self.client.execute(apps.AUDIO_BASELINE, shell=True, timeout=max(1.0, deadline - time.monotonic()))
             if audio.get("returncode") != 0:
@@ -354,31 +356,35 @@ class DesktopProcesses:
         if not self.client.fetch_file(tar, self.sandbox.baseline):
             raise DesktopCrashed(f"could not read the home baseline {tar} from the desktop")
 
-    def _warm_gimp(self, deadline: float) -> None:
-        """Give the baseline GIMP's profile as its first start leaves it (:data:`.apps.GIMP_WARMUP`).
+    def _warm_up(self, app: apps.App, deadline: float) -> None:
+        """Give the baseline the app's profile as its first start leaves it (:attr:`.apps.App.warm_up`: GIMP's).
 
         GIMP builds its plug-in database at the first start of a profile, which takes seconds, and every
-        episode's GIMP would otherwise be a first start. The profile is made once per host and GIMP install,
-        by a headless GIMP inside this first sandbox (before any agent runs), and kept beside the desktops'
-        state folders; later desktops unpack it into their baseline. Without GIMP, nothing.
+        episode's GIMP would otherwise be a first start. The profile is made once per host and install, by a
+        headless start inside this first sandbox (before any agent runs), and kept beside the desktops'
+        state folders; later desktops unpack it into their baseline. Without the app, nothing.
         """
-        key = apps.gimp_profile_key()
+        warm_up = app.warm_up
+        assert warm_up is not None
+        key = warm_up.key()
         if key is None:
             return
-        cached = self.state_dir.parent / f"gimp-profile-{key}.tar"
-        tar, remaining = "/tmp/.legato-gimp.tar", max(1.0, deadline - time.monotonic())
+        cached = self.state_dir.parent / f"{app.name}-profile-{key}.tar"
+        tar, remaining = f"/tmp/.legato-{app.name}.tar", max(1.0, deadline - time.monotonic())
         if cached.exists():
             self.client.upload(tar, cached.read_bytes())
             result = self.client.execute(f"tar -xf {tar} -C /home/user && rm {tar}", shell=True, timeout=remaining)
         else:
-            script = f"{apps.GIMP_WARMUP}; tar -cf {tar} -C /home/user {apps.GIMP_PROFILE}"
+            script = f"{warm_up.command}; tar -cf {tar} -C /home/user {warm_up.profile}"
             result = self.client.execute(script, shell=True, timeout=remaining)
             partial = cached.with_name(f"{cached.name}.{os.getpid()}")
             if result.get("returncode") == 0 and self.client.fetch_file(tar, partial):
                 partial.replace(cached)
             self.client.execute(["rm", "-f", tar])
         if result.get("returncode") != 0:
-            logger.warning("GIMP's profile could not be prepared (GIMP will build it at its first start): %s", result)
+            logger.warning(
+                "%s's profile could not be prepared (it will build it at its first start): %s", app.name, result
+            )
 
     def _kill_sandbox(self, deadline: float) -> bool:
         ok = True

@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from legato_gym.backends.local.apps.catalog import APPS
+
 __all__ = ["WRITERS", "Writer", "files_read", "write_back_delay", "written_files"]
 
 
@@ -41,32 +43,11 @@ class Writer:
     delay_s: float
 
 
-WRITERS: tuple[Writer, ...] = (
-    # configmgr's WriteThread writes one second after the last modification
-    Writer("libreoffice", frozenset({"soffice.bin"}), (".config/libreoffice/",), frozenset(), 2.0),
-    # ImportantFileWriter's default commit interval is 10 s (Bookmarks: 2.5 s)
-    Writer(
-        "chrome",
-        frozenset({"chrome", "chromium"}),
-        (".config/google-chrome/", ".config/chromium/"),
-        frozenset(
-            {
-                "bookmarks",
-                "chrome_font_size",
-                "data_delete_automacally",
-                "default_search_engine",
-                "enable_do_not_track",
-                "enable_enhanced_safety_browsing",
-                "enable_safe_browsing",
-                "enabled_experiments",
-                "find_installed_extension_name",
-                "find_unpacked_extension_path",
-                "new_startup_page",
-                "profile_name",
-            }
-        ),
-        11.0,
-    ),
+#: The apps with a late write-back (:attr:`legato_gym.backends.local.apps.catalog.App.write_back`).
+WRITERS: tuple[Writer, ...] = tuple(
+    Writer(app.name, app.write_back.processes, app.write_back.paths, app.write_back.getters, app.write_back.delay_s)
+    for app in APPS
+    if app.write_back is not None
 )
 
 _HOME = "/home/user/"

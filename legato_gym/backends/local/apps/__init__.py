@@ -1,5 +1,9 @@
 """What the local desktop knows about each of OSWorld's apps: profiles, first-run settings, defaults, readiness.
 
+One record per app (:mod:`.catalog`: :class:`App` in :data:`APPS`) holds what every consumer needs of it:
+executables and the names tasks call it by, its files and MIME types, its window rule, ready rule,
+write-back, warm-up and dock launchers; the modules below hold the details the records point to.
+
 OSWorld's VM (Ubuntu 22.04, GNOME) has its apps set up by hand once: no tip of the day, no "Keep current
 format" question on saving an ``.xlsx`` (the tasks' post-config saves with ``ctrl+s`` and nothing else), no
 Chrome first-run page, documents opening in the app for their type, and windows opening maximized. This
@@ -16,6 +20,17 @@ window manager's placement rules (:data:`OPENBOX_APPLICATIONS`) and the ready si
 - :mod:`.ready`: which setup steps map a window, and what its title shows once the app has loaded.
 """
 
+from legato_gym.backends.local.apps.catalog import (
+    APPS,
+    App,
+    ReadyRule,
+    WarmUp,
+    WindowRule,
+    WriteBack,
+    app_for_program,
+    dock_launchers,
+    window_table,
+)
 from legato_gym.backends.local.apps.chrome import (
     CHROME_PROFILE,
     CHROMIUM_FLAGS,
@@ -72,6 +87,7 @@ from legato_gym.backends.local.apps.thunderbird import (
 )
 
 __all__ = [
+    "APPS",
     "AUDIO_BASELINE",
     "CHROME_PROFILE",
     "CHROMIUM_FLAGS",
@@ -93,10 +109,17 @@ __all__ = [
     "VLC_HTTP_PASSWORD",
     "VLC_TITLE",
     "WINDOWLESS",
+    "App",
+    "ReadyRule",
+    "WarmUp",
+    "WindowRule",
+    "WriteBack",
+    "app_for_program",
     "baseline_files",
     "bin_entries",
     "chrome_files",
     "chromium_binary",
+    "dock_launchers",
     "environment",
     "gimp_profile_key",
     "gimp_title",
@@ -117,4 +140,5 @@ __all__ = [
     "thunderbird_system_files",
     "vlc_http_installed",
     "vlcrc",
+    "window_table",
 ]

@@ -13,11 +13,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from legato_gym.backends.local import vscode
-from legato_gym.backends.local.apps.chrome import chrome_files
-from legato_gym.backends.local.apps.media import GIMP_TYPES, VLC_TYPES, media_files, videos_types
-from legato_gym.backends.local.apps.office import libreoffice_files
-from legato_gym.backends.local.apps.thunderbird import thunderbird_files, thunderbird_system_files
+from legato_gym.backends.local.apps.catalog import APPS, WindowRule
+from legato_gym.backends.local.apps.media import videos_types
+from legato_gym.backends.local.apps.thunderbird import thunderbird_system_files
 
 __all__ = [
     "AUDIO_BASELINE",
@@ -39,63 +37,27 @@ __all__ = [
     "system_files",
 ]
 
-#: Default application per MIME type, as the VM's GNOME has them (desktop file names).
-MIME_DEFAULTS: dict[str, str] = {
-    **dict.fromkeys(
-        (
-            "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
-            "application/vnd.ms-excel",
-            "application/vnd.oasis.opendocument.spreadsheet",
-            "text/csv",
-        ),
-        "libreoffice-calc.desktop",
-    ),
-    **dict.fromkeys(
-        (
-            "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
-            "application/msword",
-            "application/vnd.oasis.opendocument.text",
-            "application/rtf",
-        ),
-        "libreoffice-writer.desktop",
-    ),
-    **dict.fromkeys(
-        (
-            "application/vnd.openxmlformats-officedocument.presentationml.presentation",
-            "application/vnd.ms-powerpoint",
-            "application/vnd.oasis.opendocument.presentation",
-        ),
-        "libreoffice-impress.desktop",
-    ),
-    **dict.fromkeys(
-        ("text/html", "x-scheme-handler/http", "x-scheme-handler/https", "application/xhtml+xml"),
-        "google-chrome.desktop",
-    ),
-    # GNOME's file manager, PDF viewer and mail client (installing GIMP made it the PDF viewer otherwise)
-    "inode/directory": "org.gnome.Nautilus.desktop",
-    "application/pdf": "org.gnome.Evince.desktop",
-    **dict.fromkeys(("x-scheme-handler/mailto", "message/rfc822"), "thunderbird.desktop"),
-    # images in GIMP: the VM opens .xcf in GIMP and photos in GNOME's Image Viewer, which this desktop lacks
-    **dict.fromkeys(GIMP_TYPES, "gimp.desktop"),
-    # audio, and the common video types, in VLC; the other video types in GNOME Videos (:func:`mime_defaults`)
-    **dict.fromkeys(VLC_TYPES, "vlc.desktop"),
-    # GNOME opens plain text, and empty files (``file`` calls them inode/x-empty), in its text editor
-    **dict.fromkeys(("text/plain", "inode/x-empty", "application/x-zerosize"), "org.xfce.mousepad.desktop"),
-}
+#: Default application per MIME type, as the VM's GNOME has them (desktop file names), from each app's record
+#: (:attr:`.catalog.App.mime`).
+MIME_DEFAULTS: dict[str, str] = {mime: desktop for app in APPS for desktop, types in app.mime for mime in types}
 
-#: openbox ``<applications>`` rules: the VM's GNOME opens these apps maximized.
-OPENBOX_APPLICATIONS = """  <applications>
-    <application class="libreoffice*"><maximized>yes</maximized></application>
-    <application class="Soffice"><maximized>yes</maximized></application>
-    <application class="Chromium*"><maximized>yes</maximized></application>
-    <application class="Google-chrome"><maximized>yes</maximized></application>
-    <application class="Gimp*" type="normal"><maximized>yes</maximized></application>
-    <application class="thunderbird"><maximized>yes</maximized></application>
-    <application class="org.gnome.Nautilus"><maximized>yes</maximized></application>
-    <application class="Evince"><maximized>yes</maximized></application>
-    <application class="Code"><maximized>yes</maximized></application>
-  </applications>
-"""
+
+def _openbox_rule(cls: str, window: WindowRule) -> str:
+    kind = f' type="{window.window_type}"' if window.window_type else ""
+    return f'    <application class="{cls}"{kind}><maximized>yes</maximized></application>\n'
+
+
+#: openbox ``<applications>`` rules: the VM's GNOME opens these apps maximized (:attr:`.catalog.App.window`).
+OPENBOX_APPLICATIONS = (
+    "  <applications>\n"
+    + "".join(
+        _openbox_rule(cls, app.window)
+        for app in APPS
+        if app.window is not None and app.window.maximized
+        for cls in app.window.classes
+    )
+    + "  </applications>\n"
+)
 
 
 def _mimeapps(defaults: Mapping[str, str]) -> str:
@@ -110,18 +72,19 @@ def mime_defaults(videos_desktop: str | Path | None = None) -> dict[str, str]:
 
 
 def baseline_files() -> dict[str, bytes]:
-    """Files of the baseline home (paths relative to ``/home/user``) that set the apps up as the VM has them."""
+    """Files of the baseline home (paths relative to ``/home/user``) that set the apps up as the VM has them:
+    each app's own (:attr:`.catalog.App.files`), the MIME defaults, the home's skeleton and the sound volume."""
     mimeapps = _mimeapps(mime_defaults()).encode()
+    files: dict[str, bytes] = {}
+    for app in APPS:
+        if app.files is not None:
+            files.update(app.files())
     return {
-        **libreoffice_files(),
-        **chrome_files(),
+        **files,
         ".config/mimeapps.list": mimeapps,
         ".local/share/applications/mimeapps.list": mimeapps,
-        **thunderbird_files(),
-        **media_files(),
         **skeleton_files(),
         **audio_files(),
-        **vscode.baseline_files(),
     }
 
 

@@ -31,10 +31,12 @@ __all__ = [
     "VLC_SETTINGS",
     "VLC_TITLE",
     "VLC_TYPES",
+    "gimp_files",
     "gimp_profile_key",
     "gimp_title",
     "media_files",
     "videos_types",
+    "vlc_files",
     "vlc_http_installed",
     "vlcrc",
 ]
@@ -119,14 +121,24 @@ def vlcrc(settings: Mapping[str, Mapping[str, str]] | None = None) -> str:
 
 
 def media_files(system_sessionrc: str | Path = GIMP_SYSTEM_SESSIONRC) -> dict[str, bytes]:
-    """The baseline home's VLC configuration (:data:`VLC_SETTINGS`) and GIMP's window layout.
+    """The baseline home's VLC configuration (:func:`vlc_files`) and GIMP's window layout (:func:`gimp_files`)."""
+    return {**vlc_files(), **gimp_files(system_sessionrc)}
+
+
+def vlc_files() -> dict[str, bytes]:
+    """The baseline home's VLC configuration (:data:`VLC_SETTINGS`)."""
+    return {VLC_CONFIG: vlcrc().encode()}
+
+
+def gimp_files(system_sessionrc: str | Path = GIMP_SYSTEM_SESSIONRC) -> dict[str, bytes]:
+    """GIMP's window layout in the baseline home.
 
     GIMP's layout is its system default (single-window mode, docks shown) with the window maximized, as
     the VM's GNOME shows it: GIMP itself restores its window's size and un-maximizes it after mapping, so a
     window manager rule alone does not hold. The rest of GIMP's profile comes from a first start
-    (:data:`GIMP_WARMUP`). Without GIMP's system ``sessionrc``, only VLC's file.
+    (:data:`GIMP_WARMUP`). Without GIMP's system ``sessionrc``, nothing.
     """
-    files = {VLC_CONFIG: vlcrc().encode()}
+    files: dict[str, bytes] = {}
     with contextlib.suppress(OSError):
         layout = Path(system_sessionrc).read_text()
         files[f"{GIMP_PROFILE}/sessionrc"] = layout.replace('(maximized "no")', '(maximized "yes")').encode()

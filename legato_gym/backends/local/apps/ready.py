@@ -7,55 +7,30 @@ from pathlib import Path
 from typing import Any
 
 from legato_gym.backends.local import vscode
-from legato_gym.backends.local.apps.media import GIMP_TITLE, VLC_MEDIA, VLC_TITLE, gimp_title
+from legato_gym.backends.local.apps.catalog import app_for_program
+from legato_gym.backends.local.apps.media import VLC_MEDIA, VLC_TITLE, gimp_title
 from legato_gym.backends.local.commands import command_words
 
 __all__ = ["WINDOWLESS", "loads_after_title", "open_title", "opens_window", "ready_title", "ready_titles"]
-
-_OFFICE_TITLES = {"--calc": "LibreOffice Calc", "--writer": "LibreOffice Writer", "--impress": "LibreOffice Impress"}
-_DOCUMENT = (".xlsx", ".xls", ".ods", ".csv", ".docx", ".doc", ".odt", ".rtf", ".pptx", ".ppt", ".odp", ".pdf")
 
 
 def ready_title(command: str | Sequence[str]) -> str | None:
     """What a ``launch`` step's window title shows once the app has loaded (``None``: any window will do).
 
-    LibreOffice maps a window before its document is loaded; the document's window is titled with the
-    file's name (``report.xlsx - LibreOffice Calc``), or with the component for a new document. Chrome's
-    window is titled ``... - Chromium`` once its first page has a title.
+    The app's own rule says (:attr:`.catalog.App.ready`): LibreOffice maps a window before its document is
+    loaded, and the document's window is titled with the file's name (``report.xlsx - LibreOffice Calc``), or
+    with the component for a new document; Chrome's window is titled ``... - Chromium`` once its first page has
+    a title.
     """
     words = command_words(command)
     names = [Path(word).name for word in words]
     if not names:
         return None
     program = next((n for n in names if "=" not in n and n not in ("env", "sudo")), "")
-    if program in ("libreoffice", "soffice"):
-        if "--convert-to" in words or "--headless" in words:
-            return None
-        documents = [Path(w).name for w in words[1:] if w.lower().endswith(_DOCUMENT)]
-        if documents:
-            return documents[-1]
-        for flag, title in _OFFICE_TITLES.items():
-            if flag in words:
-                return title
-        return "LibreOffice"
-    if program in ("google-chrome", "google-chrome-stable", "chromium", "chrome"):
-        return "Chromium"
-    if program == "thunderbird":
-        return "Mozilla Thunderbird"
-    arguments = [w for w in words[1:] if not w.startswith("-")]
-    if program == "nautilus":  # titled with the folder's name once it is listed ("Loading…" before)
-        folder = arguments[-1].rstrip("/") if arguments else ""
-        return "Home" if folder in ("", "~", "/home/user", "$HOME") else Path(folder).name
-    if program == "evince" and arguments:  # "Document Viewer" until the file is loaded
-        return Path(arguments[-1]).name
-    if program == "code":
-        return vscode.ready_title(words)
-    if program in ("gimp", "gimp-2.10"):
-        images = [w for w in words[names.index(program) + 1 :] if not w.startswith("-")]
-        return gimp_title(images[-1]) if images else GIMP_TITLE
-    if program == "vlc":
-        return VLC_TITLE
-    return None
+    app = app_for_program(program)
+    if app is None or app.ready is None:
+        return None
+    return app.ready.title(words, program)
 
 
 def ready_titles(steps: Sequence[Mapping[str, Any]]) -> list[str]:
