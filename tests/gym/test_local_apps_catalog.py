@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from legato_gym.backends.local import apps, coverage, writeback
 from legato_gym.backends.local.apps import catalog, gnome
 from legato_gym.backends.local.sandbox import files, shell
@@ -91,3 +93,19 @@ def test_write_back_and_warm_up_come_from_the_records() -> None:
     warmed = [app for app in catalog.APPS if app.warm_up is not None]
     assert [app.name for app in warmed] == ["gimp"]
     assert warmed[0].warm_up is not None and warmed[0].warm_up.profile == apps.GIMP_PROFILE
+
+
+def test_windowless_launches_and_open_titles_follow_the_apps_rules() -> None:
+    assert not apps.opens_window("libreoffice --headless --convert-to pdf x.docx")
+    assert not apps.opens_window(["code", "--install-extension", "ms-python.python"])
+    assert apps.opens_window("code /home/user/project") and not apps.opens_window("socat tcp-listen:9222")
+    assert [apps.open_title(p) for p in ("/tmp/a.MKV", "~", "/tmp/x.xcf", "/tmp/r.xlsx")] == [
+        "VLC media player",
+        "Home",
+        "[x]",
+        "r.xlsx",
+    ]
+    assert apps.loads_after_title(["project - Visual Studio Code"]) and not apps.loads_after_title(["a.docx"])
+    assert catalog.app_named("libreoffice").executables == ("libreoffice", "soffice")
+    with pytest.raises(KeyError, match="no app is called 'word'"):
+        catalog.app_named("word")

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
+from legato_gym.backends.local.apps.catalog import app_named
 from legato_gym.backends.local.apps.gnome import MIME_DEFAULTS
 from legato_gym.backends.local.apps.office import LIBREOFFICE_PROFILE
 from legato_gym.backends.local.client import DesktopClient
@@ -67,8 +68,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: The commands that start LibreOffice inside the desktop.
-OFFICE_COMMANDS = frozenset({"libreoffice", "soffice"})
+#: The commands that start LibreOffice inside the desktop (its record's executables).
+OFFICE_COMMANDS = frozenset(app_named("libreoffice").executables)
 #: A LibreOffice with no window, waiting for a document (``--nodefault``); ``--norestore`` as OSWorld's VM
 #: has document recovery off.
 WARM_OFFICE = ("soffice", "--nologo", "--norestore", "--nodefault")

@@ -28,6 +28,7 @@ from legato_gym.backends.local.apps.catalog import (
     WindowRule,
     WriteBack,
     app_for_program,
+    app_named,
     dock_launchers,
     window_table,
 )
@@ -115,6 +116,7 @@ __all__ = [
     "WindowRule",
     "WriteBack",
     "app_for_program",
+    "app_named",
     "baseline_files",
     "bin_entries",
     "chrome_files",

@@ -30,6 +30,7 @@ from legato_gym.backends.local.apps.media import (
     GIMP_TITLE,
     GIMP_TYPES,
     GIMP_WARMUP,
+    VLC_MEDIA,
     VLC_TITLE,
     VLC_TYPES,
     gimp_files,
@@ -49,6 +50,7 @@ __all__ = [
     "WindowRule",
     "WriteBack",
     "app_for_program",
+    "app_named",
     "dock_launchers",
     "window_table",
 ]
@@ -77,10 +79,18 @@ class ReadyRule:
         programs: the program names a ``launch`` command runs it by.
         title: ``title(words, program)`` for the launch command's words and the program among them; ``None``:
             any window of it will do.
+        windowless: ``windowless(names)`` for the command's words (file names): the launch maps no window (a
+            conversion, a CLI call), so the ready signal does not wait for one.
+        open_title: ``open_title(path)``: what its window shows once an ``open`` step's file has loaded in it;
+            ``None``: the file is not one of its own.
+        keeps_loading: a ready title ending with this means the app keeps working for seconds after showing it.
     """
 
     programs: frozenset[str]
     title: Callable[[Sequence[str], str], str | None]
+    windowless: Callable[[Sequence[str]], bool] | None = None
+    open_title: Callable[[str], str | None] | None = None
+    keeps_loading: str | None = None
 
 
 @dataclass(frozen=True)
@@ -190,6 +200,18 @@ def _gimp_title(words: Sequence[str], program: str) -> str | None:
     return gimp_title(images[-1]) if images else GIMP_TITLE
 
 
+def _office_windowless(names: Sequence[str]) -> bool:
+    return "--convert-to" in names or "--headless" in names
+
+
+def _home_title(path: str) -> str | None:
+    return "Home" if path.rstrip("/") in ("/home/user", "~") else None  # the file manager titles it "Home"
+
+
+def _vlc_open_title(path: str) -> str | None:
+    return VLC_TITLE if Path(path).suffix.lower() in VLC_MEDIA else None
+
+
 def _fixed(title: str) -> Callable[[Sequence[str], str], str | None]:
     def rule(words: Sequence[str], program: str) -> str | None:
         return title
@@ -245,7 +267,7 @@ APPS: tuple[App, ...] = (
         mime=tuple(_OFFICE_TYPES.items()),
         files=libreoffice_files,
         window=WindowRule(("libreoffice*", "Soffice"), maximized=True),
-        ready=ReadyRule(frozenset({"libreoffice", "soffice"}), _office_title),
+        ready=ReadyRule(frozenset({"libreoffice", "soffice"}), _office_title, windowless=_office_windowless),
         # configmgr's WriteThread writes one second after the last modification
         write_back=WriteBack(frozenset({"soffice.bin"}), (".config/libreoffice/",), frozenset(), 2.0),
         launchers=("libreoffice-writer.desktop", "libreoffice-calc.desktop", "libreoffice-impress.desktop"),
@@ -297,7 +319,7 @@ APPS: tuple[App, ...] = (
         related=("file manager", "nautilus", "files"),
         mime=(("org.gnome.Nautilus.desktop", ("inode/directory",)),),
         window=WindowRule(("org.gnome.Nautilus",), maximized=True),
-        ready=ReadyRule(frozenset({"nautilus"}), _nautilus_title),
+        ready=ReadyRule(frozenset({"nautilus"}), _nautilus_title, open_title=_home_title),
         launchers=("org.gnome.Nautilus.desktop",),
         dock_slot=6,
     ),
@@ -329,7 +351,7 @@ APPS: tuple[App, ...] = (
         related=("gimp",),
         mime=(("gimp.desktop", GIMP_TYPES),),
         window=WindowRule(("Gimp*",), maximized=True, window_type="normal"),
-        ready=ReadyRule(frozenset({"gimp", "gimp-2.10"}), _gimp_title),
+        ready=ReadyRule(frozenset({"gimp", "gimp-2.10"}), _gimp_title, open_title=gimp_title),
         warm_up=WarmUp(GIMP_WARMUP, GIMP_PROFILE, gimp_profile_key),
         launchers=("gimp.desktop",),
         dock_slot=5,
@@ -342,7 +364,7 @@ APPS: tuple[App, ...] = (
         mime=(("vlc.desktop", VLC_TYPES),),
         files=_media_files,  # VLC's vlcrc, and GIMP's window layout beside it (``media.media_files``)
         window=WindowRule(("vlc",), maximized=False),
-        ready=ReadyRule(frozenset({"vlc"}), _fixed(VLC_TITLE)),
+        ready=ReadyRule(frozenset({"vlc"}), _fixed(VLC_TITLE), open_title=_vlc_open_title),
         launchers=("vlc.desktop",),
         dock_slot=3,
     ),
@@ -360,7 +382,9 @@ APPS: tuple[App, ...] = (
         related=("vs_code", "vscode"),
         files=vscode.baseline_files,
         window=WindowRule(("Code",), maximized=True),
-        ready=ReadyRule(frozenset({"code"}), _code_title),
+        # VS Code's workbench (code-server in a browser window) titles the window with the file, then starts its
+        # extension host and renders the editor for about 3 s more on 2 cores (measured)
+        ready=ReadyRule(frozenset({"code"}), _code_title, windowless=vscode.cli_only, keeps_loading=vscode.APP_NAME),
         launchers=("code.desktop",),
         dock_slot=2,
     ),
@@ -387,6 +411,18 @@ _BY_PROGRAM = {program: app for app in APPS if app.ready is not None for program
 def app_for_program(program: str) -> App | None:
     """The app whose ready rule a ``launch`` of ``program`` (a file name, no folder) follows."""
     return _BY_PROGRAM.get(program)
+
+
+def app_named(name: str) -> App:
+    """The record of the app called ``name`` (:attr:`App.name`).
+
+    Raises:
+        KeyError: no app has that name.
+    """
+    for app in APPS:
+        if app.name == name:
+            return app
+    raise KeyError(f"no app is called {name!r}; the apps are {', '.join(app.name for app in APPS)}")
 
 
 def window_table() -> dict[str, Literal["maximized", "own size"]]:

@@ -6,9 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from legato_gym.backends.local import vscode
-from legato_gym.backends.local.apps.catalog import app_for_program
-from legato_gym.backends.local.apps.media import VLC_MEDIA, VLC_TITLE, gimp_title
+from legato_gym.backends.local.apps.catalog import APPS, app_for_program
 from legato_gym.backends.local.commands import command_words
 
 __all__ = ["WINDOWLESS", "loads_after_title", "open_title", "opens_window", "ready_title", "ready_titles"]
@@ -50,13 +48,11 @@ def ready_titles(steps: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def loads_after_title(titles: Sequence[str]) -> bool:
-    """Whether an app of these ready titles keeps loading for seconds after its window shows its title.
-
-    VS Code's workbench (code-server in a browser window) titles the window with the file, then starts its
-    extension host and renders the editor for about 3 s more on 2 cores (measured): longer than a ready
-    signal waits for apps that never stop working (``LocalOptions.busy_s``, a playing video).
-    """
-    return any(title.endswith(vscode.APP_NAME) for title in titles)
+    """Whether an app of these ready titles keeps loading for seconds after its window shows its title
+    (:attr:`.catalog.ReadyRule.keeps_loading`: VS Code's workbench), longer than a ready signal waits for apps
+    that never stop working (``LocalOptions.busy_s``, a playing video)."""
+    endings = tuple(app.ready.keeps_loading for app in APPS if app.ready is not None and app.ready.keeps_loading)
+    return any(title.endswith(endings) for title in titles)
 
 
 #: Programs that OSWorld's setups launch and that map no window (the DevTools port forwarder, killers).
@@ -64,22 +60,23 @@ WINDOWLESS = frozenset({"socat", "pkill", "killall", "kill", "sleep", "tinyproxy
 
 
 def opens_window(command: str | Sequence[str]) -> bool:
-    """Whether a ``launch`` step's program maps a window (the ready signal waits for one per launch)."""
+    """Whether a ``launch`` step's program maps a window (the ready signal waits for one per launch): not a
+    :data:`WINDOWLESS` program, nor an app's launch that its rule calls windowless (a conversion, a CLI call)."""
     words = [Path(word).name for word in command_words(command) if "=" not in word]
     program = next((w for w in words if w not in ("env", "sudo")), "")
-    if program in ("libreoffice", "soffice") and ("--convert-to" in words or "--headless" in words):
-        return False
-    if program == "code" and vscode.cli_only(words):
+    app = app_for_program(program)
+    if app is not None and app.ready is not None and app.ready.windowless is not None and app.ready.windowless(words):
         return False
     return program not in WINDOWLESS
 
 
 def open_title(path: str) -> str:
-    """What the window of the app an ``open`` step starts for ``path`` shows once the file is loaded: GIMP's
-    ``[name]`` for images, VLC's title for media, else the file's name (LibreOffice, the PDF viewer)."""
-    suffix = Path(path).suffix.lower()
-    if suffix in VLC_MEDIA:
-        return VLC_TITLE
-    if path.rstrip("/") in ("/home/user", "~"):  # the file manager titles the home folder "Home"
-        return "Home"
-    return gimp_title(path) or Path(path).name
+    """What the window of the app an ``open`` step starts for ``path`` shows once the file is loaded: the title
+    of the app whose file it is (:attr:`.catalog.ReadyRule.open_title`: GIMP's ``[name]`` for images, VLC's
+    title for media, the file manager's "Home"), else the file's name (LibreOffice, the PDF viewer)."""
+    for app in APPS:
+        if app.ready is not None and app.ready.open_title is not None:
+            title = app.ready.open_title(path)
+            if title is not None:
+                return title
+    return Path(path).name
