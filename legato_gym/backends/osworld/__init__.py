@@ -3,7 +3,7 @@
 Each desktop is one VM (docker: OSWorld's image, 4 vCPU, 4 GB; or a local desktop standing in for one),
 kept up between rollouts and driven from desktop-env's own interpreter (``legato osworld setup`` builds
 it; desktop-env cannot share legato's environment). See :mod:`.desktop` for reset, ready signals and
-grading, :mod:`.vms` for the machines, :mod:`.session` for desktop-env's controllers and ``evaluate()``,
+grading, :mod:`.vms` for the machines, :mod:`legato_gym.desktopenv` for desktop-env's controllers and ``evaluate()``,
 :mod:`.options` for :class:`OSWorldOptions` (``DesktopConfig.options``: the provider and its settings)::
 
     from legato_gym import DesktopConfig
