@@ -1,7 +1,7 @@
 """The JSON Schema of a ``legato.rollout/v0`` record, for trainers that read ``rollouts.jsonl`` in any language.
 
 pydantic derives the types from the record dataclasses (:mod:`legato_rl.store.schema`); the rest comes from
-what each field says of itself (:class:`~legato_rl.store._fields.FieldInfo`) and from the codec that writes
+what each field says of itself (:class:`~legato_rl.store.fields.FieldInfo`) and from the codec that writes
 the records, so that the schema describes the JSON on disk rather than the Python objects: each key as
 written (``try`` for ``try_index``) and in the order written, every key required but the ones added since
 the first ``legato.rollout/v0`` records (``optional``), ``minimum``, ``enum`` (``choices``) and ``pattern``,
@@ -32,7 +32,7 @@ import re
 from typing import Any
 
 from legato_rl.store import schema as _records
-from legato_rl.store._fields import Slot, slots, written_keys
+from legato_rl.store.fields import Slot, slots, written_keys
 from legato_rl.store.schema import COMPLETED_STATUSES, FAILED_STATUSES, SCHEMA, STATUSES, RolloutRecord, Status
 
 __all__ = ["DIALECT", "OPTIONAL_FIELDS", "record_json_schema", "render_record_json_schema"]

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from legato_rl import _json
-from legato_rl.store._fields import Column, Layout, clip, decode, encode, info
 from legato_rl.store.errors import RecordError
+from legato_rl.store.fields import Column, Layout, clip, decode, encode, info
 
 if TYPE_CHECKING:
     from legato_rl.policy import ChatResult

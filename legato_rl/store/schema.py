@@ -1,7 +1,7 @@
 """The record schema ``legato.rollout/v0``: what one line of ``rollouts.jsonl`` holds, and its statuses.
 
 Each field is described once, where it is declared: its type, its docstring (``Attributes:``) and its
-``metadata=info(...)`` (:mod:`legato_rl.store._fields`): the JSON key, whether a record read back may lack it,
+``metadata=info(...)`` (:mod:`legato_rl.store.fields`): the JSON key, whether a record read back may lack it,
 the checks made on reading, and the export column it fills. The JSON written and read, the published JSON
 Schema (``docs/schema/legato.rollout-v0.json``, :mod:`legato_rl.store.json_schema`) and the export's columns
 and Parquet schema (:mod:`legato_rl.export`) are all derived from these classes. A record is written with
@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from legato_gym.errors import ConfigError
 from legato_rl.images import PNG_DATA_URL  # the prefix of the data URLs stored as DIR/images/<sha>.png
-from legato_rl.store._fields import Column, Layout, decode, encode, info, tuple_or_none
 from legato_rl.store.errors import RecordError
+from legato_rl.store.fields import Column, Layout, decode, encode, info, tuple_or_none
 from legato_rl.store.prompt_ids import PromptIds
 
 if TYPE_CHECKING:

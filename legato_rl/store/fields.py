@@ -11,7 +11,7 @@ fields (:class:`Layout`). Everything else is derived from that and from the fiel
 * the published JSON Schema (:mod:`legato_rl.store.json_schema`): the keys, which are required
   (:attr:`FieldInfo.optional`), ``minimum``, ``enum`` and ``pattern``;
 * the export's columns and their Parquet types (:mod:`legato_rl.export.rows`, :mod:`legato_rl.export.writers`):
-  a field with a :attr:`FieldInfo.column` is a column of every exported step (:func:`columns`).
+  a field with a :attr:`FieldInfo.column` is a column of every exported step (:func:`record_columns`).
 
 The encoder and decoder of each class are compiled once, on first use, into plain functions that read and
 build each key in turn (as ``dataclasses`` does for ``__init__``): a record is encoded and decoded as fast as
@@ -37,10 +37,10 @@ __all__ = [
     "Slot",
     "build",
     "clip",
-    "columns",
     "decode",
     "encode",
     "info",
+    "record_columns",
     "require",
     "slots",
     "tuple_or_none",
@@ -197,7 +197,7 @@ def decode(cls: type, data: Any, what: str) -> Any:
     return _decoder_of(cls)(data, what)
 
 
-def columns(root: type, rows: str) -> Iterator[tuple[Column, str, tuple[str, ...]]]:
+def record_columns(root: type, rows: str) -> Iterator[tuple[Column, str, tuple[str, ...]]]:
     """The export columns the fields under ``root`` declare, in field order: ``(column, level, path)``.
 
     ``rows`` is the field of ``root`` whose items are the rows (``steps``); ``level`` is ``record`` for a
