@@ -134,7 +134,8 @@ def _describe_root(root: dict[str, Any]) -> None:
     root["properties"] = {**head, **properties}
     root["properties"]["n_steps"] = {"type": "integer", "minimum": 0, "description": "Policy calls made: len(steps)."}
     root["properties"] = {key: root["properties"][key] for key in written_keys(RolloutRecord)}
-    root["required"] = list(root["properties"])
+    optional = {slot.key for slot in slots(RolloutRecord) if slot.info.optional}
+    root["required"] = [key for key in root["properties"] if key not in optional]
     root["description"] = f"One try of one attempt: a line of rollouts.jsonl ({SCHEMA})."
     root["if"] = {"properties": {"status": {"enum": failed}}, "required": ["status"]}
     root["then"] = {"properties": {"error": {"$ref": "#/$defs/ErrorInfo"}}}
