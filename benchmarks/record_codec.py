@@ -10,13 +10,22 @@ and without the optional fields), so two revisions encode the same records. Run:
     python benchmarks/record_codec.py --reencode RUN_DIR   # every line of RUN_DIR/rollouts.jsonl, decoded and
                                                            # encoded again, must give the same bytes
 
-It prints one table: the median over ``--rounds`` of encoding (``RolloutRecord.to_json`` and the store's JSON
-writer) and decoding (the JSON reader and ``RolloutRecord.from_json``) ``--records`` records.
+    python benchmarks/record_codec.py --against /path/to/other/checkout --rounds 7
+
+``--against`` times the other checkout's record classes and this one's in the same process, round by round
+(a copy of its ``legato_rl`` imported as ``legato_rl_other``): on a shared machine the load then falls on
+both alike, where two processes one after the other can differ by 2x.
+
+It prints one table: the least and the median over ``--rounds`` (the garbage collector off while timing) of
+encoding ``--records`` records (``RolloutRecord.to_json`` and the store's JSON writer) and decoding them
+(the JSON reader and ``RolloutRecord.from_json``), and of ``to_json`` and ``from_json`` alone: the part a
+change of the record classes can change.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import statistics
 import sys
@@ -138,14 +147,74 @@ def _decode(lines: list[bytes]) -> list[RolloutRecord]:
     return [RolloutRecord.from_json(_json.loads(line)) for line in lines]
 
 
-def _timed(fn: Any, arg: Any, rounds: int) -> tuple[float, Any]:
+def _to_json(records: list[RolloutRecord]) -> list[dict[str, Any]]:
+    return [record.to_json() for record in records]
+
+
+def _from_json(objects: list[dict[str, Any]]) -> list[RolloutRecord]:
+    return [RolloutRecord.from_json(data) for data in objects]
+
+
+def _timed(fn: Any, arg: Any, rounds: int) -> tuple[float, float, Any]:
+    """The least and the median seconds of ``rounds`` calls, the garbage collector off in each (its pauses,
+    set off by the other side's garbage, are the largest noise), and the last result."""
     times = []
     result = None
     for _ in range(rounds):
-        started = time.perf_counter()
-        result = fn(arg)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times), result
+        result = None
+        gc.collect()
+        gc.disable()
+        try:
+            started = time.perf_counter()
+            result = fn(arg)
+            times.append(time.perf_counter() - started)
+        finally:
+            gc.enable()
+    return min(times), statistics.median(times), result
+
+
+def _other_store(checkout: Path, into: Path) -> Any:
+    """``legato_rl.store`` of another checkout, copied into ``into`` as ``legato_rl_other.store``."""
+    import importlib
+    import re
+    import shutil
+
+    package = into / "legato_rl_other"
+    shutil.copytree(checkout / "legato_rl", package, ignore=shutil.ignore_patterns("__pycache__"))
+    for path in package.rglob("*.py"):
+        path.write_text(re.sub(r"\blegato_rl\b", "legato_rl_other", path.read_text()))
+    sys.path.insert(0, str(into))
+    return importlib.import_module("legato_rl_other.store")
+
+
+def _against(checkout: Path, records: list[RolloutRecord], rounds: int) -> None:
+    import tempfile
+
+    lines = _encode(records)
+    objects = [_json.loads(line) for line in lines]
+    with tempfile.TemporaryDirectory() as tmp:
+        other = _other_store(checkout, Path(tmp))
+        theirs = [other.RolloutRecord.from_json(data) for data in objects]
+        assert [_json.dumps(r.to_json()) + b"\n" for r in theirs] == lines, "the two checkouts write other bytes"
+        sides = {
+            "to_json": (lambda: [r.to_json() for r in theirs], lambda: [r.to_json() for r in records]),
+            "from_json": (
+                lambda: [other.RolloutRecord.from_json(d) for d in objects],
+                lambda: [RolloutRecord.from_json(d) for d in objects],
+            ),
+        }
+        times: dict[tuple[str, int], list[float]] = {(name, side): [] for name in sides for side in (0, 1)}
+        for _ in range(rounds):
+            for name, pair in sides.items():
+                for side, fn in enumerate(pair):
+                    times[name, side].append(_timed(lambda call: call(), fn, 1)[0])
+    print(f"| {len(records)} records, {rounds} rounds alternating, ms (least / median) | other | this | this / other |")
+    print("|---|---|---|---|")
+    for name in sides:
+        theirs_s, ours_s = times[name, 0], times[name, 1]
+        figures = [f"{min(t) * 1000:.0f} / {statistics.median(t) * 1000:.0f}" for t in (theirs_s, ours_s)]
+        ratio = statistics.median(ours_s) / statistics.median(theirs_s)
+        print(f"| {name} | {figures[0]} | {figures[1]} | {ratio:.2f} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--bytes", type=Path, help="write the encoded records to this file")
     parser.add_argument("--reencode", type=Path, help="check a run's records re-encode to their own bytes")
+    parser.add_argument("--against", type=Path, help="time another checkout's record classes beside these")
     args = parser.parse_args(argv)
     if args.reencode is not None:
         lines = (args.reencode / "rollouts.jsonl").read_bytes().splitlines(keepends=True)
@@ -162,15 +232,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{same} of {len(lines)} records of {args.reencode} re-encode to their own bytes")
         return 0 if same == len(lines) else 1
     records = make_records(args.records, tokens=args.tokens)
-    encode_s, lines = _timed(_encode, records, args.rounds)
-    decode_s, decoded = _timed(_decode, lines, args.rounds)
-    assert _encode(decoded) == lines, "a record does not survive decoding and encoding"
+    if args.against is not None:
+        _against(args.against, records, args.rounds)
+        return 0
+    encode = _timed(_encode, records, args.rounds)
+    lines = encode[2]
+    decode = _timed(_decode, lines, args.rounds)
+    assert _encode(decode[2]) == lines, "a record does not survive decoding and encoding"
+    to_json = _timed(_to_json, records, args.rounds)
+    from_json = _timed(_from_json, [_json.loads(line) for line in lines], args.rounds)
     if args.bytes is not None:
         args.bytes.write_bytes(b"".join(lines))
     size = sum(map(len, lines))
-    print(f"| {args.records} records ({size / 2**20:.1f} MiB) | encode ms | decode ms |")
-    print("|---|---|---|")
-    print(f"| median of {args.rounds} | {encode_s * 1000:.0f} | {decode_s * 1000:.0f} |")
+    print(f"| {args.records} records ({size / 2**20:.1f} MiB), ms | encode | decode | to_json | from_json |")
+    print("|---|---|---|---|---|")
+    for name, at in (("least", 0), ("median", 1)):
+        figures = " | ".join(f"{timed[at] * 1000:.0f}" for timed in (encode, decode, to_json, from_json))
+        print(f"| {name} of {args.rounds} | {figures} |")
     return 0
 
 
