@@ -41,7 +41,6 @@ __all__ = [
     "encode",
     "info",
     "record_columns",
-    "require",
     "slots",
     "tuple_or_none",
     "written_keys",
@@ -225,19 +224,6 @@ def clip(value: Any, limit: int = 120) -> str:
     """``value`` for an error message, cut to ``limit`` characters."""
     text = value if isinstance(value, str) else repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
-
-
-def require(data: Mapping[str, Any], keys: Sequence[str], what: str) -> None:
-    """Check that ``data`` is a JSON object holding ``keys``.
-
-    Raises:
-        RecordError: naming ``what`` and the missing fields.
-    """
-    if not isinstance(data, Mapping):
-        raise RecordError(f"{what} must be a JSON object, got {clip(data)}")
-    missing = [key for key in keys if key not in data]
-    if missing:
-        raise RecordError(f"{what} misses the field(s) {', '.join(missing)}")
 
 
 def build(cls: Any, data: Any, what: str) -> Any:
