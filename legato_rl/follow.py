@@ -49,9 +49,10 @@ from typing import Any, Literal, TypeVar
 
 from legato_gym import Backend, ConfigError, DesktopConfig, Task, resolve_backend
 from legato_gym.vector import RayPlacement
+from legato_rl.advantages import group_advantages
 from legato_rl.batch import CollectOptions, Progress
 from legato_rl.collect import Collector, _with_limits
-from legato_rl.groups import Attempt, Group, GroupBook, Status, group_advantages
+from legato_rl.groups import Attempt, Group, GroupBook, Status
 from legato_rl.harness import Harness
 from legato_rl.policy import PolicyConfig
 from legato_rl.store import ErrorInfo, RolloutRecord, read_records, write_json_atomic

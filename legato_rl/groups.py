@@ -6,9 +6,8 @@ have not started become ``skipped``, those still running are cancelled at their 
 and one that completes anyway is ``surplus``. When every attempt has ended and fewer than ``group``
 completed, the group closes *short*.
 
-Group advantage (GRPO, :func:`group_advantages`): ``(reward - mean) / std`` over the group's *completed*
-attempts (``ok`` and ``truncated``; ``surplus`` attempts finished after the group closed and are not part of
-it), with the **population** standard deviation (ddof 0), and 0 for every member when all rewards are equal.
+The group advantages (GRPO) over the completed attempts are :mod:`legato_rl.advantages`; ``advantages`` and
+``group_advantages`` are importable from here too, as they were when they lived here.
 
 This module is pure bookkeeping (no I/O, no asyncio) so the rules can be tested on their own.
 """
@@ -16,13 +15,13 @@ This module is pure bookkeeping (no I/O, no asyncio) so the rules can be tested 
 from __future__ import annotations
 
 import math
-from collections import defaultdict, deque
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections import deque
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from legato_gym import ConfigError, Task
-from legato_rl.store import COMPLETED_STATUSES, FINAL_STATUSES, RecordError, RolloutRecord, Status
+from legato_rl.advantages import advantages, group_advantages
+from legato_rl.store import COMPLETED_STATUSES, FINAL_STATUSES, Status
 
 __all__ = [
     "COMPLETED_STATUSES",
@@ -266,41 +265,3 @@ class GroupBook:
         self._queue = deque(a for a in self._queue if not self.groups[a.group_id].closed)
         self._unfinished = {gid for gid, g in self.groups.items() if not g.finished}
         return dropped
-
-
-def advantages(rewards: Sequence[float]) -> list[float]:
-    """GRPO advantages of one group's rewards: ``(r - mean) / std`` (population std), all 0 when equal."""
-    if not rewards:
-        return []
-    mean = sum(rewards) / len(rewards)
-    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
-    if std <= 1e-12 * max(1.0, abs(mean)):
-        return [0.0] * len(rewards)
-    return [(r - mean) / std for r in rewards]
-
-
-def group_advantages(records: Iterable[RolloutRecord | Mapping[str, Any]]) -> dict[str, float]:
-    """The advantage of every completed record, by ``rollout_id`` (see the module docstring).
-
-    Accepts typed records or the JSON objects of ``rollouts.jsonl`` (only ``rollout_id``, ``group_id``,
-    ``status`` and ``reward`` are read, so a streaming export can pass light dicts).
-
-    Raises:
-        RecordError: a completed record has no reward.
-    """
-    groups: dict[str, list[tuple[str, float]]] = defaultdict(list)
-    for record in records:
-        if isinstance(record, RolloutRecord):
-            rid, gid, status, reward = record.rollout_id, record.group_id, record.status, record.reward
-        else:
-            rid, gid, status, reward = record["rollout_id"], record["group_id"], record["status"], record["reward"]
-        if status not in COMPLETED_STATUSES:
-            continue
-        if reward is None:
-            raise RecordError(f"record {rid} is {status} but has no reward; the run is damaged")
-        groups[gid].append((rid, float(reward)))
-    result: dict[str, float] = {}
-    for members in groups.values():
-        for (rid, _), value in zip(members, advantages([r for _, r in members]), strict=True):
-            result[rid] = value
-    return result

@@ -36,7 +36,7 @@ Definitions (each key of ``summary.json`` is always present; a figure with nothi
   (delivered marked stale), ``groups_rerun`` (re-run for staleness), ``utilisation`` (busy desktop-seconds over
   desktops x wall seconds) and ``utilisation_by_version`` (the same within each version's time).
 
-GRPO group advantages are computed with the group rules (:func:`legato_rl.groups.group_advantages`, also
+GRPO group advantages are :mod:`legato_rl.advantages` (:func:`~legato_rl.advantages.group_advantages`, also
 importable from here).
 """
 
@@ -52,7 +52,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from legato_rl.groups import advantages, group_advantages
+from legato_rl.advantages import advantages, group_advantages
 from legato_rl.store import (
     COMPLETED_STATUSES,
     STATUSES,

@@ -42,7 +42,7 @@ them; a JSON string is read back by pyarrow and by Hugging Face ``datasets`` byt
 
 Rows come from the ``ok`` and ``truncated`` records only (``surplus``, ``cancelled``, ``skipped``,
 ``retried`` and ``error`` records are counted in :attr:`ExportStats.excluded`). ``advantage`` is the GRPO
-group advantage (:func:`legato_rl.groups.group_advantages`): ``(reward - mean) / std`` over the
+group advantage (:func:`legato_rl.advantages.group_advantages`): ``(reward - mean) / std`` over the
 completed attempts of the rollout's group, with the **population** standard deviation (ddof 0), and 0 for
 every member when all their rewards are equal. All steps of a rollout share its reward and advantage.
 

@@ -1,8 +1,15 @@
-"""One export row per policy step: its fields, the first pass the advantages need, and the screenshots."""
+"""One export row per policy step: its columns, the first pass the advantages need, and the screenshots.
+
+The columns are the record fields that declare one (``column=Column(...)`` in their metadata,
+:mod:`legato_rl.store.schema`) and the four computed here for each step (:data:`DERIVED`): the prompt's
+messages and whole token ids, the rollout's group advantage and the policy version the step was asked with.
+:data:`COLUMNS` puts them in the order of ``legato.export/v0`` (:data:`_ORDER`); a column a record field
+declares later follows those.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,17 +19,31 @@ from legato_rl.store import (
     IMAGE_SCHEME,
     IMAGES_DIR,
     ROLLOUTS_FILE,
+    Column,
     RecordError,
     RolloutRecord,
     StepRecord,
     load_request,
     read_record_dicts,
+    record_columns,
 )
 
-__all__ = ["EXPORT_FIELDS", "IMAGES_FIELD", "image_list", "outcomes", "step_row"]
+__all__ = ["COLUMNS", "DERIVED", "EXPORT_FIELDS", "IMAGES_FIELD", "image_list", "outcomes", "step_row"]
 
-#: Every field of a row, in order.
-EXPORT_FIELDS = (
+#: The columns no record field fills, computed for each step by :func:`step_row`. ``json`` is a value written
+#: as JSON text (a Parquet ``string`` column whose field metadata says ``encoding: json``).
+DERIVED: dict[str, Column] = {
+    column.name: column
+    for column in (
+        Column("messages", "json", nullable=False),
+        Column("prompt_token_ids", "list<int32>"),
+        Column("advantage", "float64", nullable=False),
+        Column("policy_version", "string"),
+    )
+}
+#: The order of the columns of ``legato.export/v0``. A column a record field declares and this does not name
+#: comes after these, in field order: a new column is added at the end and the others keep their places.
+_ORDER = (
     "rollout_id",
     "task_id",
     "group_id",
@@ -43,6 +64,42 @@ EXPORT_FIELDS = (
     "weight_version",
     "grader",
 )
+
+
+def _getter(level: str, path: tuple[str, ...]) -> Callable[[RolloutRecord, StepRecord], Any]:
+    """The value of a record field's column in a step's row (``None`` under a ``None``; tuples as lists)."""
+
+    def get(record: RolloutRecord, step: StepRecord) -> Any:
+        value: Any = record if level == "record" else step
+        for name in path:
+            value = getattr(value, name)
+            if value is None:
+                return None
+        return list(value) if isinstance(value, tuple) else value
+
+    return get
+
+
+def _columns() -> tuple[tuple[Column, Callable[[RolloutRecord, StepRecord], Any] | None], ...]:
+    declared = {
+        column.name: (column, _getter(level, path)) for column, level, path in record_columns(RolloutRecord, "steps")
+    }
+    both = sorted(set(declared) & set(DERIVED))
+    unknown = [name for name in _ORDER if name not in declared and name not in DERIVED]
+    if both or unknown:
+        raise TypeError(f"export columns declared twice {both} or not at all {unknown}")
+    found: dict[str, tuple[Column, Callable[[RolloutRecord, StepRecord], Any] | None]] = {
+        **{name: (column, None) for name, column in DERIVED.items()},
+        **declared,
+    }
+    return tuple(found[name] for name in [*_ORDER, *(name for name in declared if name not in _ORDER)])
+
+
+_PLAN = _columns()
+#: Every column of a row, in order.
+COLUMNS: tuple[Column, ...] = tuple(column for column, _ in _PLAN)
+#: Every field of a row, in order: the names of :data:`COLUMNS`.
+EXPORT_FIELDS = tuple(column.name for column in COLUMNS)
 #: The column ``image_column=True`` adds after :data:`EXPORT_FIELDS`.
 IMAGES_FIELD = "images"
 
@@ -89,33 +146,22 @@ def step_row(
     messages = body["messages"]
     if not inline:
         _check_images(root, messages, images_seen, where)
-    response = step.response
     assert record.reward is not None  # completed records have one (checked by group_advantages)
-    return {
-        "rollout_id": record.rollout_id,
-        "task_id": record.task_id,
-        "group_id": record.group_id,
-        "step_index": step.index,
-        "status": record.status,
+    derived = {
         "messages": messages,
-        "prompt_token_ids": _ids32(prompt_ids, where, "prompt"),
-        "prompt_continues": None if step.prompt_ids is None else step.prompt_ids.prefix,
-        "response_text": response.content,
-        "response_reasoning": response.reasoning,
-        "response_token_ids": _ids32(_list(response.token_ids), where, "response"),
-        "response_logprobs": _list(response.logprobs),
-        "response_tokens": _list(response.tokens),
-        "finish_reason": response.finish_reason,
-        "reward": record.reward,
+        "prompt_token_ids": prompt_ids,
         "advantage": advantage,
         "policy_version": step.model.policy_version or record.policy.version,
-        "weight_version": step.model.weight_version,
-        "grader": record.grader,
     }
+    row = {column.name: derived[column.name] if get is None else get(record, step) for column, get in _PLAN}
+    for column in COLUMNS:
+        if column.type == "list<int32>":
+            _ids32(row[column.name], where, column.name.removesuffix("_token_ids"))
+    return row
 
 
 def _ids32(ids: list[int] | None, where: str, what: str) -> list[int] | None:
-    """``ids``, checked to fit the ``int32`` column (in C: a prompt holds tens of thousands)."""
+    """``ids``, checked to fit an ``int32`` column (in C: a prompt holds tens of thousands)."""
     if not ids:
         return ids
     if min(ids) < _INT32.min or max(ids) > _INT32.max:
@@ -171,7 +217,3 @@ def _check_images(root: Path, messages: list[Any], seen: set[str], where: str) -
                 f"cannot export {where}: image file {image_path} is missing: the run directory is incomplete"
             )
         seen.add(sha)
-
-
-def _list(values: tuple[Any, ...] | None) -> list[Any] | None:
-    return None if values is None else list(values)

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from legato_gym.errors import ConfigError
+from legato_rl.advantages import group_advantages
 from legato_rl.export.files import atomic_output
 from legato_rl.export.rows import IMAGES_FIELD, image_list, outcomes, step_row
 from legato_rl.export.writers import JsonlRows, ParquetRows, export_format
-from legato_rl.groups import group_advantages
 from legato_rl.store import (
     COMPLETED_STATUSES,
     IMAGES_DIR,

@@ -1,4 +1,4 @@
-"""The JSONL and Parquet writers of an export, and the Parquet schema."""
+"""The JSONL and Parquet writers of an export, and the Parquet schema (made from the columns' types)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from legato_gym.errors import ConfigError, MissingDependencyError
-from legato_rl.export.rows import EXPORT_FIELDS, IMAGES_FIELD
+from legato_rl.export.rows import COLUMNS, EXPORT_FIELDS, IMAGES_FIELD
+from legato_rl.store import Column
 
 __all__ = [
     "DATASETS_EXTRA",
@@ -45,27 +46,7 @@ def parquet_schema(*, image_column: bool = False) -> Any:
         MissingDependencyError: ``image_column`` and ``datasets`` is not installed.
     """
     pa = _pyarrow()
-    fields = [
-        pa.field("rollout_id", pa.string(), nullable=False),
-        pa.field("task_id", pa.string(), nullable=False),
-        pa.field("group_id", pa.string(), nullable=False),
-        pa.field("step_index", pa.int32(), nullable=False),
-        pa.field("status", pa.string(), nullable=False),
-        pa.field("messages", pa.string(), nullable=False, metadata={"encoding": "json"}),
-        pa.field("prompt_token_ids", _list_of(pa, pa.int32())),
-        pa.field("prompt_continues", pa.bool_()),
-        pa.field("response_text", pa.string(), nullable=False),
-        pa.field("response_reasoning", pa.string()),
-        pa.field("response_token_ids", _list_of(pa, pa.int32())),
-        pa.field("response_logprobs", _list_of(pa, pa.float32())),
-        pa.field("response_tokens", _list_of(pa, pa.string())),
-        pa.field("finish_reason", pa.string()),
-        pa.field("reward", pa.float64(), nullable=False),
-        pa.field("advantage", pa.float64(), nullable=False),
-        pa.field("policy_version", pa.string()),
-        pa.field("weight_version", pa.string()),
-        pa.field("grader", pa.string()),
-    ]
+    fields = [_arrow_field(pa, column) for column in COLUMNS]
     metadata = {"legato.schema": EXPORT_SCHEMA}
     if image_column:
         image = pa.struct([pa.field("bytes", pa.binary()), pa.field("path", pa.string())])
@@ -80,6 +61,24 @@ def _hf_metadata(schema: Any) -> str:
     features = datasets.Features.from_arrow_schema(schema.remove(schema.get_field_index(IMAGES_FIELD)))
     features[IMAGES_FIELD] = datasets.List(datasets.Image()) if hasattr(datasets, "List") else [datasets.Image()]
     return json.dumps({"info": {"features": features.to_dict()}})
+
+
+def _arrow_field(pa: Any, column: Column) -> Any:
+    """The Parquet field of a column: its type (:attr:`~legato_rl.store.Column.type`) and nullability."""
+    if column.type == "json":
+        return pa.field(column.name, pa.string(), nullable=column.nullable, metadata={"encoding": "json"})
+    return pa.field(column.name, _arrow_type(pa, column.type, column.name), nullable=column.nullable)
+
+
+_SCALARS = {"string": "string", "bool": "bool_", "int32": "int32", "float32": "float32", "float64": "float64"}
+
+
+def _arrow_type(pa: Any, name: str, column: str) -> Any:
+    if name.startswith("list<") and name.endswith(">"):
+        return _list_of(pa, _arrow_type(pa, name[len("list<") : -1], column))
+    if name not in _SCALARS:
+        raise TypeError(f"export column {column!r} has type {name!r}, not one of {', '.join(_SCALARS)} or list<...>")
+    return getattr(pa, _SCALARS[name])()
 
 
 def _list_of(pa: Any, item: Any) -> Any:
@@ -119,6 +118,7 @@ class ParquetRows:
         self._pa = _pyarrow()
         self._schema = parquet_schema(image_column=image_column)
         self._names = (*EXPORT_FIELDS, IMAGES_FIELD) if image_column else EXPORT_FIELDS
+        self._json = frozenset(column.name for column in COLUMNS if column.type == "json")
         self._writer: Any = None
         self._columns: dict[str, list[Any]] = {name: [] for name in self._names}
         self._rows = 0
@@ -132,11 +132,15 @@ class ParquetRows:
 
     def write(self, row: dict[str, Any]) -> None:
         """Add one row; a full row group is written out."""
-        messages = json.dumps(row["messages"], ensure_ascii=False, separators=(",", ":"))
+        chars = 0
         for name in self._names:
-            self._columns[name].append(messages if name == "messages" else row[name])
+            value = row[name]
+            if name in self._json:
+                value = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+                chars += len(value)
+            self._columns[name].append(value)
         self._rows += 1
-        self._chars += len(messages) + sum(len(image["bytes"]) for image in row.get(IMAGES_FIELD) or ())
+        self._chars += chars + sum(len(image["bytes"]) for image in row.get(IMAGES_FIELD) or ())
         if self._rows >= _BATCH_ROWS or self._chars >= _BATCH_CHARS:
             self._flush()
 

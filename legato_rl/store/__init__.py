@@ -20,7 +20,9 @@ resumed run appends after the last whole record.
 
 The package, one concern a module (every name below is importable from ``legato_rl.store``)::
 
-    schema.py      the record: RolloutRecord, StepRecord, ..., Status and its sets (the record layout)
+    schema.py      the record: RolloutRecord, StepRecord, ..., Status and its sets; each field described once
+    fields.py      what a record field says of itself (FieldInfo, Column, Layout) and the JSON codec made from it
+    json_schema.py the record's JSON Schema, derived from the record classes (docs/schema/legato.rollout-v0.json)
     prompt_ids.py  prompt token ids stored as deltas: PromptIds, prompt_ids_of, expand_prompt_ids
     writer.py      RolloutStore (content-addressed files, records), BackgroundWriter (off the event loop)
     reader.py      read_records, read_record_dicts, load_request, check_run_dir
@@ -31,6 +33,7 @@ The package, one concern a module (every name below is importable from ``legato_
 """
 
 from legato_rl.store.errors import RecordError, RunInProgressError, StorageError, storage_error
+from legato_rl.store.fields import Column, FieldInfo, Layout, record_columns
 from legato_rl.store.files import (
     IMAGES_DIR,
     MANIFEST_FILE,
@@ -99,7 +102,10 @@ __all__ = [
     "SUMMARY_FILE",
     "ActionRecord",
     "BackgroundWriter",
+    "Column",
     "ErrorInfo",
+    "FieldInfo",
+    "Layout",
     "ModelStats",
     "PolicyStamp",
     "PromptContext",
@@ -133,6 +139,7 @@ __all__ = [
     "read_progress",
     "read_record_dicts",
     "read_records",
+    "record_columns",
     "storage_error",
     "task_digests",
     "tasks_sha256",

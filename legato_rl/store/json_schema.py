@@ -1,12 +1,15 @@
 """The JSON Schema of a ``legato.rollout/v0`` record, for trainers that read ``rollouts.jsonl`` in any language.
 
-pydantic derives it from the record dataclasses (:mod:`legato_rl.store.schema`); this module then makes it
-describe the JSON the writer puts on disk rather than the Python objects: the ``schema`` and ``n_steps``
-keys, ``try`` for ``try_index``, ``status`` and ``error.kind`` as enums, ``error`` present when the status is
-``error`` or ``retried`` (and, of kind ``agent``, allowed on ``ok`` and ``truncated``), message hashes as
-sha256 hex, and every key required but the ones added since the first ``legato.rollout/v0`` records
-(:data:`OPTIONAL_FIELDS`). The objects stay open (no ``additionalProperties: false``): a ``legato.rollout/v0``
-record may gain optional fields, and a validator built from an older copy of the schema must still accept it.
+pydantic derives the types from the record dataclasses (:mod:`legato_rl.store.schema`); the rest comes from
+what each field says of itself (:class:`~legato_rl.store.fields.FieldInfo`) and from the codec that writes
+the records, so that the schema describes the JSON on disk rather than the Python objects: each key as
+written (``try`` for ``try_index``) and in the order written, every key required but the ones added since
+the first ``legato.rollout/v0`` records (``optional``), ``minimum``, ``enum`` (``choices``) and ``pattern``,
+descriptions from the classes' docstrings. The record's own rules are added here: the ``schema`` and
+``n_steps`` keys, the status enum, and ``error`` present when the status is ``error`` or ``retried`` (and, of
+kind ``agent``, allowed on ``ok`` and ``truncated``). The objects stay open (no ``additionalProperties:
+false``): a ``legato.rollout/v0`` record may gain optional fields, and a validator built from an older copy
+of the schema must still accept it.
 
 The schema is published as ``docs/schema/legato.rollout-v0.json`` (``python docs/gen_schema.py`` rewrites it)
 and printed by ``legato rl schema``. pydantic is imported only when the schema is built.
@@ -28,36 +31,32 @@ import json
 import re
 from typing import Any
 
-from legato_rl.store.schema import (
-    COMPLETED_STATUSES,
-    ERROR_KINDS,
-    FAILED_STATUSES,
-    SCHEMA,
-    SHA256_HEX,
-    STATUSES,
-    ModelStats,
-    PolicyStamp,
-    RequestRef,
-    Response,
-    RolloutRecord,
-    Status,
-    StepRecord,
-)
+from legato_rl.store import schema as _records
+from legato_rl.store.fields import Slot, slots, written_keys
+from legato_rl.store.schema import COMPLETED_STATUSES, FAILED_STATUSES, SCHEMA, STATUSES, RolloutRecord, Status
 
 __all__ = ["DIALECT", "OPTIONAL_FIELDS", "record_json_schema", "render_record_json_schema"]
 
 #: The JSON Schema dialect of the generated schema.
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
-#: Keys a ``legato.rollout/v0`` record may lack (added since its first records), by object.
+
+
+def _record_classes(cls: type = RolloutRecord) -> list[type]:
+    """``cls`` and every record class nested in it, each once, outermost first."""
+    found = [cls]
+    for slot in slots(cls):
+        if slot.kind in ("obj", "objs"):
+            found += [nested for nested in _record_classes(slot.item) if nested not in found]
+    return found
+
+
+#: Keys a ``legato.rollout/v0`` record may lack (added since its first records), by object: the fields marked
+#: ``optional`` (kept for code that read this table; the fields say it).
 OPTIONAL_FIELDS: dict[str, frozenset[str]] = {
-    "RolloutRecord": frozenset({"grader"}),
-    "StepRecord": frozenset({"prompt_ids"}),
-    "ModelStats": frozenset({"weight_version", "policy_version"}),
+    cls.__name__: frozenset(slot.key for slot in slots(cls) if slot.info.optional)
+    for cls in _record_classes()
+    if any(slot.info.optional for slot in slots(cls))
 }
-#: Dataclass fields written under another key.
-_RENAMED = {"RolloutRecord": {"try_index": "try"}}
-#: Integers the writer never writes negative.
-_COUNTS = {"RolloutRecord": ("attempt", "try"), "StepRecord": ("index",), "PromptIds": ("start",)}
 _KEY_ORDER = ("title", "description", "type", "properties", "required", "if", "then", "else")
 _ROOT = "RolloutRecord"
 _ROLE = re.compile(r":[a-z]+:`~?(?:[\w.]+\.)?([\w]+(?:\(\))?)`")
@@ -75,15 +74,8 @@ def record_json_schema() -> dict[str, Any]:
     defs: dict[str, dict[str, Any]] = generated.pop("$defs")
     root = generated
     for name, obj in [(_ROOT, root), *defs.items()]:
-        _to_disk(name, obj)
+        _to_disk(_record_class(name), obj)
     _describe_root(root)
-    defs["ErrorInfo"]["properties"]["kind"]["enum"] = list(ERROR_KINDS)
-    messages = defs["RequestRef"]["properties"]["messages"]
-    messages["items"] = {"type": "string", "pattern": f"^{SHA256_HEX.pattern}$"}
-    for name, order in _written_order().items():
-        obj = root if name == _ROOT else defs[name]
-        obj["properties"] = {key: obj["properties"][key] for key in order if key in obj["properties"]}
-        obj["required"] = [key for key in order if key in obj["required"]]
     return {"$schema": DIALECT, **_ordered(root), "$defs": {name: _ordered(defs[name]) for name in sorted(defs)}}
 
 
@@ -92,25 +84,39 @@ def render_record_json_schema() -> str:
     return json.dumps(record_json_schema(), indent=2, ensure_ascii=False) + "\n"
 
 
-def _to_disk(name: str, obj: dict[str, Any]) -> None:
-    """Make one object's schema describe its JSON: keys as written, all required, documented, no defaults."""
+def _record_class(name: str) -> type:
+    """The record class pydantic named ``name`` (a class of :mod:`legato_rl.store.schema` or ``PromptIds``)."""
+    cls = getattr(_records, name, None)
+    if not isinstance(cls, type):
+        raise TypeError(f"the record schema names {name!r}, which is not a record class of legato_rl.store.schema")
+    return cls
+
+
+def _to_disk(cls: type, obj: dict[str, Any]) -> None:
+    """Make one object's schema describe its JSON: keys as written and in the order written, the required ones
+    required, each documented, the fields' own checks, no defaults."""
     notes = _attribute_notes(obj.pop("description", ""))
     obj["description"] = notes.pop("", "")
-    renamed = _RENAMED.get(name, {})
     properties: dict[str, Any] = {}
-    for field_name, prop in obj["properties"].items():
-        key = renamed.get(field_name, field_name)
+    by_key: dict[str, Slot] = {}
+    for slot in slots(cls):
+        prop = obj["properties"][slot.name]
         prop.pop("title", None)
         prop.pop("default", None)  # every key is written; a dataclass default is not a default on disk
-        note = notes.get(field_name)
+        note = notes.get(slot.name)
         if note is not None:
-            prop["description"] = note.replace(f"; `{key}` in JSON", "")
-        if key in _COUNTS.get(name, ()):
-            prop["minimum"] = 0
-        properties[key] = prop
-    obj["properties"] = properties
-    optional = OPTIONAL_FIELDS.get(name, frozenset())
-    obj["required"] = [key for key in properties if key not in optional]
+            prop["description"] = note.replace(f"; `{slot.key}` in JSON", "")
+        if slot.info.minimum is not None:
+            prop["minimum"] = slot.info.minimum
+        if slot.info.choices is not None:
+            prop["enum"] = list(slot.info.choices)
+        if slot.info.pattern is not None:
+            prop["items"] = {"type": "string", "pattern": f"^{slot.info.pattern.pattern}$"}
+        properties[slot.key] = prop
+        by_key[slot.key] = slot
+    order = written_keys(cls)
+    obj["properties"] = {key: properties[key] for key in order if key in properties}
+    obj["required"] = [key for key in order if key in by_key and not by_key[key].info.optional]
 
 
 def _describe_root(root: dict[str, Any]) -> None:
@@ -127,7 +133,9 @@ def _describe_root(root: dict[str, Any]) -> None:
     head = {"schema": {"const": SCHEMA, "description": "The record schema's name and version."}}
     root["properties"] = {**head, **properties}
     root["properties"]["n_steps"] = {"type": "integer", "minimum": 0, "description": "Policy calls made: len(steps)."}
-    root["required"] = list(root["properties"])
+    root["properties"] = {key: root["properties"][key] for key in written_keys(RolloutRecord)}
+    optional = {slot.key for slot in slots(RolloutRecord) if slot.info.optional}
+    root["required"] = [key for key in root["properties"] if key not in optional]
     root["description"] = f"One try of one attempt: a line of rollouts.jsonl ({SCHEMA})."
     root["if"] = {"properties": {"status": {"enum": failed}}, "required": ["status"]}
     root["then"] = {"properties": {"error": {"$ref": "#/$defs/ErrorInfo"}}}
@@ -137,13 +145,6 @@ def _describe_root(root: dict[str, Any]) -> None:
         "then": {"properties": {"error": {"anyOf": [{"type": "null"}, agent]}}},
         "else": {"properties": {"error": {"type": "null"}}},
     }
-
-
-def _written_order() -> dict[str, list[str]]:
-    """The key order of a record and of a step as the writer writes them (the other objects keep field order)."""
-    step = StepRecord(index=0, request=RequestRef(None, ()), response=Response(""), model=ModelStats(0.0))
-    record = RolloutRecord("", "", None, "", 0, PolicyStamp("", None), "ok", steps=(step,)).to_json()
-    return {_ROOT: list(record), "StepRecord": list(record["steps"][0])}
 
 
 def _ordered(obj: dict[str, Any]) -> dict[str, Any]:

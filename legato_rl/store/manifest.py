@@ -22,8 +22,8 @@ from typing import Any, ClassVar
 
 from legato_gym import Task
 from legato_gym.errors import ConfigError
-from legato_rl.store._fields import build, clip
 from legato_rl.store.errors import RecordError, storage
+from legato_rl.store.fields import build, clip
 from legato_rl.store.files import MANIFEST_FILE, ROLLOUTS_FILE, write_json_atomic
 from legato_rl.store.reader import read_records
 from legato_rl.store.schema import Status

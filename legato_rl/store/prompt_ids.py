@@ -7,13 +7,13 @@ bytes of the server's answer; :func:`expand_prompt_ids` rebuilds every step's wh
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from legato_rl import _json
-from legato_rl.store._fields import clip, require
 from legato_rl.store.errors import RecordError
+from legato_rl.store.fields import Column, Layout, clip, decode, encode, info
 
 if TYPE_CHECKING:
     from legato_rl.policy import ChatResult
@@ -39,9 +39,11 @@ class PromptIds:
         ids: the prompt's ids after those.
     """
 
-    prefix: bool
-    start: int
+    prefix: bool = field(metadata=info(column=Column("prompt_continues", "bool")))
+    start: int = field(metadata=info(minimum=0))
     ids: tuple[int, ...]
+
+    JSON: ClassVar[Layout] = Layout(check=lambda data, what: _check_json(data, what))
 
     @classmethod
     def encode(cls, prompt: Sequence[int], context: Sequence[int] | None) -> PromptIds:
@@ -81,23 +83,30 @@ class PromptIds:
         return head
 
     def to_json(self) -> dict[str, Any]:
-        return {"prefix": self.prefix, "start": self.start, "ids": list(self.ids)}
+        """The delta as written in a step."""
+        return encode(self)
 
     @classmethod
-    def from_json(cls, data: Any) -> PromptIds:
-        require(data, ("prefix", "start", "ids"), "step.prompt_ids")
-        prefix, start, ids = data["prefix"], data["start"], data["ids"]
-        if (
-            not isinstance(prefix, bool)
-            or type(start) is not int
-            or start < 0
-            or not isinstance(ids, list)
-            or not set(map(type, ids)) <= {int}
-        ):
-            raise RecordError(
-                f'step.prompt_ids must be {{"prefix": bool, "start": int >= 0, "ids": [int, ...]}}, got {clip(data)}'
-            )
-        return cls(prefix=prefix, start=start, ids=tuple(ids))
+    def from_json(cls, data: Any, what: str = "step.prompt_ids") -> PromptIds:
+        """Read a delta written by :meth:`to_json`.
+
+        Raises:
+            RecordError: it misses a field, or a field is not of its type.
+        """
+        return decode(cls, data, what)  # type: ignore[no-any-return]
+
+
+def _check_json(data: Mapping[str, Any], what: str) -> None:
+    """Prompt ids are read strictly: they are rebuilt into the prompts a trainer trains on."""
+    prefix, start, ids = data["prefix"], data["start"], data["ids"]
+    if (
+        not isinstance(prefix, bool)
+        or type(start) is not int
+        or start < 0
+        or not isinstance(ids, list)
+        or not set(map(type, ids)) <= {int}
+    ):
+        raise RecordError(f'{what} must be {{"prefix": bool, "start": int >= 0, "ids": [int, ...]}}, got {clip(data)}')
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from typing import Any
 
 from legato_rl import _json
 from legato_rl.images import PngDataURL
-from legato_rl.store._fields import clip
 from legato_rl.store.errors import RecordError, RunInProgressError
+from legato_rl.store.fields import clip
 from legato_rl.store.files import IMAGES_DIR, LOCK_FILE, MANIFEST_FILE, MESSAGES_DIR, ROLLOUTS_FILE, is_being_written
 from legato_rl.store.schema import IMAGE_SCHEME, SCHEMA, SHA256_HEX, RequestRef, RolloutRecord
 

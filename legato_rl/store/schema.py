@@ -1,18 +1,12 @@
 """The record schema ``legato.rollout/v0``: what one line of ``rollouts.jsonl`` holds, and its statuses.
 
-Record layout (every key always present, ``null`` when it does not apply)::
-
-    {"schema": "legato.rollout/v0", "rollout_id", "task_id", "domain", "group_id", "attempt", "try",
-     "desktop", "policy": {"model", "version"}, "status", "reward", "grader", "error": {"kind", "type", "message"},
-     "n_steps", "timing": {"reset_s", "wait_after_reset_s", "model_s", "act_s", "wait_s", "obs_s",
-     "wait_before_eval_s", "eval_s", "total_s"}, "started_at", "ended_at",
-     "steps": [{"index", "started_at", "request": {"model", "messages", "sampling", "extras", "order"},
-                "prompt_ids": {"prefix", "start", "ids"},
-                "response": {"content", "reasoning", "token_ids", "logprobs", "tokens", "finish_reason"},
-                "model": {"seconds", "attempts", "prompt_tokens", "completion_tokens", "cached_tokens",
-                          "weight_version", "policy_version"},
-                "description", "parse_error",
-                "actions": [{"action", "act_s", "wait_s", "ready_s", "obs_s"}]}]}
+Each field is described once, where it is declared: its type, its docstring (``Attributes:``) and its
+``metadata=info(...)`` (:mod:`legato_rl.store.fields`): the JSON key, whether a record read back may lack it,
+the checks made on reading, and the export column it fills. The JSON written and read, the published JSON
+Schema (``docs/schema/legato.rollout-v0.json``, :mod:`legato_rl.store.json_schema`) and the export's columns
+and Parquet schema (:mod:`legato_rl.export`) are all derived from these classes. A record is written with
+every key present (``null`` when it does not apply), in the order of its fields, except where a class's
+``JSON`` layout names the keys written first (a record: ``schema`` first, ``steps`` last).
 
 Fields added since the first ``legato.rollout/v0`` records (``grader``, ``prompt_ids``,
 ``model.weight_version``, ``model.policy_version``) are optional: records without them read as ``null``, so the
@@ -34,8 +28,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from legato_gym.errors import ConfigError
 from legato_rl.images import PNG_DATA_URL  # the prefix of the data URLs stored as DIR/images/<sha>.png
-from legato_rl.store._fields import build, clip, plain, require, shallow, tuple_or_none
 from legato_rl.store.errors import RecordError
+from legato_rl.store.fields import Column, Layout, decode, encode, info, tuple_or_none
 from legato_rl.store.prompt_ids import PromptIds
 
 if TYPE_CHECKING:
@@ -126,6 +120,8 @@ class PolicyStamp:
     model: str
     version: str | None
 
+    JSON: ClassVar[Layout] = Layout(closed=True)
+
 
 @dataclass(frozen=True)
 class ErrorInfo:
@@ -140,9 +136,11 @@ class ErrorInfo:
         message: the exception's message.
     """
 
-    kind: str
+    kind: str = field(metadata=info(choices=ERROR_KINDS))
     type: str
     message: str
+
+    JSON: ClassVar[Layout] = Layout(closed=True)
 
     def __post_init__(self) -> None:
         if self.kind not in ERROR_KINDS:
@@ -172,6 +170,7 @@ class Timing:
     eval_s: float = 0.0
     total_s: float = 0.0
 
+    JSON: ClassVar[Layout] = Layout(closed=True)
     #: The phases whose seconds add up to the desktop's busy time (``total_s`` excluded).
     PHASES: ClassVar[tuple[str, ...]] = (
         "reset_s",
@@ -195,6 +194,8 @@ class ActionRecord:
     ready_s: float | None = None
     obs_s: float | None = None
 
+    JSON: ClassVar[Layout] = Layout(closed=True)
+
     @classmethod
     def from_timings(cls, action: str, timings: Mapping[str, Any]) -> ActionRecord:
         """From an env step's ``info["timings"]`` (other keys, e.g. ``eval_s``, are ignored)."""
@@ -210,12 +211,18 @@ class ActionRecord:
 class Response:
     """The policy's reply as the server returned it."""
 
-    content: str
-    reasoning: str | None = None
-    token_ids: tuple[int, ...] | None = None
-    logprobs: tuple[float, ...] | None = None
-    tokens: tuple[str, ...] | None = None
-    finish_reason: str | None = None
+    content: str = field(metadata=info(column=Column("response_text", "string", nullable=False)))
+    reasoning: str | None = field(default=None, metadata=info(column=Column("response_reasoning", "string")))
+    token_ids: tuple[int, ...] | None = field(
+        default=None, metadata=info(column=Column("response_token_ids", "list<int32>"))
+    )
+    logprobs: tuple[float, ...] | None = field(
+        default=None, metadata=info(column=Column("response_logprobs", "list<float32>"))
+    )
+    tokens: tuple[str, ...] | None = field(
+        default=None, metadata=info(column=Column("response_tokens", "list<string>"))
+    )
+    finish_reason: str | None = field(default=None, metadata=info(column=Column("finish_reason", "string")))
 
     @classmethod
     def from_chat(cls, result: ChatResult) -> Response:
@@ -246,8 +253,12 @@ class ModelStats:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
-    weight_version: str | None = None
-    policy_version: str | None = None
+    weight_version: str | None = field(
+        default=None, metadata=info(optional=True, column=Column("weight_version", "string"))
+    )
+    policy_version: str | None = field(default=None, metadata=info(optional=True))
+
+    JSON: ClassVar[Layout] = Layout(closed=True)
 
     @classmethod
     def from_chat(cls, result: ChatResult, policy_version: str | None = None) -> ModelStats:
@@ -277,34 +288,23 @@ class RequestRef:
     """
 
     model: str | None
-    messages: tuple[str, ...]
-    sampling: Mapping[str, Any] = field(default_factory=dict)
-    extras: Mapping[str, Any] = field(default_factory=dict)
+    messages: tuple[str, ...] = field(metadata=info(pattern=SHA256_HEX))
+    sampling: Mapping[str, Any] = field(default_factory=dict, metadata=info(required=True))
+    extras: Mapping[str, Any] = field(default_factory=dict, metadata=info(required=True))
     order: tuple[str, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "messages": list(self.messages),
-            "sampling": dict(self.sampling),
-            "extras": dict(self.extras),
-            "order": list(self.order) if self.order is not None else None,
-        }
+        """The request as written in a step."""
+        return encode(self)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RequestRef:
-        require(data, ("model", "messages", "sampling", "extras"), "request")
-        messages = data["messages"]
-        if not isinstance(messages, list) or not all(isinstance(m, str) and SHA256_HEX.fullmatch(m) for m in messages):
-            raise RecordError(f"request.messages must be a list of sha256 hex hashes, got {clip(messages)}")
-        order = data.get("order")
-        return cls(
-            model=data["model"],
-            messages=tuple(messages),
-            sampling=dict(data["sampling"]),
-            extras=dict(data["extras"]),
-            order=tuple(order) if order is not None else None,
-        )
+    def from_json(cls, data: Mapping[str, Any], what: str = "request") -> RequestRef:
+        """Read a request written by :meth:`to_json`.
+
+        Raises:
+            RecordError: it misses a field, or a message is not named by its sha256 hex hash.
+        """
+        return decode(cls, data, what)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -324,15 +324,19 @@ class StepRecord:
             (:class:`PromptIds`; :func:`expand_prompt_ids` rebuilds them), or ``None``.
     """
 
-    index: int
+    index: int = field(metadata=info(read=int, minimum=0, column=Column("step_index", "int32", nullable=False)))
     request: RequestRef
     response: Response
     model: ModelStats
-    actions: tuple[ActionRecord, ...] = ()
+    actions: tuple[ActionRecord, ...] = field(default=(), metadata=info(required=True))
     description: str | None = None
     parse_error: str | None = None
     started_at: float | None = None
-    prompt_ids: PromptIds | None = None
+    prompt_ids: PromptIds | None = field(default=None, metadata=info(optional=True))
+
+    JSON: ClassVar[Layout] = Layout(
+        first=("index", "started_at", "request", "prompt_ids", "response", "model", "description", "parse_error")
+    )
 
     @classmethod
     def from_chat(
@@ -363,40 +367,17 @@ class StepRecord:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "started_at": self.started_at,
-            "request": self.request.to_json(),
-            "prompt_ids": None if self.prompt_ids is None else self.prompt_ids.to_json(),
-            "response": plain(shallow(self.response)),
-            "model": shallow(self.model),
-            "description": self.description,
-            "parse_error": self.parse_error,
-            "actions": [shallow(action) for action in self.actions],
-        }
+        """The step as written in a record."""
+        return encode(self)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> StepRecord:
-        require(data, ("index", "request", "response", "model", "actions"), "step")
-        response = data["response"]
-        return cls(
-            index=int(data["index"]),
-            request=RequestRef.from_json(data["request"]),
-            response=Response(
-                content=response["content"],
-                reasoning=response.get("reasoning"),
-                token_ids=tuple_or_none(response.get("token_ids")),
-                logprobs=tuple_or_none(response.get("logprobs")),
-                tokens=tuple_or_none(response.get("tokens")),
-                finish_reason=response.get("finish_reason"),
-            ),
-            model=build(ModelStats, data["model"], "step.model"),
-            actions=tuple(build(ActionRecord, a, "step.actions[]") for a in data["actions"]),
-            description=data.get("description"),
-            parse_error=data.get("parse_error"),
-            started_at=data.get("started_at"),
-            prompt_ids=None if data.get("prompt_ids") is None else PromptIds.from_json(data["prompt_ids"]),
-        )
+    def from_json(cls, data: Mapping[str, Any], what: str = "step") -> StepRecord:
+        """Read a step written by :meth:`to_json`.
+
+        Raises:
+            RecordError: it misses a field, or a field fails its check.
+        """
+        return decode(cls, data, what)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -425,22 +406,31 @@ class RolloutRecord:
         ended_at: Unix time the try ended.
     """
 
-    rollout_id: str
-    task_id: str
-    domain: str | None
-    group_id: str
-    attempt: int
+    rollout_id: str = field(metadata=info(column=Column("rollout_id", "string", nullable=False)))
+    task_id: str = field(metadata=info(column=Column("task_id", "string", nullable=False)))
+    domain: str | None = field(metadata=info(required=False))
+    group_id: str = field(metadata=info(column=Column("group_id", "string", nullable=False)))
+    attempt: int = field(metadata=info(read=int, minimum=0))
     policy: PolicyStamp
-    status: str
-    try_index: int = 0
+    status: str = field(metadata=info(choices=STATUSES, column=Column("status", "string", nullable=False)))
+    try_index: int = field(default=0, metadata=info(key="try", read=int, minimum=0))
     desktop: int | None = None
-    reward: float | None = None
-    error: ErrorInfo | None = None
-    timing: Timing = field(default_factory=Timing)
-    steps: tuple[StepRecord, ...] = ()
+    # completed records have a reward (group_advantages checks it): not null in the export
+    reward: float | None = field(
+        default=None, metadata=info(required=True, read=float, column=Column("reward", "float64", nullable=False))
+    )
+    error: ErrorInfo | None = field(default=None, metadata=info(required=True))
+    timing: Timing = field(default_factory=Timing, metadata=info(required=True))
+    steps: tuple[StepRecord, ...] = field(default=(), metadata=info(required=True))
     started_at: float | None = None
     ended_at: float | None = None
-    grader: str | None = None
+    grader: str | None = field(default=None, metadata=info(optional=True, column=Column("grader", "string")))
+
+    JSON: ClassVar[Layout] = Layout(
+        first=("schema", "rollout_id", "task_id", "domain", "group_id", "attempt", "try", "desktop", "policy",
+               "status", "reward", "grader", "error", "n_steps", "timing", "started_at", "ended_at"),
+        computed={"schema": lambda record: SCHEMA, "n_steps": lambda record: record.n_steps},
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         status = str(self.status)
@@ -470,60 +460,19 @@ class RolloutRecord:
 
     def to_json(self) -> dict[str, Any]:
         """The record as written (every key present)."""
-        return {
-            "schema": SCHEMA,
-            "rollout_id": self.rollout_id,
-            "task_id": self.task_id,
-            "domain": self.domain,
-            "group_id": self.group_id,
-            "attempt": self.attempt,
-            "try": self.try_index,
-            "desktop": self.desktop,
-            "policy": shallow(self.policy),
-            "status": self.status,
-            "reward": self.reward,
-            "grader": self.grader,
-            "error": shallow(self.error) if self.error is not None else None,
-            "n_steps": self.n_steps,
-            "timing": shallow(self.timing),
-            "started_at": self.started_at,
-            "ended_at": self.ended_at,
-            "steps": [step.to_json() for step in self.steps],
-        }
+        return encode(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RolloutRecord:
         """Read a record written by :meth:`to_json`.
 
         Raises:
-            RecordError: it is not a ``legato.rollout/v0`` record, or misses a field.
+            RecordError: it is not a ``legato.rollout/v0`` record, misses a field, or a field fails its check.
         """
-        if data.get("schema") != SCHEMA:
-            raise RecordError(f"record schema {data.get('schema')!r} is not {SCHEMA!r}")
-        require(
-            data,
-            ("rollout_id", "task_id", "group_id", "attempt", "policy", "status", "reward", "error", "timing", "steps"),
-            "record",
-        )
-        error = data["error"]
+        if not isinstance(data, Mapping) or data.get("schema") != SCHEMA:
+            schema = data.get("schema") if isinstance(data, Mapping) else None
+            raise RecordError(f"record schema {schema!r} is not {SCHEMA!r}")
         try:
-            return cls(
-                rollout_id=data["rollout_id"],
-                task_id=data["task_id"],
-                domain=data.get("domain"),
-                group_id=data["group_id"],
-                attempt=int(data["attempt"]),
-                try_index=int(data.get("try", 0)),
-                desktop=data.get("desktop"),
-                policy=build(PolicyStamp, data["policy"], "policy"),
-                status=data["status"],
-                reward=None if data["reward"] is None else float(data["reward"]),
-                grader=data.get("grader"),
-                error=None if error is None else build(ErrorInfo, error, "error"),
-                timing=build(Timing, data["timing"], "timing"),
-                steps=tuple(StepRecord.from_json(step) for step in data["steps"]),
-                started_at=data.get("started_at"),
-                ended_at=data.get("ended_at"),
-            )
+            return decode(cls, data, "record")  # type: ignore[no-any-return]
         except ConfigError as exc:
             raise RecordError(f"invalid record {data.get('rollout_id')!r}: {exc}") from exc

@@ -29,8 +29,8 @@ from typing import IO, Any
 
 from legato_rl import _json
 from legato_rl.images import PNG_DATA_URL, PngDataURL
-from legato_rl.store._fields import clip
 from legato_rl.store.errors import RecordError, StorageError, storage, storage_error
+from legato_rl.store.fields import clip
 from legato_rl.store.files import (
     IMAGES_DIR,
     MESSAGES_DIR,
