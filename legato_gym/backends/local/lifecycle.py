@@ -1,11 +1,11 @@
 """The processes of one local desktop and their lifecycle: boot, fast reset or restart, the ports, close.
 
 A desktop is an X server (Xvfb) on the host and a bwrap sandbox on it (window manager, apps, the
-OSWorld-protocol server), in one cgroup, with a state folder of its own. A fast reset kills the sandbox (its
-pid namespace), checks that nothing survived and that the X server is as the first sandbox left it, and
-starts a fresh sandbox; anything else restarts the whole desktop, X server included. With
-``LocalOptions.prestart`` a reset switches to a whole desktop started ahead instead (:mod:`.prestart`), which
-may have the task set up already.
+OSWorld-protocol server), in one cgroup (a desk started ahead has its own), with a state folder of its own. A
+fast reset kills the sandbox (its pid namespace), checks that nothing survived and that the X server is as the
+first sandbox left it, and starts a fresh sandbox; anything else restarts the whole desktop, X server
+included. With ``LocalOptions.prestart`` a reset switches to a whole desktop started ahead instead
+(:mod:`.prestart`), which may have the task set up already.
 """
 
 from __future__ import annotations
