@@ -192,6 +192,15 @@ def _reaper_of(owner: int) -> int:
     raise AssertionError(f"no reaper for {owner}")
 
 
+def _killed(owner: subprocess.Popen[str]) -> None:
+    """SIGKILL the owner by pid and reap it (what it started may still hold its pipes: they are closed, not read)."""
+    os.kill(owner.pid, signal.SIGKILL)
+    owner.wait()
+    for pipe in (owner.stdout, owner.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
 def _settled(condition: object, seconds: float = 60) -> bool:
     assert callable(condition)
     deadline = time.monotonic() + seconds
@@ -218,8 +227,7 @@ def test_an_unprivileged_desktop_tells_the_agents_server_kill_and_nothing_outliv
     # the owner and its reaper SIGKILLed (a whole session killed): its record and state folder are left, and
     # whatever of its processes outlives it (its X server's and sandbox's bwrap die with their parent)
     os.kill(_reaper_of(a.pid), signal.SIGKILL)
-    os.kill(a.pid, signal.SIGKILL)
-    a.communicate()
+    _killed(a)
     left = {pid: reaper.start_ticks(pid) for pid in unprivileged.processes()}
     assert unprivileged.records() and unprivileged.state(), "the kill left nothing for the sweep"
     # the next start sweeps it all
@@ -232,7 +240,6 @@ def test_an_unprivileged_desktop_tells_the_agents_server_kill_and_nothing_outliv
         assert unprivileged.state() == [Path(str(seen_b["state_dir"]))]
         # and its own desktop, its owner SIGKILLed, is taken down by its reaper
     finally:
-        os.kill(b.pid, signal.SIGKILL)
-        b.communicate()
+        _killed(b)
     assert _settled(lambda: not unprivileged.processes()), unprivileged.processes()
     assert unprivileged.records() == [] and unprivileged.state() == []
