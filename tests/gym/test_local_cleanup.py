@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -160,6 +161,50 @@ def test_the_sweep_takes_down_a_dead_owners_desktop_and_nothing_of_a_live_one(
     finally:
         for record, _ in made:
             record.path.unlink(missing_ok=True)
+
+
+def test_without_cgroups_the_sweep_kills_a_dead_owners_tracked_processes_and_only_them(
+    strays: list[subprocess.Popen[bytes]],
+) -> None:
+    """Without cgroups a record names its desktop's top processes (the X server's process group, the sandbox's
+    bwrap) by pid and start time: the sweep kills those, the X server's whole group, and never a process that
+    took a recorded pid later."""
+    group = subprocess.Popen(["sh", "-c", "sleep 600 & sleep 600 & wait"], start_new_session=True)
+    single, bystander = subprocess.Popen(["sleep", "600"]), subprocess.Popen(["sleep", "600"])
+    strays += [group, single, bystander]
+    deadline = time.monotonic() + 30
+    while len(members := _group_members(group.pid)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(members) == 3, members
+    owner = _dead_owner()
+    record = reaper.DesktopRecord.create(f"legato-test-{os.getpid()}-tracked", owner)
+    start = reaper.start_ticks
+    processes = [[group.pid, start(group.pid), 1], [single.pid, start(single.pid), 0]]
+    processes.append([bystander.pid, (start(bystander.pid) or 0) - 1, 0])  # a pid the record had, now another's
+    data = {"owner": owner.pid, "start": owner.start, "processes": processes}
+    record.path.write_text(json.dumps(data))
+    try:
+        assert reaper.sweep(owner) == []
+        assert group.wait(timeout=30) == -signal.SIGKILL and single.wait(timeout=30) == -signal.SIGKILL
+        deadline = time.monotonic() + 30
+        while _group_members(group.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _group_members(group.pid) == []  # the leader's children too
+        assert bystander.poll() is None and not record.path.exists()
+    finally:
+        record.path.unlink(missing_ok=True)
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live pids of process group ``pgid``."""
+    pids = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                fields = Path(entry.path, "stat").read_bytes().rpartition(b")")[2].split()
+                if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+                    pids.append(int(entry.name))
+    return pids
 
 
 @pytest.mark.desktop

@@ -454,3 +454,35 @@ def test_a_desktop_told_its_next_task_sets_that_up_instead_of_guessing(desktop: 
     assert desktop.last_reset_kind == "prepared"
     _episode(desktop, b)
     assert desktop.last_reset_kind == "ahead"
+
+
+#: A setup that takes memory in touched 16 MiB pieces until the desktop's memory bound's OOM killer ends it (its
+#: cgroup's bound comes before the process's own RLIMIT_DATA: the desk's X server and server count too).
+HOG = "chunks = []\nfor i in range(64):\n    chunks.append(bytearray(16 << 20))\n"
+
+
+@pytest.mark.desktop
+def test_a_bound_hit_by_the_desktop_built_ahead_is_not_the_agents() -> None:
+    """The desktop started ahead is built (and set up) during the agent's episode: a bound it hits is counted
+    in its own cgroup, never as evidence against the agent (docs/reliability.md, "A desktop the agent
+    destroys"); once the reset switches to it, only what the agent does there counts."""
+    needs_local_tools()
+    options = {"prestart": True, "grader": "local", "memory_mb": 384}
+    bomb = _task("t-prestart-bound", [{"type": "execute", "parameters": {"command": ["python", "-c", HOG]}}])
+    plain = _task("t-prestart-bound-plain", [])
+    with LocalDesktop(DesktopConfig(screen=(640, 480), options=options)) as desktop:
+        _episode(desktop, plain)
+        desktop.expect_next(bomb)  # the desktop built during the next episode is set up for it
+        _episode(desktop, plain)
+        desktop.act("pyautogui.moveTo(4, 4)")
+        prestart = desktop._processes._prestart
+        assert prestart is not None and prestart._next is not None
+        spare = prestart._next.result(timeout=300)
+        assert spare.prepared is not None
+        assert desktop._processes._desk_cgroup(spare.slot).hits().oom_kills > 0  # its setup hit the bound
+        desktop.act("pyautogui.moveTo(5, 5)")  # not an AgentFault: the agent's own desk hit nothing
+        desktop.wait_before_eval()
+        assert desktop.evaluate() == 0.0  # graded as it stands (infeasible, not declared)
+        desktop.reset(bomb)
+        assert desktop.last_reset_kind == "prepared"
+        desktop.act("pyautogui.moveTo(6, 6)")  # the setup's hits came before the agent's phase

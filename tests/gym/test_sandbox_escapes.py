@@ -37,8 +37,8 @@ pytestmark = [
     ),
 ]
 
-#: Small bounds, so that the attempts to exceed them stay cheap. No desktop started ahead: it would share the
-#: desktop's bounds (one cgroup) and race the fork bomb for the last pids while it builds.
+#: Small bounds, so that the attempts to exceed them stay cheap. No desktop started ahead: it has a cgroup of its
+#: own, but runs as the desktop's uid, whose RLIMIT_NPROC would race the fork bomb for the last pids while it builds.
 OPTIONS = LocalOptions(memory_mb=384, max_processes=96, tmpfs_mb=64, prestart=False)
 CONFIG = DesktopConfig(screen=(640, 480), options=OPTIONS)
 TASK = Task("t-escape", "Try to get out.", {"config": [], "evaluator": {"func": "infeasible"}})

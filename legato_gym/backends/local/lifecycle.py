@@ -1,11 +1,11 @@
 """The processes of one local desktop and their lifecycle: boot, fast reset or restart, the ports, close.
 
 A desktop is an X server (Xvfb) on the host and a bwrap sandbox on it (window manager, apps, the
-OSWorld-protocol server), in one cgroup, with a state folder of its own. A fast reset kills the sandbox (its
-pid namespace), checks that nothing survived and that the X server is as the first sandbox left it, and
-starts a fresh sandbox; anything else restarts the whole desktop, X server included. With
-``LocalOptions.prestart`` a reset switches to a whole desktop started ahead instead (:mod:`.prestart`), which
-may have the task set up already.
+OSWorld-protocol server), in one cgroup (a desk started ahead has its own), with a state folder of its own. A
+fast reset kills the sandbox (its pid namespace), checks that nothing survived and that the X server is as the
+first sandbox left it, and starts a fresh sandbox; anything else restarts the whole desktop, X server
+included. With ``LocalOptions.prestart`` a reset switches to a whole desktop started ahead instead
+(:mod:`.prestart`), which may have the task set up already.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -119,10 +120,12 @@ class DesktopProcesses:
         if self._uid is not None:
             self.record.uid, self.record.uid_lease = self._uid.uid, str(self._uid.path)
         self.record.save()
-        self._cgroup = Cgroup(name, limits)
-        self._cgroup.create()
-        self.record.cgroups = [str(d) for d in self._cgroup.dirs]
-        self.record.save()
+        # one cgroup per desk (X server and sandbox): a desk built ahead hits its own bounds, never the bounds
+        # whose counters are the evidence against the current episode's agent (docs/reliability.md)
+        self._limits, self._cgroup_name = limits, name
+        self._cgroups: dict[str, Cgroup] = {}
+        self._cgroups_lock = threading.Lock()  # the prestart thread adds and removes desks' cgroups too
+        self._desk_cgroup("")
         self._display: Display | None = None
         self.sandbox: Sandbox | None = None
         self._client: DesktopClient | None = None
@@ -156,8 +159,47 @@ class DesktopProcesses:
             raise StateError("the desktop is closed; create a new LocalDesktop")
         return self._client
 
+    @property
+    def _cgroup(self) -> Cgroup:
+        """The current desk's cgroup (its X server and sandbox; a desk started ahead has its own); one with no
+        folder once it is removed."""
+        with self._cgroups_lock:
+            return self._cgroups.get(self._slot) or Cgroup(f"{self._cgroup_name}{self._slot}", self._limits)
+
+    def _desk_cgroup(self, slot: str) -> Cgroup:
+        """The cgroup of the desk in ``slot``, made (and named in the record) on first use."""
+        with self._cgroups_lock:
+            cgroup = self._cgroups.get(slot)
+            if cgroup is None:
+                cgroup = self._cgroups[slot] = Cgroup(f"{self._cgroup_name}{slot}", self._limits)
+                cgroup.create()
+                self.record.cgroups += [str(d) for d in cgroup.dirs]
+                self.record.save()
+            return cgroup
+
+    def _drop_cgroup(self, slot: str, deadline: float) -> list[int]:
+        """Kill what is left in the cgroup of the desk in ``slot`` and remove it; the pids that survived."""
+        with self._cgroups_lock:
+            cgroup = self._cgroups.get(slot)
+        if cgroup is None:
+            return []
+        dirs = [str(d) for d in cgroup.dirs]
+        left = cgroup.kill(deadline)
+        if left:  # kept in the record, for the sweep once this process is gone
+            return left
+        cgroup.remove(deadline)
+        with self._cgroups_lock:
+            self._cgroups.pop(slot, None)
+            self.record.cgroups = [c for c in self.record.cgroups if c not in dirs or Path(c).exists()]
+            self.record.save()
+        return []
+
     def bound_hits(self) -> BoundHits:
-        """The desktop cgroup's bound counters (:meth:`.limits.Cgroup.hits`)."""
+        """The current desk's cgroup's bound counters (:meth:`.limits.Cgroup.hits`).
+
+        Only the desk the agent drives: a desk built ahead meanwhile (``prestart``) has a cgroup of its own,
+        and the bounds it hits while it is built or set up are not the agent's doing.
+        """
         return self._cgroup.hits()
 
     def overflows(self) -> int:
@@ -278,8 +320,7 @@ class DesktopProcesses:
             # whatever escaped the kills above (a process of the sandbox's session the namespace's end did not
             # reach, a desk started ahead mid-build) is in the cgroup, and runs as the desktop's uid
             deadline = time.monotonic() + self.options.kill_timeout
-            left = self._cgroup.kill(deadline)
-            self._cgroup.remove(deadline)
+            left = [pid for slot in list(self._cgroups) for pid in self._drop_cgroup(slot, deadline)]
             if self._uid is not None:
                 left += reaper.kill_uid(self._uid.uid, deadline)
                 if not left:
@@ -291,19 +332,21 @@ class DesktopProcesses:
                 self.record.path.unlink(missing_ok=True)
 
     def _new_display(self, slot: str) -> Display:
-        display = Display(self.state_dir / f"display{slot}", self.config.screen, self.spec.host_uid, self._cgroup.procs)
+        procs = self._desk_cgroup(slot).procs
+        display = Display(self.state_dir / f"display{slot}", self.config.screen, self.spec.host_uid, procs)
         display.pointer = self.options.pointer
         return display
 
     def _open_sandbox(self, display: Display, slot: str, deadline: float) -> tuple[Sandbox, DesktopClient]:
         """Start a sandbox on ``display`` and wait for its server."""
         assert display.number is not None
+        cgroup = self._desk_cgroup(slot)
         sandbox = Sandbox(
-            self.spec, self.state_dir, display.number, display.socket_path, display.fb_path, self._cgroup.procs, slot
+            self.spec, self.state_dir, display.number, display.socket_path, display.fb_path, cgroup.procs, slot
         )
         try:
             sandbox.start(deadline)
-            if not self._cgroup.dirs:  # else the cgroup holds them: the record need not name each
+            if not cgroup.dirs:  # else the cgroup holds them: the record need not name each
                 self.record.track(display.pids[0], group=True)
                 if sandbox.pid is not None:
                     self.record.track(sandbox.pid, group=False)
@@ -428,6 +471,7 @@ class DesktopProcesses:
             self._kill_sandbox(time.monotonic() + self.options.kill_timeout)
             if self._display is not None:
                 self._display.stop()
+            self._drop_cgroup(self._slot, time.monotonic() + self.options.kill_timeout)
         self._display, self.sandbox, self._client, self._slot = desk.display, desk.sandbox, desk.client, desk.slot
         for port, forwarder in self._forwarders.items():
             forwarder.retarget(self.sandbox.socket_path if port == "server" else self.sandbox.devtools_path)
@@ -475,12 +519,16 @@ class DesktopProcesses:
         Run by :class:`.Prestarter`.
         """
         deadline = time.monotonic() + self.config.timeouts.reset
-        display = self._new_display(slot)
-        display.start(deadline)
         try:
-            sandbox, client = self._open_sandbox(display, slot, deadline)
+            display = self._new_display(slot)
+            display.start(deadline)
+            try:
+                sandbox, client = self._open_sandbox(display, slot, deadline)
+            except BaseException:
+                display.stop()
+                raise
         except BaseException:
-            display.stop()
+            self._drop_cgroup(slot, time.monotonic() + self.options.kill_timeout)
             raise
         desk = Desk(display, sandbox, client, slot)
         if task is not None and self.setup_ahead is not None:
@@ -503,6 +551,8 @@ class DesktopProcesses:
         desk.client.close()
         desk.sandbox.kill(time.monotonic() + self.options.kill_timeout)
         desk.display.stop()
+        if left := self._drop_cgroup(desk.slot, time.monotonic() + self.options.kill_timeout):
+            logger.warning("pids %s of the desktop %s survived SIGKILL", left, desk.slot)
         for folder in (f"display{desk.slot}", f"control{desk.slot}"):
             shutil.rmtree(self.state_dir / folder, ignore_errors=True)
 

@@ -91,6 +91,7 @@ def bwrap_argv(spec: SandboxSpec, layout: SandboxLayout, seccomp_fd: int, info_f
         argv += ["--setenv", key, value]
     if spec.host_uid is None:  # unprivileged legato: a user namespace maps our uid to 1000 inside
         argv += ["--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000"]
+        argv += ["--as-pid-1"]  # the entry's supervisor is the namespace's init: nothing inside can signal it
     else:  # root: no user namespace; the entry drops to the uid with no capabilities before running anything
         argv += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     argv += ["--hostname", f"desk{layout.display_number}", "--chdir", "/home/user"]

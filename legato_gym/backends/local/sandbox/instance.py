@@ -149,9 +149,10 @@ class Sandbox:
         """Why the sandbox exited, if it did because its server ended from inside (``None``: it did not).
 
         Waits up to ``timeout`` seconds for the sandbox to exit (its server's death is seen by a connection
-        first). Only when legato is root: the sandbox's root part outlives the server to tell
-        (:data:`.session.SERVER_ENDED`); the agent's processes, of the server's uid, are the only ones inside
-        that can end it.
+        first). A part of the sandbox the agent cannot reach outlives the server to tell
+        (:data:`.session.SERVER_ENDED`): its root shell when legato is root, its pid 1 otherwise
+        (:mod:`legato_gym.desktop_server.supervise`); the agent's processes, of the server's uid, are the only
+        ones inside that can end the server.
         """
         if self._proc is None:
             return None

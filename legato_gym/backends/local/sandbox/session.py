@@ -3,7 +3,9 @@
 The entry (:func:`entry_command`) starts the session bus and AT-SPI's accessibility bus (where
 installed), the window manager (restarted if it exits), unpacks the home baseline, waits for openbox,
 then starts the port relay and replaces itself with the in-desktop server on the listening socket the host passed
-in. When legato is root it first sets the rlimits and drops to the desktop's own uid (:func:`.identity.drop_to`).
+in. When legato is root it first sets the rlimits and drops to the desktop's own uid (:func:`.identity.drop_to`);
+without root the sandbox's pid 1 runs it (:mod:`legato_gym.desktop_server.supervise`). Either way a part of the
+sandbox the agent cannot reach outlives the server and says how it ended (:data:`SERVER_ENDED`).
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ __all__ = [
     "environment",
 ]
 
-#: The sandbox's exit status when its server ended while the sandbox's root part lived (legato as root):
-#: the server was killed or exited from inside the sandbox, not by the host (:meth:`.Sandbox.server_ended`).
+#: The sandbox's exit status when its server ended while the part of the sandbox the agent cannot reach lived
+#: (the root shell with root; the sandbox's pid 1 without): the server was killed or exited from inside the
+#: sandbox, not by the host (:meth:`.Sandbox.server_ended`).
 SERVER_ENDED = 86
 #: Chrome's DevTools port inside the desktop (OSWorld's VM: Chrome on 1337, socat from 9222 to it).
 DEVTOOLS_PORT = 9222
@@ -164,7 +167,10 @@ def entry_command(spec: SandboxSpec) -> list[str]:
     limits = spec.limits
     rlimits = ["prlimit", f"--nproc={limits.max_processes}", f"--data={limits.memory_bytes}", "--"]
     if uid is None:
-        return [*rlimits, "/bin/sh", "-c", user_entry]
+        # the sandbox's pid 1 (bwrap --as-pid-1) runs the entry and outlives its server to tell how it ended:
+        # nothing inside can signal a pid namespace's init (:mod:`legato_gym.desktop_server.supervise`)
+        supervise = ["python", "-I", "-S", f"{Inside.SERVER}/supervise.py", str(SERVER_ENDED), "--"]
+        return [*supervise, *rlimits, "/bin/sh", "-c", user_entry]
     # root stays as the parent of the dropped entry (which becomes the server), without the sockets: when the
     # server ends, for whatever reason, it says so and the sandbox exits SERVER_ENDED. Only processes of the
     # desktop's uid inside (the agent's) or the memory bound can end the server; a kill from outside ends
