@@ -61,6 +61,11 @@ async def _until(condition: Any, what: str, deadline_s: float = 30.0) -> None:
         await asyncio.sleep(0.02)
 
 
+def _in_flight(follower: Follower) -> bool:
+    """An attempt is in flight: its task runs (one that has ended stays listed until its desktop looks again)."""
+    return any(not task.done() for _, task in follower._collector._running.values())
+
+
 def _step_versions(group: CompletedGroup) -> list[list[str | None]]:
     return [[step.model.policy_version for step in record.steps] for record in group.records]
 
@@ -161,7 +166,7 @@ def test_restart_reruns_in_flight_attempts_and_stale_groups_are_rerun_or_marked(
             server, run, desktop=_config(act=0.1), partial="restart", max_staleness=0, stale=stale, max_ready=4
         )
         await follower.start()
-        await _until(lambda: follower.waiting >= 1 and follower._collector._running, "a group and attempts")
+        await _until(lambda: follower.waiting >= 1 and _in_flight(follower), "a group and attempts in flight")
         follower.set_version("v1")  # a group waits (made under v0), attempts are in flight
         for _ in range(3):
             got.append(await follower.next_group())
@@ -337,3 +342,4 @@ def test_a_group_rerun_twice_for_staleness_goes_before_every_other_attempt() -> 
     book._open_next()  # the twice re-run group opens: its attempts go first, ahead of g0001's
     assert [book.next_attempt(0).group_id for _ in range(2)] == [twice, twice]  # type: ignore[union-attr]
     assert book.next_attempt(0).group_id == f"g0001-{tasks[1].task_id}"  # type: ignore[union-attr]
+
