@@ -343,3 +343,34 @@ def test_a_group_rerun_twice_for_staleness_goes_before_every_other_attempt() -> 
     assert [book.next_attempt(0).group_id for _ in range(2)] == [twice, twice]  # type: ignore[union-attr]
     assert book.next_attempt(0).group_id == f"g0001-{tasks[1].task_id}"  # type: ignore[union-attr]
 
+
+def test_a_try_restarted_for_a_version_change_leaves_the_env_retries_whole(
+    tmp_path: Path, server: ReferencePolicyServer
+) -> None:
+    # every setup fails after a 1 s reset: the first try is restarted by the change while it resets, then the
+    # desktop failures alone spend env_retries=1 (one retry, then error)
+    config = DesktopConfig(
+        screen=SCREEN, options={"latency": {"reset": 1.0}, "faults": {"setup": 1.0}},
+        timeouts=Timeouts(reset=60, ready=10, act=10, evaluate=10),
+    )  # fmt: skip
+    run = tmp_path / "run"
+
+    async def story() -> CompletedGroup:
+        follower = _follower(
+            server, run, desktop=config, desktops=1, group=1, max_ready=1, partial="restart", env_retries=1
+        )
+        await follower.start()
+        await _until(lambda: _in_flight(follower), "the first try to start")
+        follower.set_version("v1")
+        group = await follower.next_group()
+        await follower.stop()
+        return group
+
+    group = asyncio.run(story())
+    tries = [r for r in read_record_dicts(run) if r["group_id"] == group.group_id]
+    assert [r["try"] for r in tries] == [0, 1, 2]
+    assert Counter((r["status"], r["error"]["kind"]) for r in tries) == {
+        ("retried", "version"): 1,
+        ("retried", "env"): 1,
+        ("error", "env"): 1,
+    }
