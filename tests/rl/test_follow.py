@@ -321,6 +321,36 @@ def test_cli_follow_reads_the_control_file_and_hands_groups_over(tmp_path: Path)
     refused = runner.invoke(app, [*args[:7], str(tmp_path / "other"), "--max-ready", "3"])
     assert refused.exit_code != 0 and "--max-ready apply to continuous collection only: add --follow" in refused.output
 
+    # the same command resumes; "taken" counts the groups handed over before it too: none more until the trainer
+    # takes one (two handed over, none taken, --max-ready 2), then one
+    def handed_over() -> int:
+        return sum(line["event"] == "group" for line in read_follow_log(run))
+
+    def finished(position: int) -> bool:  # the group at this stream position has both its final records
+        prefix = f"g{position:04d}-"
+        return sum(r["group_id"].startswith(prefix) and r["status"] in FINAL for r in read_record_dicts(run)) == 2
+
+    resume = [*args, "--follow", "--control", str(control), "--max-ready", "2"]
+    proc = subprocess.Popen([sys.executable, "-c", "from legato_rl.cli.app import main; main()", *resume])
+    try:
+        deadline = time.monotonic() + 60
+        while not (finished(2) and finished(3)):
+            assert proc.poll() is None and time.monotonic() < deadline, "the resumed run collected no groups"
+            time.sleep(0.05)
+        time.sleep(0.5)  # a window in which a run that forgot the groups handed over before would hand one over
+        assert handed_over() == 2
+        (tmp_path / "control.tmp").write_text(json.dumps({"version": "v2", "taken": 1}))
+        (tmp_path / "control.tmp").rename(control)
+        while handed_over() < 3:
+            assert proc.poll() is None and time.monotonic() < deadline, "no group handed over after one was taken"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert handed_over() == 3
+
 
 def test_a_group_rerun_twice_for_staleness_goes_before_every_other_attempt() -> None:
     from legato_rl.follow import _FollowBook
