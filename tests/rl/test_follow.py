@@ -374,24 +374,28 @@ def test_a_group_rerun_twice_for_staleness_goes_before_every_other_attempt() -> 
     assert book.next_attempt(0).group_id == f"g0001-{tasks[1].task_id}"  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("resumed", [False, True], ids=["live", "resumed"])
 def test_a_try_restarted_for_a_version_change_leaves_the_env_retries_whole(
-    tmp_path: Path, server: ReferencePolicyServer
+    tmp_path: Path, server: ReferencePolicyServer, resumed: bool
 ) -> None:
     # every setup fails after a 1 s reset: the first try is restarted by the change while it resets, then the
-    # desktop failures alone spend env_retries=1 (one retry, then error)
+    # desktop failures alone spend env_retries=1 (one retry, then error); resumed: the run stops right after the
+    # restart and a new one counts it from the records
     config = DesktopConfig(
         screen=SCREEN, options={"latency": {"reset": 1.0}, "faults": {"setup": 1.0}},
         timeouts=Timeouts(reset=60, ready=10, act=10, evaluate=10),
     )  # fmt: skip
     run = tmp_path / "run"
+    options: dict[str, Any] = {"desktop": config, "desktops": 1, "group": 1, "max_ready": 1, "partial": "restart"}
 
     async def story() -> CompletedGroup:
-        follower = _follower(
-            server, run, desktop=config, desktops=1, group=1, max_ready=1, partial="restart", env_retries=1
-        )
+        follower = _follower(server, run, env_retries=1, **options)
         await follower.start()
         await _until(lambda: _in_flight(follower), "the first try to start")
         follower.set_version("v1")
+        if resumed:
+            await follower.stop()  # the next try has not run: the resume plays it
+            follower = _follower(server, run, version="v1", env_retries=1, **options)
         group = await follower.next_group()
         await follower.stop()
         return group
