@@ -339,6 +339,11 @@ def test_cli_follow_reads_the_control_file_and_hands_groups_over(tmp_path: Path)
             time.sleep(0.05)
         time.sleep(0.5)  # a window in which a run that forgot the groups handed over before would hand one over
         assert handed_over() == 2
+        # the commands read the live run: the export takes the groups handed over, the profile the run as it stands
+        exported = runner.invoke(app, ["rl", "export", str(run), "--out", str(tmp_path / "train.jsonl")])
+        assert exported.exit_code == 0 and "(2 groups)" in exported.output, exported.output
+        profiled = runner.invoke(app, ["rl", "profile", str(run), "--out", str(tmp_path / "profile"), "--no-plots"])
+        assert profiled.exit_code == 0 and "is still being written" in profiled.output, profiled.output
         (tmp_path / "control.tmp").write_text(json.dumps({"version": "v2", "taken": 1}))
         (tmp_path / "control.tmp").rename(control)
         while handed_over() < 3:
