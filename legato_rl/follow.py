@@ -10,7 +10,7 @@ attempt loop: :class:`~legato_rl.collect.Collector`), over a task stream that do
             run.set_version("step-42")           # the server has loaded step-42: calls from now carry it
 
 :func:`follow` is the blocking form (a background thread runs the loop); ``legato rl collect --follow`` the
-command line's (it watches ``--version-file``).
+command line's (it reads the trainer's ``--control`` file: docs/async.md).
 
 * **Versions.** :meth:`Follower.set_version` says a version is loaded: every policy call asked from then on
   records it in its step (``model.policy_version``, beside the server's own ``model.weight_version``); the
