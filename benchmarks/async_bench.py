@@ -42,13 +42,14 @@ TIMEOUTS = Timeouts(reset=300, ready=60, act=60, evaluate=60)
 LATENCY = {"reset": 0.5, "act": {"median": 0.4, "sigma": 0.5, "max": 5.0}}
 
 
-def _busy(run: Path, since: float, until: float) -> float:
-    """Desktop-seconds spent in attempts between ``since`` and ``until``."""
+def _busy(run: Path, since: float, until: float, desktop: int | None = None) -> float:
+    """Desktop-seconds spent in attempts between ``since`` and ``until`` (on ``desktop``, or on all)."""
     return sum(
         max(0.0, min(r.ended_at, until) - max(r.started_at, since))
         for r in read_records(run)
         if r.desktop is not None and r.started_at is not None and r.ended_at is not None
-    )
+        and (desktop is None or r.desktop == desktop)
+    )  # fmt: skip
 
 
 def batch_by_batch(policy: PolicyConfig, tasks: list[Any], root: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -132,7 +133,8 @@ def continuous(
                 "staleness": (sum(staleness) / len(staleness), max(staleness)), "summary": summary,
                 "step_staleness": sum(step_staleness) / len(step_staleness),
                 "idle": _idle(samples, args.desktops, max_ready, t0 + wall),
-                "busy_per_rollout": _busy(out, t0, t0 + wall) / completed}  # fmt: skip
+                "busy_per_rollout": _busy(out, t0, t0 + wall) / completed,
+                "per_desktop": [_busy(out, t0, t0 + wall, d) / wall for d in range(args.desktops)]}  # fmt: skip
 
     return asyncio.run(trainer())
 
@@ -205,6 +207,7 @@ def main() -> None:
     print(f"busy desktop-s per rollout trained on: batch {base['busy_per_rollout']:.2f}, continuous "
           f"{cont['busy_per_rollout']:.2f}; utilisation bound while the trainer is the bottleneck (one batch of "
           f"{args.batch_groups * args.group} rollouts per {update_s:.1f} s update): {100 * bound:.1f}%")  # fmt: skip
+    print("continuous, each desktop busy: " + ", ".join(f"{100 * u:.0f}%" for u in cont["per_desktop"]))
     print("idle desktop-seconds in continuous mode, by what held the desktops:")
     for key, value in sorted(cont["idle"].items()):
         print(f"  {key}: {value:.1f}")
