@@ -2,6 +2,7 @@
 
     python benchmarks/async_bench.py                    # 8 desktops, groups of 4, 4 groups a batch, 4 updates
     python benchmarks/async_bench.py --updates 6 --desktops 8
+    python benchmarks/async_bench.py --update-scale 0.6   # a trainer that keeps up with the desktops
 
 Fake desktops with real-ish latencies (reset 0.5 s, actions lognormal around 0.4 s, model calls 0.3 s on the
 reference policy server) stand in for OSWorld VMs. The trainer's update takes as long as one batch takes to
@@ -41,13 +42,14 @@ TIMEOUTS = Timeouts(reset=300, ready=60, act=60, evaluate=60)
 LATENCY = {"reset": 0.5, "act": {"median": 0.4, "sigma": 0.5, "max": 5.0}}
 
 
-def _busy(run: Path, since: float, until: float) -> float:
-    """Desktop-seconds spent in attempts between ``since`` and ``until``."""
+def _busy(run: Path, since: float, until: float, desktop: int | None = None) -> float:
+    """Desktop-seconds spent in attempts between ``since`` and ``until`` (on ``desktop``, or on all)."""
     return sum(
         max(0.0, min(r.ended_at, until) - max(r.started_at, since))
         for r in read_records(run)
         if r.desktop is not None and r.started_at is not None and r.ended_at is not None
-    )
+        and (desktop is None or r.desktop == desktop)
+    )  # fmt: skip
 
 
 def batch_by_batch(policy: PolicyConfig, tasks: list[Any], root: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -64,16 +66,18 @@ def batch_by_batch(policy: PolicyConfig, tasks: list[Any], root: Path, args: arg
                           desktops=args.desktops, group=args.group, backend="fake", desktop=config, seed=u)  # fmt: skip
         if update_s is None:  # the trainer's update takes as long as one batch: first dispatch to last record
             records = list(read_records(out))
-            update_s = max(float(r.ended_at or started) for r in records) - min(
+            span = max(float(r.ended_at or started) for r in records) - min(
                 float(r.started_at or started) for r in records
             )
+            update_s = span * args.update_scale
         completed += sum(summary["status_counts"][s] for s in ("ok", "truncated"))
         busy += _busy(out, t0, float("inf"))
         time.sleep(update_s)  # the simulated update: the desktops wait
     wall = time.time() - t0
     assert update_s is not None
     return {"wall_s": wall, "completed": completed, "rollouts_per_hour": completed / wall * 3600,
-            "utilisation": busy / (args.desktops * wall), "update_s": update_s, "staleness": (0.0, 0)}  # fmt: skip
+            "utilisation": busy / (args.desktops * wall), "update_s": update_s, "staleness": (0.0, 0),
+            "busy_per_rollout": busy / completed}  # fmt: skip
 
 
 def continuous(
@@ -81,18 +85,32 @@ def continuous(
 ) -> dict[str, Any]:
     config = DesktopConfig(screen=(640, 360), timeouts=TIMEOUTS, options={"latency": LATENCY})
     out = root / "continuous"
+    max_ready = args.max_ready or args.batch_groups
 
     async def trainer() -> dict[str, Any]:
         follower = Follower(
             tasks, replace(policy, version="step-0"), out=out,
             desktops=args.desktops, group=args.group, backend="fake", desktop=config,
-            max_ready=args.max_ready or args.batch_groups, max_staleness=args.max_staleness, partial=args.partial,
+            max_ready=max_ready, max_staleness=args.max_staleness, partial=args.partial,
         )  # fmt: skip
         t0 = time.time()
         staleness: list[int] = []
         step_staleness: list[int] = []  # per step: versions between the step's and the trainer's
         completed = 0
+        updating = False  # what the trainer does now: updating, or waiting for groups
+        samples: list[tuple[float, int, int, int, int, bool, bool]] = []
+
+        async def sample() -> None:  # where the desktops sit idle: the scheduler's state every 20 ms
+            collector = follower._collector
+            book = collector.book
+            while True:
+                paused = bool(getattr(book, "paused", False))
+                samples.append((time.time(), len(collector._running), len(collector.ready), len(book._unfinished),
+                                book.pending, updating, paused))  # fmt: skip
+                await asyncio.sleep(0.02)
+
         async with follower:
+            sampler = asyncio.ensure_future(sample())
             for u in range(args.updates):
                 for _ in range(args.batch_groups):
                     group = await follower.next_group()
@@ -103,16 +121,48 @@ def continuous(
                         for record in group.completed
                         for step in record.steps
                     ]
+                updating = True
                 await asyncio.sleep(update_s)  # the simulated update: the desktops go on
                 follower.set_version(f"step-{u + 1}")
+                updating = False
             wall = time.time() - t0
+            sampler.cancel()
             summary = await follower.stop()
         return {"wall_s": wall, "completed": completed, "rollouts_per_hour": completed / wall * 3600,
                 "utilisation": _busy(out, t0, t0 + wall) / (args.desktops * wall),
                 "staleness": (sum(staleness) / len(staleness), max(staleness)), "summary": summary,
-                "step_staleness": sum(step_staleness) / len(step_staleness)}  # fmt: skip
+                "step_staleness": sum(step_staleness) / len(step_staleness),
+                "idle": _idle(samples, args.desktops, max_ready, t0 + wall),
+                "busy_per_rollout": _busy(out, t0, t0 + wall) / completed,
+                "per_desktop": [_busy(out, t0, t0 + wall, d) / wall for d in range(args.desktops)]}  # fmt: skip
 
     return asyncio.run(trainer())
+
+
+def _idle(samples: list[tuple[float, int, int, int, int, bool, bool]], desktops: int, max_ready: int,
+          end: float) -> dict[str, float]:  # fmt: skip
+    """Idle desktop-seconds by what held them (from the sampled scheduler state), and the trainer's waits."""
+    idle: dict[str, float] = {}
+    for (t, running, ready, unfinished, pending, updating, paused), (t_next, *_) in zip(
+        samples, [*samples[1:], (end,)], strict=True
+    ):
+        dt = min(t_next, end) - t
+        if dt <= 0:
+            continue
+        trainer = "trainer updating" if updating else "trainer waiting for groups"
+        idle[trainer + ": wall s"] = idle.get(trainer + ": wall s", 0.0) + dt
+        free = max(0, desktops - running) * dt
+        if paused or ready >= max_ready:
+            why = "queue full (max_ready waiting)"
+        elif pending == 0 and unfinished + ready >= max_ready:
+            why = "no attempt queued, no group may open (waiting + open = max_ready)"
+        elif pending == 0:
+            why = "no attempt queued"
+        else:
+            why = "attempts queued (dispatch, desktop start)"
+        key = f"{trainer}: {why}"
+        idle[key] = idle.get(key, 0.0) + free
+    return idle
 
 
 def main() -> None:
@@ -124,6 +174,11 @@ def main() -> None:
     parser.add_argument("--max-ready", type=int, default=None, help="default: --batch-groups")
     parser.add_argument("--max-staleness", type=int, default=None)
     parser.add_argument("--partial", choices=("continue", "restart"), default="continue")
+    parser.add_argument(
+        "--update-scale", type=float, default=1.0,
+        help="the update's length in batches (default 1: the issue's setup; below 1 a trainer that keeps up with "
+        "the desktops, to see what the collector does when the trainer is not the bottleneck)",
+    )  # fmt: skip
     args = parser.parse_args()
     with (
         ReferencePolicyServer(brain=ScriptedSolver(), latency=Latency(fixed=0.3)) as server,
@@ -134,7 +189,7 @@ def main() -> None:
         base = batch_by_batch(policy, tasks, Path(tmp), args)
         cont = continuous(policy, tasks, Path(tmp), args, base["update_s"])
     print(f"desktops {args.desktops}, group {args.group}, {args.batch_groups} groups a batch, {args.updates} "
-          f"updates of {base['update_s']:.1f} s (one batch), partial {args.partial}, max_ready "
+          f"updates of {base['update_s']:.1f} s ({args.update_scale:g} batch), partial {args.partial}, max_ready "
           f"{args.max_ready or args.batch_groups}, max_staleness {args.max_staleness}")  # fmt: skip
     print("| | rollouts/hour | desktop utilisation | wall s | staleness mean / max |")
     print("|---|---|---|---|---|")
@@ -143,6 +198,19 @@ def main() -> None:
               f"{r['staleness'][0]:.2f} / {r['staleness'][1]} |")  # fmt: skip
     print(f"ratio: {cont['rollouts_per_hour'] / base['rollouts_per_hour']:.2f}x rollouts per hour; mean staleness "
           f"per step (trained on): {cont['step_staleness']:.2f}")  # fmt: skip
+    # The trainer takes one batch per update at most: in a steady state the desktops can be busy no more than that
+    # batch's desktop time over the update's desktop time, whatever the collector does. More desktop time goes to
+    # groups the trainer takes later (staleness above 1) or never.
+    per_update = args.batch_groups * args.group * base["busy_per_rollout"]  # as batches spend it: nothing untrained
+    update_s = base["update_s"]
+    bound = min(1.0, per_update / (update_s * args.desktops))
+    print(f"busy desktop-s per rollout trained on: batch {base['busy_per_rollout']:.2f}, continuous "
+          f"{cont['busy_per_rollout']:.2f}; utilisation bound while the trainer is the bottleneck (one batch of "
+          f"{args.batch_groups * args.group} rollouts per {update_s:.1f} s update): {100 * bound:.1f}%")  # fmt: skip
+    print("continuous, each desktop busy: " + ", ".join(f"{100 * u:.0f}%" for u in cont["per_desktop"]))
+    print("idle desktop-seconds in continuous mode, by what held the desktops:")
+    for key, value in sorted(cont["idle"].items()):
+        print(f"  {key}: {value:.1f}")
     print(f"summary.follow: {cont['summary']['follow']}")
 
 

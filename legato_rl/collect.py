@@ -364,7 +364,7 @@ class Collector:
         except DesktopError as exc:
             log.warning("%s: desktop %d failed: %s", attempt.rollout_id, env_id, exc)
             error = ErrorInfo.from_exception("env", exc)
-            if attempt.try_index < self.options.env_retries:
+            if self._env_tries(attempt) < self.options.env_retries:
                 self._write(play.record(Status.RETRIED, error))
                 if self.book.requeue(attempt, failed_on=env_id) is None:  # its group closed meanwhile
                     self._end(play, Status.SKIPPED)
@@ -390,6 +390,10 @@ class Collector:
             self._end(play, status, ErrorInfo("agent", "AgentFault", str(fault.get("message", ""))))
             return
         self._end(play, status)
+
+    def _env_tries(self, attempt: Attempt) -> int:
+        """The tries of ``attempt`` before this one that a desktop failure ended (what ``env_retries`` bounds)."""
+        return attempt.try_index
 
     async def _play(self, env: DesktopVectorEnv, client: PolicyClient, play: _Play) -> Status:
         """Play one try on one desktop (:func:`legato_rl.rollout.play`) and return its status.

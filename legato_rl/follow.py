@@ -10,7 +10,7 @@ attempt loop: :class:`~legato_rl.collect.Collector`), over a task stream that do
             run.set_version("step-42")           # the server has loaded step-42: calls from now carry it
 
 :func:`follow` is the blocking form (a background thread runs the loop); ``legato rl collect --follow`` the
-command line's (it watches ``--version-file``).
+command line's (it reads the trainer's ``--control`` file: docs/async.md).
 
 * **Versions.** :meth:`Follower.set_version` says a version is loaded: every policy call asked from then on
   records it in its step (``model.policy_version``, beside the server's own ``model.weight_version``); the
@@ -18,7 +18,8 @@ command line's (it watches ``--version-file``).
   first loaded; staleness counts in those numbers.
 * **Partial rollouts.** ``partial="continue"`` (default): an attempt in flight at a version change goes on
   under the new version, so its steps show both. ``partial="restart"``: it is cut short, recorded ``retried``
-  (error kind ``version``) and played again from its reset under the new version.
+  (error kind ``version``) and played again from its reset under the new version; such a try does not count
+  against ``env_retries`` (it was no desktop failure).
 * **Bounded staleness.** With ``max_staleness=k``, a group whose oldest step is more than ``k`` versions
   behind the current one when the trainer takes it is re-run as a new group of the same task
   (``stale="rerun"``, its id ``g<n>r<k>-<task_id>``) or handed over marked ``stale`` (``stale="deliver"``);
@@ -41,7 +42,7 @@ import os
 import re
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -245,6 +246,9 @@ class _FollowCollector(Collector):
         self._handled: set[str] = set()  # groups made ready (or handed over) once
         self._versions: dict[str | None, int] = {}  # version -> its number, in the order first loaded
         self._logged: set[str | None] = set()  # versions in follow.jsonl
+        # (group id, attempt index) -> its tries restarted for a version change: those are not desktop failures,
+        # so they do not count against env_retries
+        self._restarts: Counter[tuple[str, int]] = Counter()
         self._started_at = time.time()
         if stream.pool is None:
             self.tasks = []
@@ -280,6 +284,8 @@ class _FollowCollector(Collector):
         for record in records:
             if record.status != Status.RETRIED.value:
                 self._records.setdefault(record.group_id, []).append(record)
+            elif record.error is not None and record.error.kind == "version":
+                self._restarts[(record.group_id, record.attempt)] += 1
         for attempt in book.close_remaining():  # queued attempts of groups closed before the kill: skipped now,
             self._write(self._skipped(attempt))  # so that those groups finish and are handed over below
         for gid, group in book.groups.items():
@@ -326,10 +332,14 @@ class _FollowCollector(Collector):
                 continue
             error = ErrorInfo("version", "VersionChanged", f"version {version} was loaded while this try ran")
             self._write(play.record(Status.RETRIED, error))
+            self._restarts[(play.attempt.group_id, play.attempt.index)] += 1
             if self.book.requeue(play.attempt) is None:
                 self._end(play, Status.SKIPPED)
         assert self._wake is not None
         self._wake.set()
+
+    def _env_tries(self, attempt: Attempt) -> int:
+        return attempt.try_index - self._restarts[(attempt.group_id, attempt.index)]
 
     # -- groups -------------------------------------------------------------------------------------------
     def _write(self, record: RolloutRecord) -> None:

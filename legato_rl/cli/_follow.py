@@ -6,14 +6,14 @@ modification time changes:
 
 * a JSON object ``{"version": "step-42", "taken": 17}``, both keys optional: ``version`` is the policy version
   the server has loaded (calls asked from then on carry it); ``taken`` the number of groups the trainer has
-  consumed (then at most ``--max-ready`` groups handed over wait for it, and the desktops stop starting
-  attempts while they do);
+  consumed since the run began, across resumes (then at most ``--max-ready`` groups handed over wait for it,
+  and the desktops stop starting attempts while they do);
 * or a plain line of text: the version alone.
 
 Groups are handed over by appending them to ``OUT/follow.jsonl`` (``"event": "group"``, outcome ``delivered``
 or ``stale``), once their records are in ``OUT/rollouts.jsonl``: the trainer tails either file. The run ends
-after ``--max-groups`` groups, or on Ctrl-C / SIGTERM; the summary is written either way, and the same command
-resumes it.
+after ``--max-groups`` groups handed over by this command, or on Ctrl-C / SIGTERM; the summary is written either
+way, and the same command resumes it.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from legato_gym import ConfigError
-from legato_rl.follow import Follower
+from legato_rl.follow import Follower, read_follow_log
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,10 @@ async def _run(follower: Follower, control: ControlFile, max_groups: int | None)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    # the groups handed over before (a resumed run): the trainer's "taken" counts them too
+    before = sum(
+        1 for line in read_follow_log(follower.out) if line.get("event") == "group" and line.get("outcome") != "rerun"
+    )
     handed = 0
     await follower.start()
     next_group: asyncio.Task[Any] | None = None
@@ -93,7 +97,7 @@ async def _run(follower: Follower, control: ControlFile, max_groups: int | None)
             if control.read() and control.version is not None and control.version != follower.version:
                 log.info("version %s loaded (from %s)", control.version, control.path)
                 follower.set_version(control.version)
-            may_take = control.taken is None or handed - control.taken < follower.options.max_ready
+            may_take = control.taken is None or before + handed - control.taken < follower.options.max_ready
             if next_group is None and may_take:
                 next_group = asyncio.ensure_future(follower.next_group())
             waits = [stopping] + ([next_group] if next_group is not None else [])

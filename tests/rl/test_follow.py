@@ -61,6 +61,11 @@ async def _until(condition: Any, what: str, deadline_s: float = 30.0) -> None:
         await asyncio.sleep(0.02)
 
 
+def _in_flight(follower: Follower) -> bool:
+    """An attempt is in flight: its task runs (one that has ended stays listed until its desktop looks again)."""
+    return any(not task.done() for _, task in follower._collector._running.values())
+
+
 def _step_versions(group: CompletedGroup) -> list[list[str | None]]:
     return [[step.model.policy_version for step in record.steps] for record in group.records]
 
@@ -161,7 +166,7 @@ def test_restart_reruns_in_flight_attempts_and_stale_groups_are_rerun_or_marked(
             server, run, desktop=_config(act=0.1), partial="restart", max_staleness=0, stale=stale, max_ready=4
         )
         await follower.start()
-        await _until(lambda: follower.waiting >= 1 and follower._collector._running, "a group and attempts")
+        await _until(lambda: follower.waiting >= 1 and _in_flight(follower), "a group and attempts in flight")
         follower.set_version("v1")  # a group waits (made under v0), attempts are in flight
         for _ in range(3):
             got.append(await follower.next_group())
@@ -316,6 +321,41 @@ def test_cli_follow_reads_the_control_file_and_hands_groups_over(tmp_path: Path)
     refused = runner.invoke(app, [*args[:7], str(tmp_path / "other"), "--max-ready", "3"])
     assert refused.exit_code != 0 and "--max-ready apply to continuous collection only: add --follow" in refused.output
 
+    # the same command resumes; "taken" counts the groups handed over before it too: none more until the trainer
+    # takes one (two handed over, none taken, --max-ready 2), then one
+    def handed_over() -> int:
+        return sum(line["event"] == "group" for line in read_follow_log(run))
+
+    def finished(position: int) -> bool:  # the group at this stream position has both its final records
+        prefix = f"g{position:04d}-"
+        return sum(r["group_id"].startswith(prefix) and r["status"] in FINAL for r in read_record_dicts(run)) == 2
+
+    resume = [*args, "--follow", "--control", str(control), "--max-ready", "2"]
+    proc = subprocess.Popen([sys.executable, "-c", "from legato_rl.cli.app import main; main()", *resume])
+    try:
+        deadline = time.monotonic() + 60
+        while not (finished(2) and finished(3)):
+            assert proc.poll() is None and time.monotonic() < deadline, "the resumed run collected no groups"
+            time.sleep(0.05)
+        time.sleep(0.5)  # a window in which a run that forgot the groups handed over before would hand one over
+        assert handed_over() == 2
+        # the commands read the live run: the export takes the groups handed over, the profile the run as it stands
+        exported = runner.invoke(app, ["rl", "export", str(run), "--out", str(tmp_path / "train.jsonl")])
+        assert exported.exit_code == 0 and "(2 groups)" in exported.output, exported.output
+        profiled = runner.invoke(app, ["rl", "profile", str(run), "--out", str(tmp_path / "profile"), "--no-plots"])
+        assert profiled.exit_code == 0 and "is still being written" in profiled.output, profiled.output
+        (tmp_path / "control.tmp").write_text(json.dumps({"version": "v2", "taken": 1}))
+        (tmp_path / "control.tmp").rename(control)
+        while handed_over() < 3:
+            assert proc.poll() is None and time.monotonic() < deadline, "no group handed over after one was taken"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert handed_over() == 3
+
 
 def test_a_group_rerun_twice_for_staleness_goes_before_every_other_attempt() -> None:
     from legato_rl.follow import _FollowBook
@@ -337,3 +377,39 @@ def test_a_group_rerun_twice_for_staleness_goes_before_every_other_attempt() -> 
     book._open_next()  # the twice re-run group opens: its attempts go first, ahead of g0001's
     assert [book.next_attempt(0).group_id for _ in range(2)] == [twice, twice]  # type: ignore[union-attr]
     assert book.next_attempt(0).group_id == f"g0001-{tasks[1].task_id}"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("resumed", [False, True], ids=["live", "resumed"])
+def test_a_try_restarted_for_a_version_change_leaves_the_env_retries_whole(
+    tmp_path: Path, server: ReferencePolicyServer, resumed: bool
+) -> None:
+    # every setup fails after a 1 s reset: the first try is restarted by the change while it resets, then the
+    # desktop failures alone spend env_retries=1 (one retry, then error); resumed: the run stops right after the
+    # restart and a new one counts it from the records
+    config = DesktopConfig(
+        screen=SCREEN, options={"latency": {"reset": 1.0}, "faults": {"setup": 1.0}},
+        timeouts=Timeouts(reset=60, ready=10, act=10, evaluate=10),
+    )  # fmt: skip
+    run = tmp_path / "run"
+    options: dict[str, Any] = {"desktop": config, "desktops": 1, "group": 1, "max_ready": 1, "partial": "restart"}
+
+    async def story() -> CompletedGroup:
+        follower = _follower(server, run, env_retries=1, **options)
+        await follower.start()
+        await _until(lambda: _in_flight(follower), "the first try to start")
+        follower.set_version("v1")
+        if resumed:
+            await follower.stop()  # the next try has not run: the resume plays it
+            follower = _follower(server, run, version="v1", env_retries=1, **options)
+        group = await follower.next_group()
+        await follower.stop()
+        return group
+
+    group = asyncio.run(story())
+    tries = [r for r in read_record_dicts(run) if r["group_id"] == group.group_id]
+    assert [r["try"] for r in tries] == [0, 1, 2]
+    assert Counter((r["status"], r["error"]["kind"]) for r in tries) == {
+        ("retried", "version"): 1,
+        ("retried", "env"): 1,
+        ("error", "env"): 1,
+    }
