@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from legato_gym import Backend, ConfigError, DesktopConfig, DesktopError, LegatoError, Task, resolve_backend
+from legato_gym.backends import Finished
 from legato_gym.tasks import load_tasks
 from legato_gym.vector import DesktopVectorEnv, RayPlacement, make_vector_env
 from legato_rl.batch import CollectOptions, Progress
@@ -76,17 +77,13 @@ log = logging.getLogger(__name__)
 def grader_of(backend: Backend, config: DesktopConfig) -> str:
     """The grader that scores a backend's attempts: what the run's manifest and its graded records name.
 
-    ``osworld`` is desktop-env's getters and metrics (the osworld backend's, and the local backend's with
-    ``grader="osworld"``, or ``"auto"`` where desktop-env's interpreter runs the desktops); ``local`` is the
-    local backend's built-in grader; ``fake`` the fake suite's; a backend of your own grades with its own
-    ``evaluate``, named by the backend's name.
+    The backend's unit says (:meth:`~legato_gym.backends.Backend.grader_name`): ``osworld`` is desktop-env's
+    getters and metrics (the osworld backend's, and the local backend's with ``grader="osworld"``, or
+    ``"auto"`` where desktop-env's interpreter runs the desktops); ``local`` is the local backend's built-in
+    grader; ``fake`` the fake suite's; a backend of your own grades with its own ``evaluate``, named by the
+    backend's name.
     """
-    if backend.name == "local":
-        from legato_gym.backends.local.options import LocalOptions, resolve_grader
-
-        options = backend.configure(config).options  # a mapping of options read as LocalOptions
-        return resolve_grader(options.grader if isinstance(options, LocalOptions) else "auto", config.python)
-    return backend.name
+    return backend.grader_name(backend.configure(config))
 
 
 @dataclass
@@ -139,7 +136,8 @@ class Collector:
         policy: the policy server, its sampling and its limits.
         out: the run directory (``legato.rollout/v0``); an existing run with the same arguments resumes.
         options: the batch's knobs.
-        desktop: how to build desktops.
+        desktop: how to build desktops (settings finished by :meth:`Backend.finish
+            <legato_gym.backends.Backend.finish>` are carried as they are).
         harness: the prompt format; OSWorld's Qwen3-VL computer-use format by default.
         ray: place the desktops on this Ray cluster (an address or a ``RayPlacement``); ``None``: this host.
         backend: the resolved backend (default: ``resolve_backend(options.backend)``).
@@ -151,7 +149,7 @@ class Collector:
         policy: PolicyConfig,
         out: str | Path,
         options: CollectOptions,
-        desktop: DesktopConfig,
+        desktop: DesktopConfig | Finished,
         harness: Harness | None = None,
         ray: RayPlacement | str | None = None,
         progress: Progress | None = None,
@@ -163,11 +161,13 @@ class Collector:
         self.policy_config = policy
         self.out = Path(out)
         self.options = options
-        self.desktop_config = desktop
         self.ray = ray
         self.backend = backend or resolve_backend(options.backend)  # resolved once, passed to the vector env
+        #: the desktops' settings, finished once (by collect(), or here) and handed to the vector env as they are
+        self.finished = self.backend.finish(desktop)
+        self.desktop_config = self.finished.config
         self.harness: Harness = harness or QwenHarness(image_max=options.image_max)
-        self.grader = grader_of(self.backend, desktop)
+        self.grader = self.backend.grader_name(self.desktop_config)
         self.book = GroupBook(self.tasks, group=options.group, oversample=options.oversample)
         self.progress = progress if progress is not None else Progress()
         self.progress.groups, self.progress.desktops = len(self.book.groups), options.desktops
@@ -264,7 +264,7 @@ class Collector:
             opts.desktops,
             ray=self.ray,
             backend=self.backend,
-            config=self.desktop_config,
+            config=self.finished,
             # collect counts policy calls itself; the env's own step limit only guards runaway replies
             max_steps=opts.max_steps * 16,
             tasks=self.tasks,
@@ -536,7 +536,7 @@ def collect(
     rollout_timeout: float | None = CollectOptions.rollout_timeout,
     env_retries: int = CollectOptions.env_retries,
     image_max: int = CollectOptions.image_max,
-    desktop: DesktopConfig | None = None,
+    desktop: DesktopConfig | Finished | None = None,
     backend: str | Backend = CollectOptions.backend,
     harness: Harness | None = None,
     seed: int = CollectOptions.seed,
@@ -579,12 +579,9 @@ def collect(
         ...         desktop=DesktopConfig(ready_signal=False, fixed_wait=2.0))  # doctest: +SKIP
     """
     resolved = resolve_backend(backend)  # an unknown or unbuilt backend fails here, before anything is written
-    config = resolved.configure(desktop)  # options given as a mapping become the backend's options class
-    if resolved.name == "osworld":  # its workers run in desktop-env's own interpreter (`legato osworld setup`)
-        from legato_gym.backends.osworld.remote import resolve_python
-
-        config = replace(config, python=resolve_python(config))
-    task_list = load_tasks(tasks, osworld_path=config.osworld_path)
+    finished = resolved.finish(desktop)  # once: typed options, the workers' interpreter
+    task_list = load_tasks(tasks, osworld_path=finished.config.osworld_path)
+    finished = resolved.finish(finished, task_list)  # the tasks checked once, all at once
     policy = _with_limits(policy, max_inflight=max_inflight, step_timeout=step_timeout, retries=retries)
     options = CollectOptions(
         desktops=desktops,
@@ -598,7 +595,7 @@ def collect(
         seed=seed,
     )
     collector = Collector(
-        task_list, policy, out, options, config, harness, ray=ray, progress=progress, backend=resolved
+        task_list, policy, out, options, finished, harness, ray=ray, progress=progress, backend=resolved
     )
     return asyncio.run(collector.run()).to_json()
 

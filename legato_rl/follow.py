@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from legato_gym import Backend, ConfigError, DesktopConfig, Task, resolve_backend
+from legato_gym.backends import Finished
 from legato_gym.vector import RayPlacement
 from legato_rl.batch import CollectOptions, Progress
 from legato_rl.collect import Collector, _with_limits
@@ -502,7 +503,7 @@ class Follower:
         rollout_timeout: float | None = CollectOptions.rollout_timeout,
         env_retries: int = CollectOptions.env_retries,
         image_max: int = CollectOptions.image_max,
-        desktop: DesktopConfig | None = None,
+        desktop: DesktopConfig | Finished | None = None,
         backend: str | Backend = CollectOptions.backend,
         harness: Harness | None = None,
         seed: int = CollectOptions.seed,
@@ -515,12 +516,8 @@ class Follower:
         progress: Progress | None = None,
     ) -> None:
         resolved = resolve_backend(backend)
-        config = resolved.configure(desktop)
-        if resolved.name == "osworld":
-            from legato_gym.backends.osworld.remote import resolve_python
-
-            config = replace(config, python=resolve_python(config))
-        stream = TaskStream.of(tasks, order=order, seed=seed, osworld_path=config.osworld_path)
+        finished = resolved.finish(desktop)  # once: typed options, the workers' interpreter
+        stream = TaskStream.of(tasks, order=order, seed=seed, osworld_path=finished.config.osworld_path)
         options = CollectOptions(
             desktops=desktops, group=group, oversample=oversample, max_steps=max_steps,
             rollout_timeout=rollout_timeout, env_retries=env_retries, image_max=image_max, backend=resolved.name,
@@ -530,7 +527,7 @@ class Follower:
         self._collector = _FollowCollector(
             stream, self.options, seed,
             policy=_with_limits(policy, max_inflight=max_inflight, step_timeout=step_timeout, retries=retries),
-            out=out, options=options, desktop=config, harness=harness, ray=ray, progress=progress,
+            out=out, options=options, desktop=finished, harness=harness, ray=ray, progress=progress,
             backend=resolved,
         )  # fmt: skip
         self._run: asyncio.Task[Summary] | None = None

@@ -5,14 +5,14 @@ policy call and the reply's actions until the agent ends the episode, the step l
 harness gives up on unparsable replies, or the rollout's deadline passes, and grades the desktop::
 
     import asyncio
-    from legato_gym import DesktopConfig, get_backend
+    from legato_gym import DesktopConfig, resolve_backend
     from legato_gym.vector import DesktopVectorEnv
     from legato_rl.harness import QwenHarness
     from legato_rl.policy import PolicyClient, PolicyConfig
     from legato_rl.rollout import play
 
     async def main() -> None:
-        tasks = get_backend("fake")[1](DesktopConfig())
+        tasks = resolve_backend("fake").default_tasks(DesktopConfig())
         with DesktopVectorEnv(1, "fake", png=True) as env:
             async with PolicyClient(PolicyConfig("http://127.0.0.1:8000/v1", "my-model")) as client:
                 episode = await play(env, 0, tasks[0], client, QwenHarness(), rollout_id="r0", max_steps=15)

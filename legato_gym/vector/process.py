@@ -117,7 +117,7 @@ class WorkerProcess:
                 self.screens.close()
             raise ConfigError(
                 f"cannot start a desktop worker with python={argv[0]!r}: {exc}; "
-                "set DesktopConfig.python to a Python interpreter that has legato installed"
+                "set DesktopConfig.worker_python to a Python interpreter that has legato installed"
             ) from exc
         finally:
             child_sock.close()

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from legato_gym import DesktopConfig, get_backend
+from legato_gym import DesktopConfig, resolve_backend
 from legato_gym.vector import DesktopVectorEnv
 from legato_rl.groups import Status
 from legato_rl.harness import QwenHarness
@@ -19,7 +19,7 @@ from legato_rl.rollout import Episode, PlayedStep, Policy, play
 from legato_rl.testing import ReferencePolicyServer
 
 DESKTOP = DesktopConfig(screen=(320, 240))
-TASKS = get_backend("fake")[1](DESKTOP)
+TASKS = resolve_backend("fake").default_tasks(DESKTOP)
 
 
 class PngSpyHarness(QwenHarness):
