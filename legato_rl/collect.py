@@ -42,14 +42,14 @@ from legato_gym import Backend, ConfigError, DesktopConfig, DesktopError, Legato
 from legato_gym.backends import Finished
 from legato_gym.tasks import load_tasks
 from legato_gym.vector import DesktopVectorEnv, RayPlacement, make_vector_env
-from legato_rl.batch import CollectOptions, Progress
+from legato_rl.collect_options import CollectOptions
 from legato_rl.errors import PolicyError, PolicyUnavailable
 from legato_rl.groups import Attempt, GroupBook, Status
 from legato_rl.harness import Harness, QwenHarness
 from legato_rl.health import Breaker, check_policy, unavailable_kind
 from legato_rl.policy import ChatResult, Limits, PolicyClient, PolicyConfig
-from legato_rl.rollout import Episode, InlineWhileCheap, PlayedStep
-from legato_rl.rollout import play as play_attempt
+from legato_rl.progress import Progress
+from legato_rl.rollout import InlineWhileCheap, Try, TryStep, play
 from legato_rl.store import (
     COMPLETED_STATUSES,
     BackgroundWriter,
@@ -87,8 +87,9 @@ def grader_of(backend: Backend, config: DesktopConfig) -> str:
 
 
 @dataclass
-class _Play:
-    """One try of one attempt, as it happens: the :class:`~legato_rl.rollout.Episode` and its step records."""
+class _Playing:
+    """One try of one attempt in flight on a desktop: the :class:`~legato_rl.rollout.Try` that
+    :func:`~legato_rl.rollout.play` fills in, and its step records."""
 
     attempt: Attempt
     desktop: int
@@ -97,11 +98,11 @@ class _Play:
     next_task: Task | None = None
     #: the grader that scores it (:func:`grader_of`), named by a graded record
     grader: str | None = None
-    episode: Episode = field(init=False)
+    episode: Try = field(init=False)
     steps: list[StepRecord] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.episode = Episode(self.attempt.task, self.attempt.rollout_id, self.desktop)
+        self.episode = Try(self.attempt.task, self.attempt.rollout_id, self.desktop)
 
     def record(self, status: Status, error: ErrorInfo | None = None) -> RolloutRecord:
         ended = time.time()
@@ -174,12 +175,12 @@ class Collector:
         self._wake: asyncio.Event | None = None
         self._idle: set[int] = set()  # desktops waiting for work
         # The attempt each desktop is playing (its group id and task): a group that closes cancels the others.
-        self._running: dict[int, tuple[_Play, asyncio.Task[None]]] = {}
+        self._running: dict[int, tuple[_Playing, asyncio.Task[None]]] = {}
         self._build_prompt = InlineWhileCheap("building a prompt")  # on the loop while that is cheap
         self._store: BackgroundWriter | None = None
         # Attempts that failed because the server was unavailable, recorded once it answers again (error) or
         # the breaker trips (retried); see the module docstring.
-        self._unanswered: list[tuple[float, _Play, ErrorInfo]] = []  # (when it failed, ...)
+        self._unanswered: list[tuple[float, _Playing, ErrorInfo]] = []  # (when it failed, ...)
         self._breaker = Breaker(threshold=max(8, 2 * options.desktops))
         self._stopped: PolicyUnavailable | None = None
         self._health: asyncio.Task[None] | None = None
@@ -314,9 +315,9 @@ class Collector:
                     self._idle.discard(env_id)
                 continue
             stamp = PolicyStamp(self.policy_config.model, self.policy_config.version)  # stamped at dispatch
-            play = _Play(attempt, env_id, stamp, self.book.likely_next(attempt), self.grader)
-            task = asyncio.ensure_future(self._run_attempt(env, client, play))
-            self._running[env_id] = (play, task)
+            playing = _Playing(attempt, env_id, stamp, self.book.likely_next(attempt), self.grader)
+            task = asyncio.ensure_future(self._run_attempt(env, client, playing))
+            self._running[env_id] = (playing, task)
             self.progress.busy += 1
             try:
                 await asyncio.wait((task,))  # unlike `await task`, a cancelled attempt does not raise here
@@ -357,46 +358,46 @@ class Collector:
         if not ready.done():
             ready.cancel()
 
-    async def _run_attempt(self, env: DesktopVectorEnv, client: PolicyClient, play: _Play) -> None:
-        attempt, env_id = play.attempt, play.desktop
+    async def _run_attempt(self, env: DesktopVectorEnv, client: PolicyClient, playing: _Playing) -> None:
+        attempt, env_id = playing.attempt, playing.desktop
         try:
-            status = await self._play(env, client, play)
+            status = await self._play_try(env, client, playing)
         except DesktopError as exc:
             log.warning("%s: desktop %d failed: %s", attempt.rollout_id, env_id, exc)
             error = ErrorInfo.from_exception("env", exc)
             if attempt.try_index < self.options.env_retries:
-                self._write(play.record(Status.RETRIED, error))
+                self._write(playing.record(Status.RETRIED, error))
                 if self.book.requeue(attempt, failed_on=env_id) is None:  # its group closed meanwhile
-                    self._end(play, Status.SKIPPED)
+                    self._end(playing, Status.SKIPPED)
                 return
-            self._end(play, Status.ERROR, error)
+            self._end(playing, Status.ERROR, error)
             return
         except PolicyError as exc:
             log.warning("%s: policy call failed: %s", attempt.rollout_id, exc)
             error = ErrorInfo.from_exception("policy", exc)
             kind = unavailable_kind(exc)
             if kind is None:  # one reply's problem, not the server's
-                self._end(play, Status.ERROR, error)
+                self._end(playing, Status.ERROR, error)
             else:
-                self._policy_unavailable(play, error, kind, client)
+                self._policy_unavailable(playing, error, kind, client)
             return
         except LegatoError as exc:  # e.g. a task this backend cannot run: the desktop side, not the agent
             log.warning("%s: %s", attempt.rollout_id, exc)
-            self._end(play, Status.ERROR, ErrorInfo.from_exception("env", exc))
+            self._end(playing, Status.ERROR, ErrorInfo.from_exception("env", exc))
             return
-        fault = play.episode.agent_fault
+        fault = playing.episode.agent_fault
         if fault is not None and status in COMPLETED_STATUSES:  # the agent destroyed its desktop: its failure
             log.warning("%s: the agent's actions destroyed desktop %d: %s", attempt.rollout_id, env_id, fault)
-            self._end(play, status, ErrorInfo("agent", "AgentFault", str(fault.get("message", ""))))
+            self._end(playing, status, ErrorInfo("agent", "AgentFault", str(fault.get("message", ""))))
             return
-        self._end(play, status)
+        self._end(playing, status)
 
-    async def _play(self, env: DesktopVectorEnv, client: PolicyClient, play: _Play) -> Status:
+    async def _play_try(self, env: DesktopVectorEnv, client: PolicyClient, playing: _Playing) -> Status:
         """Play one try on one desktop (:func:`legato_rl.rollout.play`) and return its status.
 
         Desktop failures raise DesktopError; ``play`` keeps the steps and timings up to the failure.
         """
-        attempt = play.attempt
+        attempt = playing.attempt
         context: PromptContext | None = None  # the previous step's prompt and response token ids
         version = self.policy_config.version  # the version loaded when the latest call was asked
 
@@ -410,13 +411,13 @@ class Collector:
                 self._policy_answered(asked)
             self.progress.model_latency_s.append(result.seconds)
 
-        async def on_step(step: PlayedStep) -> None:
+        async def on_step(step: TryStep) -> None:
             nonlocal context
             assert self._store is not None
             await self._store.wait_backlog()
             request = self._store.put_request(step.result.request)
             prompt_ids, context = prompt_ids_of(step.result, context)
-            play.steps.append(
+            playing.steps.append(
                 StepRecord.from_chat(
                     step.result, index=step.index, request=request, actions=step.actions,
                     description=step.reply.description or None, parse_error=step.reply.error,
@@ -424,18 +425,18 @@ class Collector:
                 )
             )  # fmt: skip
 
-        episode = await play_attempt(
-            env, play.desktop, attempt.task, client, self.harness, rollout_id=attempt.rollout_id,
+        episode = await play(
+            env, playing.desktop, attempt.task, client, self.harness, rollout_id=attempt.rollout_id,
             max_steps=self.options.max_steps, rollout_timeout=self.options.rollout_timeout,
-            screen=self.desktop_config.screen, episode=play.episode, cancelled=cancelled, on_reply=on_reply,
-            on_step=on_step, build_prompt=self._build_prompt, next_task=play.next_task,
+            screen=self.desktop_config.screen, episode=playing.episode, cancelled=cancelled, on_reply=on_reply,
+            on_step=on_step, build_prompt=self._build_prompt, next_task=playing.next_task,
         )  # fmt: skip
         assert episode.status is not None
         return episode.status
 
     # -- a policy server that is unavailable -----------------------------------------------------------
-    def _policy_unavailable(self, play: _Play, error: ErrorInfo, kind: str, client: PolicyClient) -> None:
-        self._unanswered.append((time.monotonic(), play, error))
+    def _policy_unavailable(self, playing: _Playing, error: ErrorInfo, kind: str, client: PolicyClient) -> None:
+        self._unanswered.append((time.monotonic(), playing, error))
         if self._breaker.failed(kind):
             self._stop(
                 PolicyUnavailable(
@@ -465,11 +466,11 @@ class Collector:
         default all): ``retried`` when the batch stops (resume re-runs them), else ``error``."""
         unanswered = [u for u in self._unanswered if before is None or u[0] < before]
         self._unanswered = [u for u in self._unanswered if before is not None and u[0] >= before]
-        for _, play, error in unanswered:
+        for _, playing, error in unanswered:
             if self._stopped is not None:
-                self._write(play.record(Status.RETRIED, error))
+                self._write(playing.record(Status.RETRIED, error))
             else:
-                self._end(play, Status.ERROR, error)
+                self._end(playing, Status.ERROR, error)
 
     def _stop(self, error: PolicyUnavailable) -> None:
         """Stop the batch: no attempt starts, running ones are cancelled unrecorded (resume re-runs them)."""
@@ -486,11 +487,11 @@ class Collector:
         self._wake.set()
 
     # -- records -------------------------------------------------------------------------------------
-    def _end(self, play: _Play, status: Status, error: ErrorInfo | None = None) -> None:
-        gid = play.attempt.group_id
+    def _end(self, playing: _Playing, status: Status, error: ErrorInfo | None = None) -> None:
+        gid = playing.attempt.group_id
         was_closed = self.book.is_closed(gid)
-        final, dropped = self.book.finish(play.attempt, status)
-        self._write(play.record(final, error))
+        final, dropped = self.book.finish(playing.attempt, status)
+        self._write(playing.record(final, error))
         for attempt in dropped:
             self._write(self._skipped(attempt))
         if not was_closed and self.book.is_closed(gid):
@@ -511,8 +512,8 @@ class Collector:
 
     def _skipped(self, attempt: Attempt) -> RolloutRecord:
         stamp = PolicyStamp(self.policy_config.model, self.policy_config.version)
-        play = _Play(attempt, -1, stamp)
-        record = play.record(Status.SKIPPED)
+        playing = _Playing(attempt, -1, stamp)
+        record = playing.record(Status.SKIPPED)
         return replace(record, desktop=None, timing=Timing())
 
     def _write(self, record: RolloutRecord) -> None:

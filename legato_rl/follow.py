@@ -50,11 +50,12 @@ from typing import Any, Literal, TypeVar
 from legato_gym import Backend, ConfigError, DesktopConfig, Task, resolve_backend
 from legato_gym.backends import Finished
 from legato_gym.vector import RayPlacement
-from legato_rl.batch import CollectOptions, Progress
 from legato_rl.collect import Collector, _with_limits
+from legato_rl.collect_options import CollectOptions
 from legato_rl.groups import Attempt, Group, GroupBook, Status, group_advantages
 from legato_rl.harness import Harness
 from legato_rl.policy import PolicyConfig
+from legato_rl.progress import Progress
 from legato_rl.store import ErrorInfo, RolloutRecord, read_records, write_json_atomic
 from legato_rl.store.files import SUMMARY_FILE
 from legato_rl.store.follow_log import FOLLOW_FILE, append_follow_log, read_follow_log
@@ -321,13 +322,13 @@ class _FollowCollector(Collector):
 
     def _restart_running(self, version: str) -> None:
         """Cut short every attempt in flight and queue it again (``partial="restart"``)."""
-        for play, task in list(self._running.values()):
+        for playing, task in list(self._running.values()):
             if not task.cancel():
                 continue
             error = ErrorInfo("version", "VersionChanged", f"version {version} was loaded while this try ran")
-            self._write(play.record(Status.RETRIED, error))
-            if self.book.requeue(play.attempt) is None:
-                self._end(play, Status.SKIPPED)
+            self._write(playing.record(Status.RETRIED, error))
+            if self.book.requeue(playing.attempt) is None:
+                self._end(playing, Status.SKIPPED)
         assert self._wake is not None
         self._wake.set()
 

@@ -97,7 +97,7 @@ class LocalOptions(BackendOptions):
             ``SetupController``, getters and metrics (:mod:`legato_gym.backends.osworld.session`) over a
             loopback TCP forwarder into the sandbox; the desktop must then run in desktop-env's interpreter
             (``DesktopConfig.worker_python`` from ``legato osworld setup``). ``"local"`` grades with
-            :mod:`.grading` (OSWorld's semantics, re-implemented for a few getters and metrics, no extra
+            :mod:`.evaluators` (OSWorld's semantics, re-implemented for a few getters and metrics, no extra
             interpreter). ``"auto"`` (the default) is ``"osworld"`` where desktop-env imports and ``"local"``
             elsewhere (:func:`resolve_grader`); ``LocalDesktop.grader`` says which one grades.
         session: the desktop's session: ``"openbox"`` (the default: a window manager on a black root window)
