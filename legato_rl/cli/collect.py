@@ -9,7 +9,6 @@ import logging
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,6 +20,7 @@ from rich.table import Table
 
 from legato_gym import Backend, ConfigError, DesktopConfig, LegatoError, Task, backend_names, resolve_backend
 from legato_gym.backends.local import LocalOptions
+from legato_gym.config import default_osworld_path
 from legato_gym.tasks import load_tasks
 from legato_rl.cli._errors import EXIT_NOTHING_COMPLETED, fail
 from legato_rl.cli._follow import check_follow_options, run_follow
@@ -208,9 +208,12 @@ def collect_command(
                        "--order": order != FollowOptions.order, "--max-ready": max_ready != FollowOptions.max_ready,
                        "--stale": stale != FollowOptions.stale, "--partial": partial != FollowOptions.partial}
         )  # fmt: skip
-        config = DesktopConfig(ready_signal=ready_signal, fixed_wait=fixed_wait, fast_reset=fast_reset)
-        if osworld is not None:
-            config = replace(config, osworld_path=osworld.expanduser())
+        config = DesktopConfig(
+            ready_signal=ready_signal,
+            fixed_wait=fixed_wait,
+            fast_reset=fast_reset,
+            osworld_path=osworld.expanduser() if osworld is not None else default_osworld_path(),
+        )
         resolved = resolve_backend(backend)  # once, here; collect() gets the resolved backend
         flags = {"--grader": grader, "--prestart": prestart, "--pyautogui-pause": pyautogui_pause,
                  "--file-cache": file_cache}  # fmt: skip
