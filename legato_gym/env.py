@@ -156,11 +156,14 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
         if tasks is None and finished.tasks is not None:
             tasks = finished.tasks
         self._desktop = desktop if desktop is not None else resolved.make(finished, seed=seed)
+        # the unit's per-desktop hooks are declared for its own desktop class, not for a desktop of another kind
+        own = isinstance(self._desktop, resolved.desktop_class)
+        self._check_task = resolved.check_task if own else None
         self._max_steps = max_steps
         self._episode = Episode(
             self._desktop,
             max_steps=DEFAULT_MAX_STEPS if max_steps is None else max_steps,
-            expect_next=resolved.hint_next(self._desktop),
+            expect_next=resolved.hint_next(self._desktop) if own else None,
         )
         self._tasks: list[Task] | None = None
         if tasks is not None:
@@ -307,8 +310,8 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
     def _check(self, task: Any, where: str) -> Task:
         if not isinstance(task, Task):
             raise ConfigError(f"{where} must be a legato_gym.Task (see legato_gym.load_tasks), not {task!r:.80}")
-        if self._backend.check_task is not None:
-            self._backend.check_task(self.desktop, task)
+        if self._check_task is not None:
+            self._check_task(self.desktop, task)
         return task
 
     def _resolve(self, value: Any) -> Task:
