@@ -114,7 +114,7 @@ def run_scenario(name: str) -> dict[str, Any]:
             code = "import sys\nblock = 'x' * (1 << 20)\nfor _ in range(1500):\n    sys.stdout.write(block)\n"
             outcome = _outcome(lambda: desktop.act(code))
         elif name == "file":
-            from legato_gym.backends.local.grading import get_vm_file
+            from legato_gym.backends.local.evaluators import get_vm_file
 
             write = "import os\nwith open('/tmp/big.bin', 'wb') as f:\n    for _ in range(500):\n"
             write += "        f.write(b'x' * (1 << 20))"

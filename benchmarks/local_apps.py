@@ -62,7 +62,11 @@ from legato_gym.tasks import load_osworld_task  # noqa: E402
 def _config(**overrides: Any) -> DesktopConfig:
     options = {"grader": "osworld", **overrides.pop("options", {})}
     return DesktopConfig(
-        screen=SCREEN, python=sys.executable, timeouts=Timeouts(reset=180, ready=60), options=options, **overrides
+        screen=SCREEN,
+        worker_python=sys.executable,
+        timeouts=Timeouts(reset=180, ready=60),
+        options=options,
+        **overrides,
     )
 
 

@@ -37,7 +37,7 @@ def chrome(resets: int) -> list[tuple[float, float, bool, str]]:
     path = root / "evaluation_examples" / "examples" / "chrome" / f"{CHROME_TASK}.json"
     data = json.loads(path.read_text())
     task = Task(CHROME_TASK, data["instruction"], data, domain="chrome")
-    local = {"python": sys.executable, "server_mode": "osworld"}
+    local = {"sandbox_python": sys.executable, "server_mode": "osworld"}
     config = DesktopConfig(
         screen=SCREEN,
         python=sys.executable,
@@ -57,7 +57,7 @@ def chrome(resets: int) -> list[tuple[float, float, bool, str]]:
 def steps(total: int, episode: int) -> dict[str, object]:
     from legato_gym.errors import DesktopError
 
-    local = {"python": sys.executable, "server_mode": "osworld"}
+    local = {"sandbox_python": sys.executable, "server_mode": "osworld"}
     config = DesktopConfig(
         screen=SCREEN,
         python=sys.executable,

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from legato_gym import DesktopConfig, Task, get_backend
+from legato_gym import DesktopConfig, Task, resolve_backend
 from legato_gym.backends.fake import FakeStep, fake_solution
 from legato_rl.integrations.trl import DesktopEnvironments, task_dataset
 
@@ -245,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> Mapping[str, Any]:
         parser.error("--model tiny is steered to the fake desktops' solutions: use --backend fake")
     # small fake screens keep the tiny model's sequences short; real desktops keep their own size
     desktop = DesktopConfig(screen=_SCREEN) if args.backend == "fake" else DesktopConfig()
-    tasks = get_backend(args.backend)[1](desktop)
+    tasks = resolve_backend(args.backend).default_tasks(desktop)
     if args.tasks:
         tasks = [t for t in tasks if t.task_id in set(args.tasks)]
         if len(tasks) != len(set(args.tasks)):

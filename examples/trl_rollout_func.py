@@ -36,7 +36,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from legato_gym import DesktopConfig, Task, get_backend
+from legato_gym import DesktopConfig, Task, resolve_backend
 from legato_rl.integrations.sequence import episode_summary
 from legato_rl.integrations.trl import LegatoRollout, env_reward, policy_from_trainer, task_dataset
 from legato_rl.policy import PolicyConfig
@@ -111,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> Mapping[str, Any]:
         parser.error("give exactly one of --policy-url and --vllm-url")
 
     desktop = DesktopConfig(screen=(640, 480))
-    tasks = get_backend(args.backend)[1](desktop)
+    tasks = resolve_backend(args.backend).default_tasks(desktop)
     with contextlib.ExitStack() as stack:
         output_dir = args.output_dir or stack.enter_context(tempfile.TemporaryDirectory())
         model = args.model

@@ -31,7 +31,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from legato_gym import ConfigError, DesktopConfig, Task, get_backend, load_tasks
+from legato_gym import ConfigError, DesktopConfig, Task, load_tasks, resolve_backend
 from legato_rl.store import IMAGE_SCHEME
 
 __all__ = ["AGENT_NAME", "export_rows", "task_rows", "to_verl_messages", "write_parquet"]
@@ -151,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "tasks":
         config = DesktopConfig()
         chosen = load_tasks(args.tasks, osworld_path=config.osworld_path) if args.tasks else None
-        rows = task_rows(chosen if chosen is not None else get_backend(args.backend)[1](config))
+        rows = task_rows(chosen if chosen is not None else resolve_backend(args.backend).default_tasks(config))
     else:
         rows = list(export_rows(args.export, args.run))
     count = write_parquet(rows, args.out)

@@ -12,7 +12,7 @@ built) with Gymnasium::
 
 from typing import TYPE_CHECKING
 
-from legato_gym.backends import Backend, backend_names, get_backend, make_desktop, resolve_backend
+from legato_gym.backends import Backend, Finished, RayNeeds, backend_names, get_backend, make_desktop, resolve_backend
 from legato_gym.config import DesktopConfig, Timeouts
 from legato_gym.contract import SPECIAL_ACTIONS, ActResult, Desktop, Observation, Task, Waited
 from legato_gym.episode import Episode
@@ -87,9 +87,11 @@ __all__ = [
     "DesktopEnv",
     "DesktopError",
     "Episode",
+    "Finished",
     "LegatoError",
     "MissingDependencyError",
     "Observation",
+    "RayNeeds",
     "ReplyTooLarge",
     "SetupError",
     "StateError",

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from legato_gym.errors import ConfigError
-from legato_gym.options import BackendOptions
+from legato_gym.options import BackendOptions, rename_field
 
 __all__ = ["OSWORLD_ENV_VAR", "DesktopConfig", "Timeouts", "default_osworld_path"]
 
@@ -66,8 +66,11 @@ class DesktopConfig:
         timeouts: per-phase deadlines.
         osworld_path: an OSWorld checkout, for tasks given as ``{"task_id", "domain"}`` and for the
             ``osworld`` backend. Defaults to ``$LEGATO_OSWORLD``.
-        python: the interpreter that runs each desktop's worker process (the ``osworld`` backend needs
-            desktop-env's own interpreter). ``None``: the current interpreter.
+        worker_python: the interpreter that runs each desktop's worker process (the ``osworld`` backend
+            needs desktop-env's own interpreter; its :meth:`~legato_gym.backends.Backend.finish` fills it in).
+            ``None``: the current interpreter. Not the interpreter inside a local desktop's sandbox
+            (``LocalOptions.sandbox_python``). ``python=`` is its old name, accepted for one release with a
+            ``DeprecationWarning``.
         options: the backend's own options, a frozen dataclass: ``FakeOptions`` (latencies, faults),
             ``LocalOptions`` (sandbox bounds, waits, grader), ``OSWorldOptions`` (provider, VM settings);
             ``None``: the backend's defaults. A plain mapping (a YAML or JSON config) is read into the
@@ -86,7 +89,7 @@ class DesktopConfig:
     fast_reset: bool = True
     timeouts: Timeouts = field(default_factory=Timeouts)
     osworld_path: Path | None = field(default_factory=default_osworld_path)
-    python: str | None = None
+    worker_python: str | None = None
     options: BackendOptions | Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
@@ -103,3 +106,6 @@ class DesktopConfig:
             )
         if self.osworld_path is not None and not isinstance(self.osworld_path, Path):
             object.__setattr__(self, "osworld_path", Path(self.osworld_path).expanduser())
+
+
+rename_field(DesktopConfig, "python", "worker_python")

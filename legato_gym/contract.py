@@ -229,8 +229,8 @@ class ActResult:
 class Desktop(Protocol):
     """A desktop backend: the seven calls. See the module docstring for the call order and the error rules.
 
-    Anything else is optional, looked up with ``getattr``: ``screen_size`` (:func:`screen_size_of`),
-    ``check_task(task)``, ``expect_next(task)``, the class's ``check_tasks`` and ``options_class``.
+    Anything else is optional: the desktop's ``screen_size`` (:func:`screen_size_of`), and what the backend
+    declares in its unit (:class:`legato_gym.backends.Backend`: options class, task checks, ``expect_next``).
     """
 
     def reset(self, task: Task) -> None:

@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium import spaces
 
-from legato_gym.backends import Backend, resolve_backend
+from legato_gym.backends import Backend, Finished, resolve_backend
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import Desktop, Observation, Task, screen_size_of
 from legato_gym.episode import Episode
@@ -106,7 +106,8 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
         backend: a backend name (``"fake"``, ...), ``"package.module:Class"``, or a resolved
             :class:`~legato_gym.backends.Backend`.
         config: desktop settings (screen size, waits, deadlines, the backend's options: its options class,
-            or a mapping read into it once here).
+            or a mapping read into it once here), or settings already finished by
+            :meth:`Backend.finish <legato_gym.backends.Backend.finish>`, carried as they are.
         max_steps: steps after which an episode is truncated (and graded); default: the ``TimeLimit``'s
             limit, or :data:`DEFAULT_MAX_STEPS` without one.
         tasks: the tasks ``reset()`` picks from when it is given none; default: the backend's own suite.
@@ -132,7 +133,7 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
     def __init__(
         self,
         backend: str | Backend = "fake",
-        config: DesktopConfig | None = None,
+        config: DesktopConfig | Finished | None = None,
         *,
         max_steps: int | None = None,
         tasks: Sequence[Task] | None = None,
@@ -148,14 +149,23 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
         resolved = resolve_backend(backend)
         #: The backend's name (``"fake"``, ``"package.module:Class"``).
         self.backend = resolved.name
-        self.config = resolved.configure(config)
-        self._default_tasks = resolved.default_tasks
-        check_tasks = getattr(resolved.desktop_class, "check_tasks", None)
-        if desktop is None and tasks is not None and callable(check_tasks):  # refuse all at once, before a boot
-            check_tasks([t for t in tasks if isinstance(t, Task)], self.config)
-        self._desktop = desktop if desktop is not None else resolved.make(self.config, seed=seed)
+        self._backend = resolved
+        # finished once, here; the tasks given are checked all at once, before a boot (not when a desktop
+        # of the caller's own is driven: it checks each task itself)
+        finished = resolved.finish(config, tasks if desktop is None else None)
+        self.config = finished.config
+        if tasks is None and finished.tasks is not None:
+            tasks = finished.tasks
+        self._desktop = desktop if desktop is not None else resolved.make(finished, seed=seed)
+        # the unit's per-desktop hooks are declared for its own desktop class, not for a desktop of another kind
+        own = isinstance(self._desktop, resolved.desktop_class)
+        self._check_task = resolved.check_task if own else None
         self._max_steps = max_steps
-        self._episode = Episode(self._desktop, max_steps=DEFAULT_MAX_STEPS if max_steps is None else max_steps)
+        self._episode = Episode(
+            self._desktop,
+            max_steps=DEFAULT_MAX_STEPS if max_steps is None else max_steps,
+            expect_next=resolved.hint_next(self._desktop) if own else None,
+        )
         self._tasks: list[Task] | None = None
         if tasks is not None:
             self._tasks = [self._check(t, f"tasks[{i}]") for i, t in enumerate(tasks)]
@@ -204,7 +214,7 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
     def tasks(self) -> list[Task]:
         """The tasks ``reset()`` picks from when given none."""
         if self._tasks is None:
-            self._tasks = [self._check(t, "default task") for t in self._default_tasks(self.config)]
+            self._tasks = [self._check(t, "default task") for t in self._backend.default_tasks(self.config)]
             if not self._tasks:
                 raise ConfigError(
                     f'backend {self.backend!r} has no default tasks; pass tasks=[...] or reset(options={{"task": ...}})'
@@ -301,9 +311,8 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
     def _check(self, task: Any, where: str) -> Task:
         if not isinstance(task, Task):
             raise ConfigError(f"{where} must be a legato_gym.Task (see legato_gym.load_tasks), not {task!r:.80}")
-        check = getattr(self._desktop, "check_task", None)
-        if callable(check):
-            check(task)
+        if self._check_task is not None:
+            self._check_task(self.desktop, task)
         return task
 
     def _resolve(self, value: Any) -> Task:

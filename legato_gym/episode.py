@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from legato_gym.contract import Desktop, Observation, Task, screen_size_of
@@ -45,6 +46,8 @@ class Episode:
     Args:
         desktop: the desktop to drive.
         max_steps: steps after which the episode is truncated (and still graded).
+        expect_next: the desktop's hint of the task after the next reset, bound to it
+            (:meth:`Backend.hint_next <legato_gym.backends.Backend.hint_next>`); ``None``: it takes none.
 
     Attributes:
         max_steps: the step limit; a new value applies from the next ``reset`` (``DesktopEnv`` sets it to the
@@ -56,10 +59,13 @@ class Episode:
             timings there).
     """
 
-    def __init__(self, desktop: Desktop, *, max_steps: int = 15) -> None:
+    def __init__(
+        self, desktop: Desktop, *, max_steps: int = 15, expect_next: Callable[[Task | None], None] | None = None
+    ) -> None:
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
             raise ConfigError(f"max_steps={max_steps!r} must be a positive integer, e.g. 15")
         self.desktop = desktop
+        self._expect_next = expect_next
         self.max_steps = max_steps
         self.steps = 0
         self._screen: tuple[int, int] = (0, 0)  # (height, width) of the reset's observation
@@ -71,8 +77,8 @@ class Episode:
     def reset(self, task: Task, *, next_task: Task | Unknown | None = UNKNOWN) -> tuple[Observation, dict[str, Any]]:
         """Start an episode on ``task``: ``reset``, ``wait_after_reset``, ``observe``.
 
-        ``next_task``, when given (``None`` included), is passed first to the desktop's ``expect_next``, if it
-        has one: the task of the reset after this one, as far as the caller knows (see :mod:`.contract`).
+        ``next_task``, when given (``None`` included), is passed first to the desktop's ``expect_next``, if its
+        backend declares one: the task of the reset after this one, as far as the caller knows (see :mod:`.contract`).
 
         Returns:
             The first observation and ``info = {"task_id", "timings": {"reset_s", "wait_after_reset_s",
@@ -82,9 +88,8 @@ class Episode:
         self.done = False
         self.steps = 0
         self._broken = True  # until the reset completes
-        expect_next = getattr(self.desktop, "expect_next", None)
-        if next_task is not UNKNOWN and expect_next is not None:
-            expect_next(next_task)
+        if next_task is not UNKNOWN and self._expect_next is not None:
+            self._expect_next(next_task)
         t0 = time.perf_counter()
         self.desktop.reset(task)
         t1 = time.perf_counter()

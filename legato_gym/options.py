@@ -26,18 +26,20 @@ Options cross to worker processes as JSON with their kind (:func:`options_to_jso
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import math
 import os
 import types
 import typing
+import warnings
 from collections.abc import Mapping
 from typing import Any, ClassVar, NoReturn, TypeVar, Union
 
 from legato_gym.errors import ConfigError
 from legato_gym.suggest import suggest
 
-__all__ = ["BackendOptions", "invalid", "options_from_json", "options_to_json", "typed_options"]
+__all__ = ["BackendOptions", "invalid", "options_from_json", "options_to_json", "rename_field", "typed_options"]
 
 T = TypeVar("T")
 OptionsT = TypeVar("OptionsT", bound="BackendOptions")
@@ -101,6 +103,9 @@ def read_options(cls: type[T], data: object, where: str) -> T:
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}={data!r:.80} must be an object such as {{{_example(cls)}}}")
     names = [f.name for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
+    renamed: Mapping[str, str] = getattr(cls, "renamed_fields", {})
+    if any(key in renamed for key in data):
+        data = _renamed(data, renamed, where)
     for key in data:
         if key not in names:
             raise ConfigError(
@@ -109,6 +114,48 @@ def read_options(cls: type[T], data: object, where: str) -> T:
     hints = _hints(cls)
     values = {name: _read(data[name], hints[name], f"{where}.{name}") for name in data}
     return _build(cls, values, where)
+
+
+def _renamed(data: Mapping[str, Any], renamed: Mapping[str, str], where: str) -> dict[str, Any]:
+    """``data`` with old field names replaced by their new ones (one release), each with a DeprecationWarning."""
+    out = dict(data)
+    for old, new in renamed.items():
+        if old in out:
+            warnings.warn(f"{where}.{old} is now {where}.{new} (docs/api-changes.md)", DeprecationWarning, stacklevel=4)
+            if new in out and out[new] != out[old]:
+                raise ConfigError(f"{where}: give {new!r} once, not also as its old name {old!r}")
+            out[new] = out.pop(old)
+    return out
+
+
+def rename_field(cls: type[T], old: str, new: str) -> type[T]:
+    """Keep ``cls``'s field ``new`` also reachable by its old name ``old`` for one release.
+
+    ``cls(old=...)`` and ``instance.old`` still work, each with a ``DeprecationWarning`` naming the new name.
+    (Not an ``InitVar``: :func:`dataclasses.replace` would pass the old name back in.)
+    """
+    init = cls.__init__
+    where = cls.__name__
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if old in kwargs:
+            value = kwargs.pop(old)
+            warnings.warn(
+                f"{where}({old}=...) is now {where}({new}=...) (docs/api-changes.md)", DeprecationWarning, stacklevel=2
+            )
+            if kwargs.get(new) is not None and kwargs[new] != value:
+                raise ConfigError(f"{where}({old}={value!r}, {new}={kwargs[new]!r}): give {new} only")
+            kwargs[new] = value
+        init(self, *args, **kwargs)
+
+    def read_old(self: Any) -> Any:
+        warnings.warn(f"{where}.{old} is now {where}.{new} (docs/api-changes.md)", DeprecationWarning, stacklevel=2)
+        return getattr(self, new)
+
+    cls.__init__ = __init__  # type: ignore[method-assign]
+    setattr(cls, old, property(read_old, doc=f"Deprecated: :attr:`{new}`, under its old name (one release)."))
+    return cls
 
 
 def typed_options(options: object, cls: type[OptionsT], backend: str) -> OptionsT:

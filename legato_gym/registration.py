@@ -2,7 +2,8 @@
 
 :func:`register_envs` runs when :mod:`legato_gym` is imported (when gymnasium is installed), so
 ``gymnasium.make("legato/FakeDesktop-v0")`` and ``gymnasium.make_vec("legato/FakeDesktop-v0", num_envs=8)``
-work after ``import legato_gym``. Ids of other backends are added here as they are built.
+work after ``import legato_gym``. The ids are those of :data:`legato_gym.backends.BACKENDS` (a backend's one
+line), registered without importing any backend.
 
 The ids register no ``max_episode_steps``, so that ``gymnasium.make(id)`` adds no ``TimeLimit``: the env
 applies its own step limit (``max_steps``, default 15) and grades the step that reaches it, and
@@ -18,25 +19,24 @@ from typing import TYPE_CHECKING
 
 import gymnasium
 
+from legato_gym.backends import BACKENDS
+
 if TYPE_CHECKING:
     from gymnasium.envs.registration import EnvSpec
 
 __all__ = ["ENV_IDS", "register_envs", "with_step_limit"]
 
-#: Every id registered by :func:`register_envs`, with its backend.
-ENV_IDS: dict[str, str] = {
-    "legato/FakeDesktop-v0": "fake",
-    "legato/LocalDesktop-v0": "local",
-    "legato/OSWorld-v0": "osworld",
-}
+#: Every id registered by :func:`register_envs`, with its backend (read from :data:`BACKENDS`).
+ENV_IDS: dict[str, str] = {spec.gym_id: name for name, spec in BACKENDS.items() if spec.gym_id is not None}
 
 
 def register_envs() -> None:
     """Register legato's ids with Gymnasium. Idempotent; a no-op under gymnasium < 1 (a worker's interpreter)."""
     if int(gymnasium.__version__.split(".")[0]) < 1:
         return
-    for env_id, backend in ENV_IDS.items():
-        if env_id in gymnasium.registry:
+    for backend, spec in BACKENDS.items():
+        env_id = spec.gym_id
+        if env_id is None or env_id in gymnasium.registry:
             continue
         gymnasium.register(
             id=env_id,

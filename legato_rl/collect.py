@@ -39,16 +39,17 @@ from pathlib import Path
 from typing import Any
 
 from legato_gym import Backend, ConfigError, DesktopConfig, DesktopError, LegatoError, Task, resolve_backend
+from legato_gym.backends import Finished
 from legato_gym.tasks import load_tasks
 from legato_gym.vector import DesktopVectorEnv, RayPlacement, make_vector_env
-from legato_rl.batch import CollectOptions, Progress
+from legato_rl.collect_options import CollectOptions
 from legato_rl.errors import PolicyError, PolicyUnavailable
 from legato_rl.groups import Attempt, GroupBook, Status
 from legato_rl.harness import Harness, QwenHarness
 from legato_rl.health import Breaker, check_policy, unavailable_kind
 from legato_rl.policy import ChatResult, Limits, PolicyClient, PolicyConfig
-from legato_rl.rollout import Episode, InlineWhileCheap, PlayedStep
-from legato_rl.rollout import play as play_attempt
+from legato_rl.progress import Progress
+from legato_rl.rollout import InlineWhileCheap, Try, TryStep, play
 from legato_rl.store import (
     COMPLETED_STATUSES,
     BackgroundWriter,
@@ -76,22 +77,19 @@ log = logging.getLogger(__name__)
 def grader_of(backend: Backend, config: DesktopConfig) -> str:
     """The grader that scores a backend's attempts: what the run's manifest and its graded records name.
 
-    ``osworld`` is desktop-env's getters and metrics (the osworld backend's, and the local backend's with
-    ``grader="osworld"``, or ``"auto"`` where desktop-env's interpreter runs the desktops); ``local`` is the
-    local backend's built-in grader; ``fake`` the fake suite's; a backend of your own grades with its own
-    ``evaluate``, named by the backend's name.
+    The backend's unit says (:meth:`~legato_gym.backends.Backend.grader_name`): ``osworld`` is desktop-env's
+    getters and metrics (the osworld backend's, and the local backend's with ``grader="osworld"``, or
+    ``"auto"`` where desktop-env's interpreter runs the desktops); ``local`` is the local backend's built-in
+    grader; ``fake`` the fake suite's; a backend of your own grades with its own ``evaluate``, named by the
+    backend's name.
     """
-    if backend.name == "local":
-        from legato_gym.backends.local.options import LocalOptions, resolve_grader
-
-        options = backend.configure(config).options  # a mapping of options read as LocalOptions
-        return resolve_grader(options.grader if isinstance(options, LocalOptions) else "auto", config.python)
-    return backend.name
+    return backend.grader_name(backend.configure(config))
 
 
 @dataclass
-class _Play:
-    """One try of one attempt, as it happens: the :class:`~legato_rl.rollout.Episode` and its step records."""
+class _Playing:
+    """One try of one attempt in flight on a desktop: the :class:`~legato_rl.rollout.Try` that
+    :func:`~legato_rl.rollout.play` fills in, and its step records."""
 
     attempt: Attempt
     desktop: int
@@ -100,11 +98,11 @@ class _Play:
     next_task: Task | None = None
     #: the grader that scores it (:func:`grader_of`), named by a graded record
     grader: str | None = None
-    episode: Episode = field(init=False)
+    episode: Try = field(init=False)
     steps: list[StepRecord] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.episode = Episode(self.attempt.task, self.attempt.rollout_id, self.desktop)
+        self.episode = Try(self.attempt.task, self.attempt.rollout_id, self.desktop)
 
     def record(self, status: Status, error: ErrorInfo | None = None) -> RolloutRecord:
         ended = time.time()
@@ -139,7 +137,8 @@ class Collector:
         policy: the policy server, its sampling and its limits.
         out: the run directory (``legato.rollout/v0``); an existing run with the same arguments resumes.
         options: the batch's knobs.
-        desktop: how to build desktops.
+        desktop: how to build desktops (settings finished by :meth:`Backend.finish
+            <legato_gym.backends.Backend.finish>` are carried as they are).
         harness: the prompt format; OSWorld's Qwen3-VL computer-use format by default.
         ray: place the desktops on this Ray cluster (an address or a ``RayPlacement``); ``None``: this host.
         backend: the resolved backend (default: ``resolve_backend(options.backend)``).
@@ -151,7 +150,7 @@ class Collector:
         policy: PolicyConfig,
         out: str | Path,
         options: CollectOptions,
-        desktop: DesktopConfig,
+        desktop: DesktopConfig | Finished,
         harness: Harness | None = None,
         ray: RayPlacement | str | None = None,
         progress: Progress | None = None,
@@ -163,23 +162,25 @@ class Collector:
         self.policy_config = policy
         self.out = Path(out)
         self.options = options
-        self.desktop_config = desktop
         self.ray = ray
         self.backend = backend or resolve_backend(options.backend)  # resolved once, passed to the vector env
+        #: the desktops' settings, finished once (by collect(), or here) and handed to the vector env as they are
+        self.finished = self.backend.finish(desktop)
+        self.desktop_config = self.finished.config
         self.harness: Harness = harness or QwenHarness(image_max=options.image_max)
-        self.grader = grader_of(self.backend, desktop)
+        self.grader = self.backend.grader_name(self.desktop_config)
         self.book = GroupBook(self.tasks, group=options.group, oversample=options.oversample)
         self.progress = progress if progress is not None else Progress()
         self.progress.groups, self.progress.desktops = len(self.book.groups), options.desktops
         self._wake: asyncio.Event | None = None
         self._idle: set[int] = set()  # desktops waiting for work
         # The attempt each desktop is playing (its group id and task): a group that closes cancels the others.
-        self._running: dict[int, tuple[_Play, asyncio.Task[None]]] = {}
+        self._running: dict[int, tuple[_Playing, asyncio.Task[None]]] = {}
         self._build_prompt = InlineWhileCheap("building a prompt")  # on the loop while that is cheap
         self._store: BackgroundWriter | None = None
         # Attempts that failed because the server was unavailable, recorded once it answers again (error) or
         # the breaker trips (retried); see the module docstring.
-        self._unanswered: list[tuple[float, _Play, ErrorInfo]] = []  # (when it failed, ...)
+        self._unanswered: list[tuple[float, _Playing, ErrorInfo]] = []  # (when it failed, ...)
         self._breaker = Breaker(threshold=max(8, 2 * options.desktops))
         self._stopped: PolicyUnavailable | None = None
         self._health: asyncio.Task[None] | None = None
@@ -264,7 +265,7 @@ class Collector:
             opts.desktops,
             ray=self.ray,
             backend=self.backend,
-            config=self.desktop_config,
+            config=self.finished,
             # collect counts policy calls itself; the env's own step limit only guards runaway replies
             max_steps=opts.max_steps * 16,
             tasks=self.tasks,
@@ -314,9 +315,9 @@ class Collector:
                     self._idle.discard(env_id)
                 continue
             stamp = PolicyStamp(self.policy_config.model, self.policy_config.version)  # stamped at dispatch
-            play = _Play(attempt, env_id, stamp, self.book.likely_next(attempt), self.grader)
-            task = asyncio.ensure_future(self._run_attempt(env, client, play))
-            self._running[env_id] = (play, task)
+            playing = _Playing(attempt, env_id, stamp, self.book.likely_next(attempt), self.grader)
+            task = asyncio.ensure_future(self._run_attempt(env, client, playing))
+            self._running[env_id] = (playing, task)
             self.progress.busy += 1
             try:
                 await asyncio.wait((task,))  # unlike `await task`, a cancelled attempt does not raise here
@@ -357,50 +358,50 @@ class Collector:
         if not ready.done():
             ready.cancel()
 
-    async def _run_attempt(self, env: DesktopVectorEnv, client: PolicyClient, play: _Play) -> None:
-        attempt, env_id = play.attempt, play.desktop
+    async def _run_attempt(self, env: DesktopVectorEnv, client: PolicyClient, playing: _Playing) -> None:
+        attempt, env_id = playing.attempt, playing.desktop
         try:
-            status = await self._play(env, client, play)
+            status = await self._play_try(env, client, playing)
         except DesktopError as exc:
             log.warning("%s: desktop %d failed: %s", attempt.rollout_id, env_id, exc)
             error = ErrorInfo.from_exception("env", exc)
             if self._env_tries(attempt) < self.options.env_retries:
-                self._write(play.record(Status.RETRIED, error))
+                self._write(playing.record(Status.RETRIED, error))
                 if self.book.requeue(attempt, failed_on=env_id) is None:  # its group closed meanwhile
-                    self._end(play, Status.SKIPPED)
+                    self._end(playing, Status.SKIPPED)
                 return
-            self._end(play, Status.ERROR, error)
+            self._end(playing, Status.ERROR, error)
             return
         except PolicyError as exc:
             log.warning("%s: policy call failed: %s", attempt.rollout_id, exc)
             error = ErrorInfo.from_exception("policy", exc)
             kind = unavailable_kind(exc)
             if kind is None:  # one reply's problem, not the server's
-                self._end(play, Status.ERROR, error)
+                self._end(playing, Status.ERROR, error)
             else:
-                self._policy_unavailable(play, error, kind, client)
+                self._policy_unavailable(playing, error, kind, client)
             return
         except LegatoError as exc:  # e.g. a task this backend cannot run: the desktop side, not the agent
             log.warning("%s: %s", attempt.rollout_id, exc)
-            self._end(play, Status.ERROR, ErrorInfo.from_exception("env", exc))
+            self._end(playing, Status.ERROR, ErrorInfo.from_exception("env", exc))
             return
-        fault = play.episode.agent_fault
+        fault = playing.episode.agent_fault
         if fault is not None and status in COMPLETED_STATUSES:  # the agent destroyed its desktop: its failure
             log.warning("%s: the agent's actions destroyed desktop %d: %s", attempt.rollout_id, env_id, fault)
-            self._end(play, status, ErrorInfo("agent", "AgentFault", str(fault.get("message", ""))))
+            self._end(playing, status, ErrorInfo("agent", "AgentFault", str(fault.get("message", ""))))
             return
-        self._end(play, status)
+        self._end(playing, status)
 
     def _env_tries(self, attempt: Attempt) -> int:
         """The tries of ``attempt`` before this one that a desktop failure ended (what ``env_retries`` bounds)."""
         return attempt.try_index
 
-    async def _play(self, env: DesktopVectorEnv, client: PolicyClient, play: _Play) -> Status:
+    async def _play_try(self, env: DesktopVectorEnv, client: PolicyClient, playing: _Playing) -> Status:
         """Play one try on one desktop (:func:`legato_rl.rollout.play`) and return its status.
 
         Desktop failures raise DesktopError; ``play`` keeps the steps and timings up to the failure.
         """
-        attempt = play.attempt
+        attempt = playing.attempt
         context: PromptContext | None = None  # the previous step's prompt and response token ids
         version = self.policy_config.version  # the version loaded when the latest call was asked
 
@@ -414,13 +415,13 @@ class Collector:
                 self._policy_answered(asked)
             self.progress.model_latency_s.append(result.seconds)
 
-        async def on_step(step: PlayedStep) -> None:
+        async def on_step(step: TryStep) -> None:
             nonlocal context
             assert self._store is not None
             await self._store.wait_backlog()
             request = self._store.put_request(step.result.request)
             prompt_ids, context = prompt_ids_of(step.result, context)
-            play.steps.append(
+            playing.steps.append(
                 StepRecord.from_chat(
                     step.result, index=step.index, request=request, actions=step.actions,
                     description=step.reply.description or None, parse_error=step.reply.error,
@@ -428,18 +429,18 @@ class Collector:
                 )
             )  # fmt: skip
 
-        episode = await play_attempt(
-            env, play.desktop, attempt.task, client, self.harness, rollout_id=attempt.rollout_id,
+        episode = await play(
+            env, playing.desktop, attempt.task, client, self.harness, rollout_id=attempt.rollout_id,
             max_steps=self.options.max_steps, rollout_timeout=self.options.rollout_timeout,
-            screen=self.desktop_config.screen, episode=play.episode, cancelled=cancelled, on_reply=on_reply,
-            on_step=on_step, build_prompt=self._build_prompt, next_task=play.next_task,
+            screen=self.desktop_config.screen, episode=playing.episode, cancelled=cancelled, on_reply=on_reply,
+            on_step=on_step, build_prompt=self._build_prompt, next_task=playing.next_task,
         )  # fmt: skip
         assert episode.status is not None
         return episode.status
 
     # -- a policy server that is unavailable -----------------------------------------------------------
-    def _policy_unavailable(self, play: _Play, error: ErrorInfo, kind: str, client: PolicyClient) -> None:
-        self._unanswered.append((time.monotonic(), play, error))
+    def _policy_unavailable(self, playing: _Playing, error: ErrorInfo, kind: str, client: PolicyClient) -> None:
+        self._unanswered.append((time.monotonic(), playing, error))
         if self._breaker.failed(kind):
             self._stop(
                 PolicyUnavailable(
@@ -469,11 +470,11 @@ class Collector:
         default all): ``retried`` when the batch stops (resume re-runs them), else ``error``."""
         unanswered = [u for u in self._unanswered if before is None or u[0] < before]
         self._unanswered = [u for u in self._unanswered if before is not None and u[0] >= before]
-        for _, play, error in unanswered:
+        for _, playing, error in unanswered:
             if self._stopped is not None:
-                self._write(play.record(Status.RETRIED, error))
+                self._write(playing.record(Status.RETRIED, error))
             else:
-                self._end(play, Status.ERROR, error)
+                self._end(playing, Status.ERROR, error)
 
     def _stop(self, error: PolicyUnavailable) -> None:
         """Stop the batch: no attempt starts, running ones are cancelled unrecorded (resume re-runs them)."""
@@ -490,11 +491,11 @@ class Collector:
         self._wake.set()
 
     # -- records -------------------------------------------------------------------------------------
-    def _end(self, play: _Play, status: Status, error: ErrorInfo | None = None) -> None:
-        gid = play.attempt.group_id
+    def _end(self, playing: _Playing, status: Status, error: ErrorInfo | None = None) -> None:
+        gid = playing.attempt.group_id
         was_closed = self.book.is_closed(gid)
-        final, dropped = self.book.finish(play.attempt, status)
-        self._write(play.record(final, error))
+        final, dropped = self.book.finish(playing.attempt, status)
+        self._write(playing.record(final, error))
         for attempt in dropped:
             self._write(self._skipped(attempt))
         if not was_closed and self.book.is_closed(gid):
@@ -515,8 +516,8 @@ class Collector:
 
     def _skipped(self, attempt: Attempt) -> RolloutRecord:
         stamp = PolicyStamp(self.policy_config.model, self.policy_config.version)
-        play = _Play(attempt, -1, stamp)
-        record = play.record(Status.SKIPPED)
+        playing = _Playing(attempt, -1, stamp)
+        record = playing.record(Status.SKIPPED)
         return replace(record, desktop=None, timing=Timing())
 
     def _write(self, record: RolloutRecord) -> None:
@@ -540,7 +541,7 @@ def collect(
     rollout_timeout: float | None = CollectOptions.rollout_timeout,
     env_retries: int = CollectOptions.env_retries,
     image_max: int = CollectOptions.image_max,
-    desktop: DesktopConfig | None = None,
+    desktop: DesktopConfig | Finished | None = None,
     backend: str | Backend = CollectOptions.backend,
     harness: Harness | None = None,
     seed: int = CollectOptions.seed,
@@ -583,12 +584,9 @@ def collect(
         ...         desktop=DesktopConfig(ready_signal=False, fixed_wait=2.0))  # doctest: +SKIP
     """
     resolved = resolve_backend(backend)  # an unknown or unbuilt backend fails here, before anything is written
-    config = resolved.configure(desktop)  # options given as a mapping become the backend's options class
-    if resolved.name == "osworld":  # its workers run in desktop-env's own interpreter (`legato osworld setup`)
-        from legato_gym.backends.osworld.remote import resolve_python
-
-        config = replace(config, python=resolve_python(config))
-    task_list = load_tasks(tasks, osworld_path=config.osworld_path)
+    finished = resolved.finish(desktop)  # once: typed options, the workers' interpreter
+    task_list = load_tasks(tasks, osworld_path=finished.config.osworld_path)
+    finished = resolved.finish(finished, task_list)  # the tasks checked once, all at once
     policy = _with_limits(policy, max_inflight=max_inflight, step_timeout=step_timeout, retries=retries)
     options = CollectOptions(
         desktops=desktops,
@@ -602,7 +600,7 @@ def collect(
         seed=seed,
     )
     collector = Collector(
-        task_list, policy, out, options, config, harness, ray=ray, progress=progress, backend=resolved
+        task_list, policy, out, options, finished, harness, ray=ray, progress=progress, backend=resolved
     )
     return asyncio.run(collector.run()).to_json()
 

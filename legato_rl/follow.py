@@ -49,13 +49,15 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from legato_gym import Backend, ConfigError, DesktopConfig, Task, resolve_backend
+from legato_gym.backends import Finished
 from legato_gym.vector import RayPlacement
 from legato_rl.advantages import group_advantages
-from legato_rl.batch import CollectOptions, Progress
 from legato_rl.collect import Collector, _with_limits
+from legato_rl.collect_options import CollectOptions
 from legato_rl.groups import Attempt, Group, GroupBook, Status
 from legato_rl.harness import Harness
 from legato_rl.policy import PolicyConfig
+from legato_rl.progress import Progress
 from legato_rl.store import ErrorInfo, RolloutRecord, read_records, write_json_atomic
 from legato_rl.store.files import SUMMARY_FILE
 from legato_rl.store.follow_log import FOLLOW_FILE, append_follow_log, read_follow_log
@@ -327,14 +329,14 @@ class _FollowCollector(Collector):
 
     def _restart_running(self, version: str) -> None:
         """Cut short every attempt in flight and queue it again (``partial="restart"``)."""
-        for play, task in list(self._running.values()):
+        for playing, task in list(self._running.values()):
             if not task.cancel():
                 continue
             error = ErrorInfo("version", "VersionChanged", f"version {version} was loaded while this try ran")
-            self._write(play.record(Status.RETRIED, error))
-            self._restarts[(play.attempt.group_id, play.attempt.index)] += 1
-            if self.book.requeue(play.attempt) is None:
-                self._end(play, Status.SKIPPED)
+            self._write(playing.record(Status.RETRIED, error))
+            self._restarts[(playing.attempt.group_id, playing.attempt.index)] += 1
+            if self.book.requeue(playing.attempt) is None:
+                self._end(playing, Status.SKIPPED)
         assert self._wake is not None
         self._wake.set()
 
@@ -513,7 +515,7 @@ class Follower:
         rollout_timeout: float | None = CollectOptions.rollout_timeout,
         env_retries: int = CollectOptions.env_retries,
         image_max: int = CollectOptions.image_max,
-        desktop: DesktopConfig | None = None,
+        desktop: DesktopConfig | Finished | None = None,
         backend: str | Backend = CollectOptions.backend,
         harness: Harness | None = None,
         seed: int = CollectOptions.seed,
@@ -526,12 +528,8 @@ class Follower:
         progress: Progress | None = None,
     ) -> None:
         resolved = resolve_backend(backend)
-        config = resolved.configure(desktop)
-        if resolved.name == "osworld":
-            from legato_gym.backends.osworld.remote import resolve_python
-
-            config = replace(config, python=resolve_python(config))
-        stream = TaskStream.of(tasks, order=order, seed=seed, osworld_path=config.osworld_path)
+        finished = resolved.finish(desktop)  # once: typed options, the workers' interpreter
+        stream = TaskStream.of(tasks, order=order, seed=seed, osworld_path=finished.config.osworld_path)
         options = CollectOptions(
             desktops=desktops, group=group, oversample=oversample, max_steps=max_steps,
             rollout_timeout=rollout_timeout, env_retries=env_retries, image_max=image_max, backend=resolved.name,
@@ -541,7 +539,7 @@ class Follower:
         self._collector = _FollowCollector(
             stream, self.options, seed,
             policy=_with_limits(policy, max_inflight=max_inflight, step_timeout=step_timeout, retries=retries),
-            out=out, options=options, desktop=config, harness=harness, ray=ray, progress=progress,
+            out=out, options=options, desktop=finished, harness=harness, ray=ray, progress=progress,
             backend=resolved,
         )  # fmt: skip
         self._run: asyncio.Task[Summary] | None = None

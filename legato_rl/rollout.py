@@ -5,14 +5,14 @@ policy call and the reply's actions until the agent ends the episode, the step l
 harness gives up on unparsable replies, or the rollout's deadline passes, and grades the desktop::
 
     import asyncio
-    from legato_gym import DesktopConfig, get_backend
+    from legato_gym import DesktopConfig, resolve_backend
     from legato_gym.vector import DesktopVectorEnv
     from legato_rl.harness import QwenHarness
     from legato_rl.policy import PolicyClient, PolicyConfig
     from legato_rl.rollout import play
 
     async def main() -> None:
-        tasks = get_backend("fake")[1](DesktopConfig())
+        tasks = resolve_backend("fake").default_tasks(DesktopConfig())
         with DesktopVectorEnv(1, "fake", png=True) as env:
             async with PolicyClient(PolicyConfig("http://127.0.0.1:8000/v1", "my-model")) as client:
                 episode = await play(env, 0, tasks[0], client, QwenHarness(), rollout_id="r0", max_steps=15)
@@ -31,10 +31,10 @@ generates through verl's server manager, so the replies come from the weights ve
 
 Statuses (:class:`~legato_rl.groups.Status`): ``ok`` when the agent ended it, the step limit was reached,
 the harness gave up (graded where the agent stopped) or the agent's own actions destroyed the desktop
-(graded 0, :attr:`Episode.agent_fault` says how); ``truncated`` when ``rollout_timeout`` ran out or
+(graded 0, :attr:`Try.agent_fault` says how); ``truncated`` when ``rollout_timeout`` ran out or
 ``exhausted`` said so (graded as it stands); ``cancelled`` when ``cancelled`` said so (not graded). A
 desktop failure raises :class:`~legato_gym.errors.DesktopError` and a policy failure
-:class:`~legato_rl.errors.PolicyError`; the :class:`Episode` passed in keeps what happened until then.
+:class:`~legato_rl.errors.PolicyError`; the :class:`Try` passed in keeps what happened until then.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -58,7 +59,7 @@ from legato_rl.harness import Harness, ParsedReply
 from legato_rl.policy import ChatResult
 from legato_rl.store import ActionRecord, Timing
 
-__all__ = ["Episode", "InlineWhileCheap", "PlayedStep", "Policy", "play"]
+__all__ = ["InlineWhileCheap", "Policy", "Try", "TryStep", "play"]
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ class Policy(Protocol):
 
 
 @dataclass(frozen=True)
-class PlayedStep:
+class TryStep:
     """One step as :func:`play` hands it to ``on_step``.
 
     Attributes:
@@ -111,8 +112,9 @@ class PlayedStep:
 
 
 @dataclass
-class Episode:
-    """One try of one attempt, filled in as it is played (a failure part-way keeps what happened until then).
+class Try:
+    """One try of one attempt, filled in as :func:`play` plays it (a failure part-way keeps what happened until
+    then). Not :class:`legato_gym.Episode`, which drives a desktop: this is what the scheduler keeps of a try.
 
     Attributes:
         task: the task played.
@@ -188,14 +190,14 @@ async def play(
     max_steps: int,
     rollout_timeout: float | None = None,
     screen: tuple[int, int] | None = None,
-    episode: Episode | None = None,
+    episode: Try | None = None,
     cancelled: Callable[[], bool] | None = None,
     exhausted: Callable[[], bool] | None = None,
     on_reply: Callable[[ChatResult, float], None] | None = None,
-    on_step: Callable[[PlayedStep], Awaitable[None]] | None = None,
+    on_step: Callable[[TryStep], Awaitable[None]] | None = None,
     build_prompt: InlineWhileCheap | None = None,
     next_task: Task | Unknown | None = UNKNOWN,
-) -> Episode:
+) -> Try:
     """Play ``task`` on desktop ``env_id`` once and grade it (see the module docstring).
 
     Args:
@@ -215,7 +217,7 @@ async def play(
         exhausted: asked after each step; ``True`` grades the desktop now and ends ``truncated`` (a trainer's
             token budget is used up).
         on_reply: called with each policy answer and the ``time.monotonic()`` at which it was asked.
-        on_step: awaited with each :class:`PlayedStep` once its actions ran; what it raises ends the attempt.
+        on_step: awaited with each :class:`TryStep` once its actions ran; what it raises ends the attempt.
         build_prompt: runs the harness on a worker-encoded PNG (on the loop while that is cheap); default: a
             new :class:`InlineWhileCheap`. Without a PNG the harness always runs in a thread.
         next_task: the task this desktop will likely play next (``None``: not known), handed to the
@@ -228,7 +230,7 @@ async def play(
         DesktopError: the desktop failed in any phase (the vector env replaces its worker).
         PolicyError: a policy call failed (after the policy's own retries).
     """
-    ep = episode if episode is not None else Episode(task, rollout_id, env_id)
+    ep = episode if episode is not None else Try(task, rollout_id, env_id)
     is_cancelled = cancelled or _never
     run_harness = build_prompt or InlineWhileCheap("building a prompt")
     size = screen or env.config.screen
@@ -252,7 +254,7 @@ async def _play(
     task: Task,
     policy: Policy,
     harness: Harness,
-    ep: Episode,
+    ep: Try,
     rollout_id: str,
     max_steps: int,
     rollout_timeout: float | None,
@@ -260,7 +262,7 @@ async def _play(
     cancelled: Callable[[], bool],
     exhausted: Callable[[], bool] | None,
     on_reply: Callable[[ChatResult, float], None] | None,
-    on_step: Callable[[PlayedStep], Awaitable[None]] | None,
+    on_step: Callable[[TryStep], Awaitable[None]] | None,
     run_harness: InlineWhileCheap,
     next_task: Task | Unknown | None,
 ) -> Status:
@@ -310,7 +312,7 @@ async def _play(
                     ended = True
                     break
         if on_step is not None:
-            await on_step(PlayedStep(index, step_started, result, reply, tuple(actions), screenshot, shown_png, ended))
+            await on_step(TryStep(index, step_started, result, reply, tuple(actions), screenshot, shown_png, ended))
         if ended:
             return Status.OK
         if reply.give_up:  # too many unparsable replies in a row: grade where the agent stopped
@@ -322,10 +324,26 @@ async def _play(
     return await _grade_now(env, ep, Status.OK)  # the step limit
 
 
-async def _grade_now(env: DesktopVectorEnv, ep: Episode, status: Status) -> Status:
+async def _grade_now(env: DesktopVectorEnv, ep: Try, status: Status) -> Status:
     reward, info = await env.atruncate(ep.env_id)
     ep.add_timings(info.get("timings", {}))
     if info.get("agent_fault"):
         ep.agent_fault = dict(info["agent_fault"])
     ep.reward = float(reward)
     return status
+
+
+#: Old names of this module, kept for one release (docs/api-changes.md): old name -> (new name, value).
+_RENAMED = {"Episode": ("Try", Try), "PlayedStep": ("TryStep", TryStep)}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        new, value = _RENAMED[name]
+        warnings.warn(
+            f"legato_rl.rollout.{name} is now legato_rl.rollout.{new} (docs/api-changes.md)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return value
+    raise AttributeError(f"module 'legato_rl.rollout' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""``check`` side of :func:`legato_gym.backends.osworld.venv.check_venv`: runs in desktop-env's interpreter.
+"""``check`` side of :func:`legato_gym.desktopenv.venv.check_venv`: runs in desktop-env's interpreter.
 
 Imports desktop-env's controllers, docker provider, getters, metrics and ``DesktopEnv`` with the shim
 installed, and prints one JSON line: what imported, what failed, which optional libraries are absent and

@@ -51,7 +51,7 @@ def import_desktop_env() -> Any:
     except ImportError as exc:
         raise MissingDependencyError(
             f"desktop-env does not import in this interpreter ({exc}); run the osworld backend with "
-            "DesktopConfig.python set to desktop-env's interpreter: create it with `legato osworld setup`"
+            "DesktopConfig.worker_python set to desktop-env's interpreter: create it with `legato osworld setup`"
         ) from exc
     supplements.install(module.metrics, module.getters)
     return module

@@ -2,7 +2,7 @@
 
 desktop-env imports every library any metric might need at module load (``metrics/docs.py`` imports
 easyocr, hence torch; ``metrics/vlc.py`` imports librosa; ...). legato's desktop-env environment leaves the
-heaviest out (:data:`legato_gym.backends.osworld.venv.LEFT_OUT`), so :func:`install` puts a finder at the
+heaviest out (:data:`legato_gym.desktopenv.venv.LEFT_OUT`), so :func:`install` puts a finder at the
 *end* of ``sys.meta_path``: a module that no real finder can import, and whose top-level name is in
 :data:`OPTIONAL`, becomes a stub. Importing it (and ``from it import name``) succeeds; *using* anything
 from it raises :class:`~legato_gym.errors.MissingDependencyError` naming the package and how to install it.

@@ -6,7 +6,7 @@ share legato's environment (``DESIGN.md``). :func:`setup_venv` builds a dedicate
 getters and metrics import, *without* torch, transformers, easyocr and librosa (gigabytes, for a handful of
 OCR and audio metrics; :mod:`.shim` lets the evaluators import without them and names the package when a
 metric needs one). The environment's python is recorded in ``legato-osworld.json`` inside it, and
-:func:`recorded_python` is what ``DesktopConfig.python`` defaults to for the ``osworld`` backend.
+:func:`recorded_python` is what ``DesktopConfig.worker_python`` defaults to for the ``osworld`` backend.
 
 Standard library only: it runs in legato's interpreter and is imported in desktop-env's.
 
@@ -151,7 +151,7 @@ class SetupResult:
 
     Attributes:
         venv: the environment's directory.
-        python: its interpreter; give it as ``DesktopConfig.python``.
+        python: its interpreter; give it as ``DesktopConfig.worker_python``.
         seconds: wall-clock time of the whole setup (0 when it was already up to date).
         reused: True when an up-to-date environment was found and nothing was installed.
     """

@@ -1,10 +1,10 @@
 """The worker pool's handle on one desktop's worker, wherever it runs, and the launcher that starts one.
 
 The pool (:mod:`legato_gym.vector.pool`) is given a :class:`WorkerLauncher`, as an httpx client is given a
-transport: :class:`~legato_gym.vector.process.ProcessLauncher` starts worker processes on this host,
+transport: :class:`~legato_gym.transport.process.ProcessLauncher` starts worker processes on this host,
 :class:`~legato_gym.vector.ray_hosts.RayLauncher` starts them on the hosts of a Ray cluster. Deadlines,
 replacement and the episode state stay in the pool; a handle only moves protocol frames
-(:mod:`legato_gym.vector.protocol`) and ends its worker.
+(:mod:`legato_gym.transport.protocol`) and ends its worker.
 
 A handle is watched through file descriptors: when one of :meth:`WorkerHandle.fds` is readable the pool
 calls :meth:`WorkerHandle.receive` with it, from its selector (synchronous calls) or its event loop.

@@ -1,6 +1,6 @@
 """The parent's handle on one worker process: start it, talk to it, kill it and everything it started.
 
-:class:`WorkerProcess` is the :class:`~legato_gym.vector.handles.WorkerHandle` of a worker on this host, and
+:class:`WorkerProcess` is the :class:`~legato_gym.transport.handles.WorkerHandle` of a worker on this host, and
 :class:`ProcessLauncher` the launcher a local :class:`~legato_gym.vector.env.DesktopVectorEnv` gives its pool.
 """
 
@@ -117,7 +117,7 @@ class WorkerProcess:
                 self.screens.close()
             raise ConfigError(
                 f"cannot start a desktop worker with python={argv[0]!r}: {exc}; "
-                "set DesktopConfig.python to a Python interpreter that has legato installed"
+                "set DesktopConfig.worker_python to a Python interpreter that has legato installed"
             ) from exc
         finally:
             child_sock.close()
@@ -262,7 +262,9 @@ class WorkerProcess:
 
 
 class ProcessLauncher:
-    """Starts each desktop's worker as a child of this process (a :class:`~legato_gym.vector.handles.WorkerLauncher`).
+    """Starts each desktop's worker as a child of this process.
+
+    A :class:`~legato_gym.transport.handles.WorkerLauncher`.
 
     Args:
         python: the workers' interpreter (``None``: this one).

@@ -40,7 +40,7 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from legato_gym.backends import Backend, resolve_backend
+from legato_gym.backends import Backend, Finished, resolve_backend
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import Task
 from legato_gym.env import ACTION_MAX_LENGTH, INSTRUCTION_MAX_LENGTH, TEXT_CHARSET
@@ -70,7 +70,7 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         num_envs: number of desktops.
         backend: backend name (``"fake"``, ``"local"``, ``"osworld"``), ``"package.module:Class"``, or a
             resolved :class:`~legato_gym.backends.Backend`; the workers resolve it again by its name.
-        config: how to build each desktop; ``config.python`` is the workers' interpreter. Its ``options``
+        config: how to build each desktop; ``config.worker_python`` is the workers' interpreter. Its ``options``
             are the backend's options class (a mapping is read into it once, here), sent to the workers typed.
         max_steps: steps after which an episode is truncated (and graded).
         tasks: the tasks ``reset()`` picks from when not given one (default: the backend's suite).
@@ -114,7 +114,7 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         self,
         num_envs: int,
         backend: str | Backend = "fake",
-        config: DesktopConfig | None = None,
+        config: DesktopConfig | Finished | None = None,
         *,
         max_steps: int = 15,
         tasks: Sequence[Task] | None = None,
@@ -139,7 +139,10 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         resolved = resolve_backend(backend)
         #: The backend's name (``"fake"``, ``"package.module:Class"``): what the workers resolve.
         self.backend = resolved.name
-        self.config = resolved.configure(config)
+        # finished once, here (or already, by collect()): the tasks given are checked all at once, before a
+        # worker boots a desktop
+        finished = resolved.finish(config, tasks)
+        self.config = finished.config
         self.max_steps = max_steps
         self.deadlines = deadlines or Deadlines.from_timeouts(self.config.timeouts)
         self.worker_env = dict(worker_env or {})
@@ -147,10 +150,8 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         self.png = bool(png)
         self.copy = bool(copy)
         self.pixels = pixels
-        self.tasks: list[Task] = list(tasks) if tasks is not None else list(resolved.default_tasks(self.config))
-        check_tasks = getattr(resolved.desktop_class, "check_tasks", None)
-        if tasks is not None and callable(check_tasks):  # refuse all at once, before a worker boots a desktop
-            check_tasks([t for t in self.tasks if isinstance(t, Task)], self.config, python=self.config.python)
+        given = finished.tasks
+        self.tasks: list[Task] = list(given) if given is not None else list(resolved.default_tasks(self.config))
         self._seed = seed
         self._task_rngs = [seeding.np_random(None if seed is None else seed + i)[0] for i in range(num_envs)]
 
@@ -192,7 +193,7 @@ class DesktopVectorEnv(gymnasium.vector.VectorEnv):  # type: ignore[misc]
         """What starts this env's workers: processes on this host (``RayDesktopVectorEnv``: on Ray hosts)."""
         height, width, _ = self._shape
         return ProcessLauncher(
-            python=self.config.python,
+            python=self.config.worker_python,
             env=self.worker_env,
             screen_bytes=height * width * 3 if self.screenshots == "shm" else None,
         )

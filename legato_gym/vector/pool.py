@@ -289,7 +289,7 @@ class WorkerPool:
             if message.get("protocol") != PROTOCOL_VERSION:
                 raise ProtocolError(
                     f"worker speaks protocol {message.get('protocol')!r}, this legato speaks {PROTOCOL_VERSION}; "
-                    "install the same legato version in the workers' interpreter (DesktopConfig.python)"
+                    "install the same legato version in the workers' interpreter (DesktopConfig.worker_python)"
                 )
             if request is not None and request.op == "init":
                 worker.send(

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from legato_gym.backends import Backend, resolve_backend
 from legato_gym.errors import ConfigError, MissingDependencyError
 from legato_gym.vector.ray_host import Codec
 
@@ -31,13 +32,6 @@ NODE_POLL_S = 1.0
 #: How long a node where one of our agents died is given no new desktops unless Ray says it is dead first
 #: (Ray may notice a dead agent before it notices that the agent's node is gone), in seconds.
 SUSPECT_S = 30.0
-
-#: Per-desktop requests by backend: (cpus, memory bytes, custom resources).
-_BACKEND_NEEDS: dict[str, tuple[float, int, dict[str, float]]] = {
-    "osworld": (4.0, 4 * GiB, {"legato_kvm": 1.0, "legato_docker": 1.0}),
-    "local": (1.0, 1 * GiB, {"legato_xvfb": 1.0}),
-    "fake": (0.0, 0, {}),
-}
 
 
 def import_ray() -> Any:
@@ -120,13 +114,23 @@ class RayPlacement:
             return cls(address=value)
         raise ConfigError(f"ray={value!r}: give a cluster address such as 'auto' or 'HEAD:6379', or a RayPlacement")
 
-    def for_backend(self, backend: str) -> tuple[float, int, dict[str, float]]:
-        """Per-desktop ``(cpus, memory, resources)``: the given values, else the backend's defaults."""
-        cpus, memory, resources = _BACKEND_NEEDS.get(backend, _BACKEND_NEEDS["fake"])
+    def for_backend(self, backend: str | Backend) -> tuple[float, int, dict[str, float]]:
+        """Per-desktop ``(cpus, memory, resources)``: the given values, else the backend's declared
+        :attr:`~legato_gym.backends.Backend.ray_needs`.
+
+        Raises:
+            ConfigError: the backend declares no needs and this placement does not give both ``cpus`` and
+                ``memory`` (an undeclared backend is never placed as if it needed nothing).
+        """
+        if self.cpus is not None and self.memory is not None:
+            declared = resolve_backend(backend).ray_needs
+            resources: Mapping[str, float] = declared.resources if declared is not None else {}
+            return float(self.cpus), int(self.memory), dict(resources if self.resources is None else self.resources)
+        needs = resolve_backend(backend).needs()
         return (
-            cpus if self.cpus is None else float(self.cpus),
-            memory if self.memory is None else int(self.memory),
-            dict(resources if self.resources is None else self.resources),
+            needs.cpus if self.cpus is None else float(self.cpus),
+            needs.memory if self.memory is None else int(self.memory),
+            dict(needs.resources if self.resources is None else self.resources),
         )
 
 
@@ -162,7 +166,7 @@ def desktops_per_node(node_resources: Mapping[str, float], needs: Mapping[str, f
     return min(counts) if counts else None
 
 
-def desktop_needs(placement: RayPlacement, backend: str) -> dict[str, float]:
+def desktop_needs(placement: RayPlacement, backend: str | Backend) -> dict[str, float]:
     """What one desktop asks of a node, as Ray resource name -> amount (only the amounts above zero)."""
     cpus, memory, resources = placement.for_backend(backend)
     wanted = {"CPU": cpus, "memory": float(memory)}
@@ -174,7 +178,7 @@ def _amount(name: str, amount: float) -> str:
     return f"{amount / GiB:g} GiB memory" if name == "memory" else f"{amount:g} {name}"
 
 
-def check_fit(ray: Any, placement: RayPlacement, backend: str, num_envs: int) -> Fit:
+def check_fit(ray: Any, placement: RayPlacement, backend: str | Backend, num_envs: int) -> Fit:
     """Compare what ``num_envs`` desktops need with what the cluster's alive nodes advertise.
 
     Raises:

@@ -90,7 +90,7 @@ class RayDesktopVectorEnv(DesktopVectorEnv):
                 args = (backend, *args[1:])
             else:
                 kwargs["backend"] = backend
-            self._fits = check_fit(ray, self.placement, backend.name, num_envs)
+            self._fits = check_fit(ray, self.placement, backend, num_envs)
         except BaseException:
             self._shutdown_ray()
             raise
@@ -102,7 +102,13 @@ class RayDesktopVectorEnv(DesktopVectorEnv):
 
     def _launcher(self) -> WorkerLauncher:
         height, width, _ = self._shape
-        args = (self.placement.hosting, self.placement.codec, height * width * 3, self.config.python, self.worker_env)
+        args = (
+            self.placement.hosting,
+            self.placement.codec,
+            height * width * 3,
+            self.config.worker_python,
+            self.worker_env,
+        )
         self._hosts = Hosts(self._ray, self.placement, self.backend, args, self._fits.smallest)
         self._hosts.expected = self.num_envs
         return RayLauncher(self._hosts, self._polled)

@@ -200,7 +200,7 @@ class HostAgent:
         hosting: ``"process"`` (a worker process per desktop, the default) or ``"inproc"``.
         codec: how screenshots cross the network (:func:`encode_screen`).
         screen_bytes: size of one raw screenshot (the workers' shared-memory buffers).
-        python: the workers' interpreter (``DesktopConfig.python``).
+        python: the workers' interpreter (``DesktopConfig.worker_python``).
         worker_env: extra environment variables for the workers.
         capacity: desktops this agent hosts at most (sizes its thread pool in ``inproc`` mode).
     """

@@ -1,6 +1,6 @@
 """The desktop worker process: one desktop, driven over the protocol in :mod:`legato_gym.transport.protocol`.
 
-Started by the vector env with ``DesktopConfig.python`` as the equivalent of ``python -m
+Started by the vector env with ``DesktopConfig.worker_python`` as the equivalent of ``python -m
 legato_gym.vector.worker --fd N --parent-pid P [--pdeathsig]`` (through a one-line bootstrap that imports
 :mod:`legato_gym` with gymnasium hidden, so no Gymnasium ids are registered in the worker). It imports only
 the standard library, numpy, the dependency-free parts of :mod:`legato_gym` and the backend it is asked to
@@ -149,7 +149,9 @@ class _Worker:
         backend = resolve_backend(str(args["backend"]))  # again, in this process: a class does not cross
         self.desktop_config = config_from_json(args["config"])
         self.desktop = backend.make(self.desktop_config, seed=args.get("seed"))
-        self.episode = Episode(self.desktop, max_steps=int(args["max_steps"]))
+        self.episode = Episode(
+            self.desktop, max_steps=int(args["max_steps"]), expect_next=backend.hint_next(self.desktop)
+        )
         if args.get("shm_fd") is not None:
             self.screens = ScreenBuffer(int(args["shm_size"]), fd=int(args["shm_fd"]))
             self.screens.close_fd()

@@ -6,11 +6,9 @@ import ast
 import contextlib
 import json
 import logging
-import os
 import sys
 import threading
-from collections.abc import Iterator
-from dataclasses import replace
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,9 +18,9 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from legato_gym import DesktopConfig, LegatoError, Task, resolve_backend
-from legato_gym.backends.local.file_cache import FILE_CACHE_ENV_VAR
-from legato_gym.backends.local.options import GRADERS, LocalOptions
+from legato_gym import Backend, ConfigError, DesktopConfig, LegatoError, Task, backend_names, resolve_backend
+from legato_gym.backends.local import LocalOptions
+from legato_gym.config import default_osworld_path
 from legato_gym.tasks import load_tasks
 from legato_rl.cli._errors import EXIT_NOTHING_COMPLETED, fail
 from legato_rl.cli._follow import check_follow_options, run_follow
@@ -34,6 +32,15 @@ from legato_rl.policy import Limits, PolicyConfig, Sampling
 from legato_rl.store import COMPLETED_STATUSES, write_json_atomic
 
 log = logging.getLogger(__name__)
+
+#: The defaults of the flags that a backend's unit declares (``Backend.cli_options``): a backend that does not
+#: declare one refuses any other value.
+BACKEND_FLAG_DEFAULTS: dict[str, Any] = {
+    "--grader": LocalOptions.grader,
+    "--prestart": LocalOptions.prestart,
+    "--pyautogui-pause": LocalOptions.pyautogui_pause,
+    "--file-cache": None,
+}
 
 #: ``--policy-url embedded`` starts legato's reference policy server on loopback (scripted solver).
 EMBEDDED = "embedded"
@@ -118,7 +125,8 @@ def collect_command(
         typer.Option(
             "--file-cache",
             metavar="DIR",
-            help=f"Cache of OSWorld's task files by URL (sets ${FILE_CACHE_ENV_VAR}; fill it: legato osworld cache).",
+            help="--backend local (and osworld's local stand-ins): the cache of OSWorld's task files by URL "
+            "(LocalOptions.file_cache; fill it: legato osworld cache).",
         ),
     ] = None,
     grader: Annotated[
@@ -200,25 +208,31 @@ def collect_command(
                        "--order": order != FollowOptions.order, "--max-ready": max_ready != FollowOptions.max_ready,
                        "--stale": stale != FollowOptions.stale, "--partial": partial != FollowOptions.partial}
         )  # fmt: skip
-        config = DesktopConfig(ready_signal=ready_signal, fixed_wait=fixed_wait, fast_reset=fast_reset)
-        if osworld is not None:
-            config = replace(config, osworld_path=osworld.expanduser())
-        if file_cache is not None:
-            os.environ[FILE_CACHE_ENV_VAR] = str(file_cache.expanduser().resolve())
+        config = DesktopConfig(
+            ready_signal=ready_signal,
+            fixed_wait=fixed_wait,
+            fast_reset=fast_reset,
+            osworld_path=osworld.expanduser() if osworld is not None else default_osworld_path(),
+        )
         resolved = resolve_backend(backend)  # once, here; collect() gets the resolved backend
-        config, grader_name = _grader_config(grader, backend, resolved.configure(config))
-        config = _prestart_config(prestart, backend, config)
-        config = _pause_config(pyautogui_pause, backend, config)
+        flags = {"--grader": grader, "--prestart": prestart, "--pyautogui-pause": pyautogui_pause,
+                 "--file-cache": file_cache}  # fmt: skip
+        try:  # the backend's own flags, as its unit declares them
+            config = resolved.with_cli(config, flags, BACKEND_FLAG_DEFAULTS)
+        except ConfigError as exc:
+            raise typer.BadParameter(str(exc)) from exc
+        finished = resolved.finish(config)  # once: typed options, the workers' interpreter
         task_list: list[Task]
         if tasks is not None:
-            task_list = load_tasks(tasks, osworld_path=config.osworld_path)
+            task_list = load_tasks(tasks, osworld_path=finished.config.osworld_path)
         else:
-            task_list = list(resolved.default_tasks(config))
+            task_list = list(resolved.default_tasks(finished.config))
             if not task_list:
                 raise typer.BadParameter(f"backend {backend!r} has no task suite of its own; give --tasks FILE")
-        check_tasks = getattr(resolved.desktop_class, "check_tasks", None)
-        if callable(check_tasks):  # refuse what the backend cannot run now, all at once, not at a reset
-            check_tasks(task_list, config, **({"python": config.python} if grader_name else {}))
+        # refuse what the backend cannot run now, all at once, not at a reset; collect() carries the verdicts
+        finished = resolved.finish(finished, task_list)
+        config = finished.config
+        grader_name = resolved.grader_name(config) if resolved.grader is not None else None
         if grader_name:
             log.info("grading with the %s grader", grader_name)
         # checked before a policy server is started or reached: a bad flag is one line at once
@@ -226,7 +240,7 @@ def collect_command(
         limits = Limits(max_inflight=max_inflight, step_timeout=step_timeout, retries=retries)
         progress = Progress()
         with (
-            _policy_urls(policy_url, model, backend, task_list, config) as (urls, served_model),
+            _policy_urls(policy_url, model, resolved, task_list) as (urls, served_model),
             _show(progress, console, live=sys.stderr.isatty() and not quiet),
         ):
             policy = PolicyConfig(urls, served_model, version=version, sampling=sampling, limits=limits)
@@ -234,7 +248,7 @@ def collect_command(
                 follower = Follower(
                     task_list, policy, out=out, desktops=desktops, group=group, oversample=oversample,
                     max_steps=max_steps, rollout_timeout=rollout_timeout, env_retries=env_retries,
-                    image_max=image_max, desktop=config, backend=resolved, seed=seed, ray=ray, progress=progress,
+                    image_max=image_max, desktop=finished, backend=resolved, seed=seed, ray=ray, progress=progress,
                     order=order, max_ready=max_ready, max_staleness=max_staleness, stale=stale,  # type: ignore[arg-type]
                     partial=partial,  # type: ignore[arg-type]
                 )  # fmt: skip
@@ -244,7 +258,7 @@ def collect_command(
             data = collect(
                 task_list, policy, out=out, desktops=desktops, group=group, oversample=oversample,
                 max_steps=max_steps, rollout_timeout=rollout_timeout, env_retries=env_retries,
-                image_max=image_max, desktop=config, backend=resolved, seed=seed, ray=ray, progress=progress,
+                image_max=image_max, desktop=finished, backend=resolved, seed=seed, ray=ray, progress=progress,
             )  # fmt: skip
     except (LegatoError, OSError) as exc:  # a full disk or a read-only --out: one line, no traceback
         fail(console, exc)
@@ -294,55 +308,6 @@ def _fail_if_nothing_completed(console: Console, data: dict[str, Any], out: Path
     )
 
 
-def _grader_config(grader: str, backend: str, config: DesktopConfig) -> tuple[DesktopConfig, str | None]:
-    """The desktops' config for ``--grader``, and the grader that will grade (``None``: not the local backend).
-
-    ``osworld`` runs the local desktops in desktop-env's interpreter (``legato osworld setup``), where its
-    getters and metrics grade them; ``auto`` does so when that interpreter exists, else grades with ``local``.
-    """
-    if grader not in GRADERS:
-        raise typer.BadParameter(f"--grader {grader!r}: choose one of {', '.join(GRADERS)}")
-    if backend != "local":
-        if grader != "auto":
-            raise typer.BadParameter(
-                f"--grader {grader} applies to --backend local only; backend {backend!r} grades with its own"
-            )
-        return config, None
-    from legato_gym.desktopenv.venv import default_venv, recorded_python
-
-    python = config.python or recorded_python()
-    if grader == "osworld" and python is None:
-        raise typer.BadParameter(
-            f"--grader osworld runs desktop-env's getters and metrics in its own interpreter, and none is set "
-            f"up at {default_venv()}: run `legato osworld setup`, or use --grader local"
-        )
-    chosen = "local" if grader == "local" or python is None else "osworld"
-    options = replace(config.options if isinstance(config.options, LocalOptions) else LocalOptions(), grader=chosen)
-    return replace(config, python=python if chosen == "osworld" else config.python, options=options), chosen
-
-
-def _prestart_config(prestart: bool, backend: str, config: DesktopConfig) -> DesktopConfig:
-    """The desktops' config for ``--prestart/--no-prestart`` (the local backend's; others have none)."""
-    if prestart == LocalOptions.prestart:
-        return config
-    if backend != "local":
-        raise typer.BadParameter(f"--no-prestart applies to --backend local only, not {backend!r}")
-    options = config.options if isinstance(config.options, LocalOptions) else LocalOptions()
-    return replace(config, options=replace(options, prestart=prestart))
-
-
-def _pause_config(pause: float | None, backend: str, config: DesktopConfig) -> DesktopConfig:
-    """The desktops' config for ``--pyautogui-pause`` (the local backend's; others run OSWorld's own)."""
-    if pause == LocalOptions.pyautogui_pause:
-        return config
-    if backend != "local":
-        raise typer.BadParameter(f"--pyautogui-pause applies to --backend local only, not {backend!r}")
-    if pause is None or not pause >= 0:
-        raise typer.BadParameter(f"--pyautogui-pause {pause}: give seconds >= 0")
-    options = config.options if isinstance(config.options, LocalOptions) else LocalOptions()
-    return replace(config, options=replace(options, pyautogui_pause=pause))
-
-
 def _stamp_grader(path: Path, grader: str) -> None:
     """Record in the run's ``summary.json`` which grader graded its rollouts (``"grader"``)."""
     try:
@@ -356,7 +321,7 @@ def _stamp_grader(path: Path, grader: str) -> None:
 
 @contextlib.contextmanager
 def _policy_urls(
-    urls: list[str], model: str | None, backend: str, tasks: list[Task], config: DesktopConfig
+    urls: list[str], model: str | None, backend: Backend, tasks: list[Task]
 ) -> Iterator[tuple[tuple[str, ...], str]]:
     if EMBEDDED not in urls:
         if model is None:
@@ -374,44 +339,49 @@ def _policy_urls(
         yield (server.url,), server.model
 
 
-def _scripted_solution(backend: str) -> Any:
-    """The backend's scripted solutions, which the embedded server's brain answers with."""
-    if backend == "fake":
-        from legato_gym.backends.fake import fake_solution
+def _scripted_solution(backend: Backend) -> Callable[[Task, tuple[int, int]], Sequence[Any]]:
+    """The backend's scripted solutions (its unit's ``solution``), which the embedded server's brain answers
+    with: steps a model could answer, else ``DONE``, so every task ends in a graded record."""
+    solve = backend.solution
+    if solve is None:
+        declared = [name for name in backend_names() if resolve_backend(name).solution is not None]
+        raise typer.BadParameter(
+            f"--policy-url embedded knows the scripted solutions of backends that declare them "
+            f"({', '.join(declared)}), not of backend {backend.name!r}; point --policy-url at your model server"
+        )
 
-        return fake_solution
-    if backend == "local":
-        return local_solution
-    raise typer.BadParameter(
-        f"--policy-url embedded knows the solutions of the fake and local task suites only, not of backend "
-        f"{backend!r}; point --policy-url at your model server"
-    )
+    def answer(task: Task, screen: tuple[int, int]) -> Sequence[Any]:
+        steps = solve(task, screen)
+        if steps is not None and not all(isinstance(step, str) for step in steps):
+            return steps  # the backend's own step values (the fake backend's FakeStep), read by the brain
+        return _answerable(steps, screen)
+
+    return answer
 
 
 def local_solution(task: Task, screen: tuple[int, int]) -> list[str]:
     """What ``--policy-url embedded`` answers on the local backend: a scripted solution, else ``DONE``.
 
-    The local suite's solution, else a real OSWorld task's (:mod:`legato_gym.backends.local.solutions`),
-    when every step is a call the prompt format can express (clicks, keys, typing); else ``DONE``, which
-    grades the task as its setup left it, so every task of a tasks file ends in a graded record.
+    The local suite's solution, else a real OSWorld task's (the local backend's ``solution``), when every
+    step is a call the prompt format can express (clicks, keys, typing); else ``DONE``, which grades the task
+    as its setup left it, so every task of a tasks file ends in a graded record.
     """
-    from legato_gym.backends.local import solution
-    from legato_gym.backends.local.solutions import OSWORLD_SOLUTIONS, osworld_solution
+    solve = resolve_backend("local").solution
+    return _answerable(solve(task, screen) if solve is not None else None, screen)
+
+
+def _answerable(steps: Sequence[Any] | None, screen: tuple[int, int]) -> list[str]:
+    """``steps`` when each is an action a model can answer in the prompt format, else ``["DONE"]``."""
     from legato_rl.testing.brains import to_qwen_actions
 
-    steps: list[str] | None = None
-    with contextlib.suppress(KeyError):
-        steps = solution(task.task_id, screen)
-    if steps is None and task.task_id in OSWORLD_SOLUTIONS:
-        steps = osworld_solution(task.task_id)
-    if steps is None or not all(_gui_step(step) for step in steps):
+    if steps is None or not all(isinstance(step, str) and _gui_step(step) for step in steps):
         return ["DONE"]
     try:
         for step in steps:
             to_qwen_actions(step, screen)
     except (ValueError, SyntaxError):
         return ["DONE"]
-    return steps
+    return list(steps)
 
 
 def _gui_step(step: str) -> bool:

@@ -17,7 +17,7 @@ tasks this machine's local desktop runs now, how many it runs once the file cach
 ``setup`` builds a virtual environment (default ``~/.cache/legato/osworld-venv``, or ``$LEGATO_OSWORLD_VENV``)
 with desktop-env 1.0.2 and what its setup controller, docker provider, getters and metrics import, but
 not torch, transformers, easyocr or librosa; it records the interpreter, which the ``osworld`` backend
-then uses as ``DesktopConfig.python``. ``check`` imports desktop-env's controllers, getters and metrics
+then uses as ``DesktopConfig.worker_python``. ``check`` imports desktop-env's controllers, getters and metrics
 there and lists what is unavailable. Exit 1 when something that grading needs does not import.
 """
 

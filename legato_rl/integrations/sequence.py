@@ -35,7 +35,7 @@ from legato_gym.vector import DesktopVectorEnv
 from legato_rl.errors import PolicyResponseError
 from legato_rl.harness import Harness
 from legato_rl.policy import ChatResult
-from legato_rl.rollout import Episode, InlineWhileCheap, PlayedStep, Policy, play
+from legato_rl.rollout import InlineWhileCheap, Policy, Try, TryStep, play
 
 __all__ = ["Trajectory", "episode_summary", "play_sequence", "play_sequences"]
 
@@ -192,13 +192,13 @@ async def play_sequence(
     """
     trajectory = Trajectory(task.task_id)
 
-    async def on_step(step: PlayedStep) -> None:
+    async def on_step(step: TryStep) -> None:
         trajectory.add_reply(step.result, step.screenshot)
 
     def exhausted() -> bool:
         return max_tokens is not None and len(trajectory.completion_ids) >= max_tokens
 
-    episode: Episode = await play(
+    episode: Try = await play(
         env, env_id, task, policy, harness, rollout_id=rollout_id, max_steps=max_steps,
         rollout_timeout=rollout_timeout, on_step=on_step, exhausted=exhausted, build_prompt=build_prompt,
     )  # fmt: skip

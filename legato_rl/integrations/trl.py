@@ -21,10 +21,10 @@ The two paths live in their own modules, re-exported here (import from here):
 Example::
 
     from trl import GRPOConfig, GRPOTrainer
-    from legato_gym import get_backend
+    from legato_gym import resolve_backend
     from legato_rl.integrations.trl import DesktopEnvironments, task_dataset
 
-    tasks = get_backend("fake")[1](None)
+    tasks = resolve_backend("fake").default_tasks(None)
     environments = DesktopEnvironments(tasks, backend="fake", desktops=8, max_steps=15)
     trainer = GRPOTrainer(
         model="Qwen/Qwen3-VL-2B-Instruct",

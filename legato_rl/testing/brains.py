@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ast
 import base64
-import importlib
 import json
 import logging
 import random
@@ -239,17 +238,21 @@ class ScriptedSolver:
     def _resolve(self) -> tuple[list[Task], tuple[int, int], Solution]:
         with self._lock:
             if self._tasks is None or self._solution is None:
+                from legato_gym.backends import resolve_backend
+
                 try:
-                    fake: Any = importlib.import_module("legato_gym.backends.fake")
-                except ImportError as exc:
+                    fake = resolve_backend("fake")  # its unit: the suite and its scripted solutions
+                except BackendUnavailableError as exc:
                     raise BackendUnavailableError(
                         "ScriptedSolver needs the fake backend (legato_gym.backends.fake) for its tasks and "
                         "solutions; pass tasks= and solution= to use it without"
                     ) from exc
                 if self._tasks is None:
                     self._tasks = list(fake.default_tasks(DesktopConfig()))
-                if self._solution is None:
-                    self._solution = fake.fake_solution
+                if self._solution is None and fake.solution is not None:
+                    solve = fake.solution
+                    self._solution = lambda task, screen: list(solve(task, screen) or [])
+            assert self._solution is not None  # the fake backend declares its solutions
             return self._tasks, self._screen or DesktopConfig().screen, self._solution
 
     def _find(self, tasks: list[Task], instruction: str) -> Task | None:

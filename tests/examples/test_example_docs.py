@@ -38,11 +38,11 @@ def test_the_backend_in_backends_md_passes_the_conformance_check(
     # the how-to's backend has the seven calls only: its screen size is its first observation's (issue 30)
     assert "screen_size" not in module
     assert "episode 1: observe() gives the screen's size (no screen_size)" in namespace["passed"]
-    env = gym.make("legato/FakeDesktop-v0", backend="mydesk:BlankDesktop")
+    env = gym.make("legato/FakeDesktop-v0", backend="mydesk:BACKEND")
     env.reset(seed=0)
     assert env.step("DONE")[1:3] == (1.0, True)
     env.close()
-    envs = gym.make_vec("legato/FakeDesktop-v0", num_envs=2, backend="mydesk:BlankDesktop")
+    envs = gym.make_vec("legato/FakeDesktop-v0", num_envs=2, backend="mydesk:BACKEND")
     try:
         _, info = envs.reset(seed=0)
         assert list(info["task_id"]) == ["blank-done", "blank-done"]

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from legato_gym import DesktopConfig, get_backend
+from legato_gym import DesktopConfig, resolve_backend
 from legato_rl.policy import PolicyConfig
 from legato_rl.testing import ReferencePolicyServer, Reply, ScriptedSolver, prompt_step_index, qwen_reply
 from legato_rl.testing.tokenizer import IM_END, ToyTokenizer
 
 DESKTOP = DesktopConfig(screen=(320, 240))  # small screenshots: 80 image tokens each
-TASKS = get_backend("fake")[1](DESKTOP)
+TASKS = resolve_backend("fake").default_tasks(DESKTOP)
 
 
 class EveryOtherFails:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from legato_gym import ConfigError, DesktopConfig, get_backend
+from legato_gym import ConfigError, DesktopConfig, resolve_backend
 from legato_rl.harness import QwenHarness
 from legato_rl.policy import PolicyClient, PolicyConfig
 from legato_rl.testing import ReferencePolicyServer, ScriptedSolver
@@ -28,7 +28,7 @@ from legato_rl.testing.tokenizer import ToyTokenizer
 
 SCREEN = (320, 240)
 DESKTOP = DesktopConfig(screen=SCREEN)
-TASKS = get_backend("fake")[1](DESKTOP)
+TASKS = resolve_backend("fake").default_tasks(DESKTOP)
 HAS_VERL = importlib.util.find_spec("verl") is not None
 needs_verl = pytest.mark.skipif(
     not HAS_VERL, reason="verl is not installed (pip install verl==0.9.1 cachetools uvicorn fastapi, in its own venv)"

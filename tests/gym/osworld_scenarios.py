@@ -68,7 +68,9 @@ def prepared(args: dict[str, Any]) -> dict[str, Any]:
 
 def lifecycle(args: dict[str, Any]) -> dict[str, Any]:
     """The osworld backend on a local stand-in VM: dead VM replaced, unverifiable reset reverted."""
-    config = _config(args, options={"provider": "local", "local": {"python": sys.executable, "server_mode": "osworld"}})
+    config = _config(
+        args, options={"provider": "local", "local": {"sandbox_python": sys.executable, "server_mode": "osworld"}}
+    )
     task = next(t for t in default_tasks(config) if t.task_id == "local-files-rename")
     out: dict[str, Any] = {}
     with OSWorldDesktop(config) as desktop:
@@ -93,7 +95,7 @@ def probes(args: dict[str, Any]) -> dict[str, Any]:
     window, and a wmctrl that fails (X full) makes the reset unverified, so it reverts."""
     import subprocess
 
-    local = {"python": sys.executable, "server_mode": "osworld", "prestart": False}
+    local = {"sandbox_python": sys.executable, "server_mode": "osworld", "prestart": False}
     config = _config(args, options={"provider": "local", "local": local, "window_timeout": 3})
     xterm = {"type": "launch", "parameters": {"command": ["xterm"]}}
     socat = {"type": "launch", "parameters": {"command": ["socat", "tcp-listen:9222,fork", "tcp:localhost:1337"]}}
@@ -144,7 +146,7 @@ def probes(args: dict[str, Any]) -> dict[str, Any]:
 def recycle(args: dict[str, Any]) -> dict[str, Any]:
     """A server that leaks as OSWorld's, recycled before its screenshot budget runs out (mid-episode) and
     during fast reset; its new helpers count as first-boot processes, so the resets stay fast."""
-    local = {"python": sys.executable, "server_mode": "osworld"}
+    local = {"sandbox_python": sys.executable, "server_mode": "osworld"}
     config = _config(args, options={"provider": "local", "local": local, "screenshot_budget": 6})
     xterm = {"type": "launch", "parameters": {"command": ["xterm"]}}
     out: dict[str, Any] = {"kinds": [], "recycles": []}

@@ -132,13 +132,13 @@ def test_a_typed_fault_injected_in_the_worker_process() -> None:
 
 def _count_loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     loads: list[str] = []
-    real = backends_module._load
+    real = backends_module._resolve
 
     def counted(name: str) -> Any:
         loads.append(name)
         return real(name)
 
-    monkeypatch.setattr(backends_module, "_load", counted)
+    monkeypatch.setattr(backends_module, "_resolve", counted)
     return loads
 
 

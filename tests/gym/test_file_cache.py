@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from legato_gym.backends.local import grading
+from legato_gym.backends.local import evaluators
 from legato_gym.backends.local.file_cache import FILE_CACHE_ENV_VAR, FileCache, default_file_cache_dir, url_key
 from legato_gym.backends.local.task_setup import SetupRunner
 from legato_gym.errors import SetupError
@@ -183,12 +183,12 @@ def test_cloud_file_gold_is_read_from_the_cache(tmp_path: Path, server: Server) 
     task_dir = tmp_path / "task"
     task_dir.mkdir()
     spec = {"type": "cloud_file", "path": gold, "dest": "gold.txt"}
-    path = grading.get_cloud_file(None, task_dir, spec, cache)  # type: ignore[arg-type]
+    path = evaluators.get_cloud_file(None, task_dir, spec, cache)  # type: ignore[arg-type]
     assert Path(path).read_bytes() == PAYLOAD
     multi = {"type": "cloud_file", "multi": True, "path": [gold, gold], "dest": ["a.txt", "b.txt"], "gives": [0, 1]}
-    assert grading.get_cloud_file(None, task_dir, multi, cache) == [str(task_dir / "a.txt"), str(task_dir / "b.txt")]  # type: ignore[arg-type]
+    assert evaluators.get_cloud_file(None, task_dir, multi, cache) == [str(task_dir / "a.txt"), str(task_dir / "b.txt")]  # type: ignore[arg-type]
     with pytest.raises(SetupError, match="unreachable"):
-        grading.get_cloud_file(None, task_dir, {"type": "cloud_file", "path": closed_port_url(), "dest": "c"}, cache)  # type: ignore[arg-type]
+        evaluators.get_cloud_file(None, task_dir, {"type": "cloud_file", "path": closed_port_url(), "dest": "c"}, cache)  # type: ignore[arg-type]
 
 
 def test_osworld_grader_finds_cached_files_where_desktop_env_looks(tmp_path: Path) -> None:

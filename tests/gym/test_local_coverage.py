@@ -14,12 +14,13 @@ import pytest
 from osworld_kit import refused_tasks_file
 from typer.testing import CliRunner
 
-from legato_gym.backends.local import LocalDesktop, default_tasks
+from legato_gym.backends import resolve_backend
+from legato_gym.backends.local import LocalDesktop, LocalOptions, default_tasks
 from legato_gym.backends.local.coverage import Capabilities, assess, check_tasks, task_needs
 from legato_gym.backends.local.file_cache import FILE_CACHE_ENV_VAR, FileCache
 from legato_gym.config import OSWORLD_ENV_VAR, DesktopConfig
 from legato_gym.desktopenv.venv import recorded_python
-from legato_gym.errors import UnsupportedTaskError
+from legato_gym.errors import ConfigError, UnsupportedTaskError
 from legato_gym.tasks import load_tasks
 from legato_rl.cli.app import app
 
@@ -148,7 +149,7 @@ def test_the_local_suite_passes_the_load_check() -> None:
 
 
 def test_collect_refuses_at_load_before_any_desktop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(FILE_CACHE_ENV_VAR, raising=False)  # --file-cache sets it; undone after the test
+    monkeypatch.delenv(FILE_CACHE_ENV_VAR, raising=False)
     result = cli(
         "rl", "collect", "--out", str(tmp_path / "run"), "--policy-url", "http://127.0.0.1:9/v1", "--backend", "local",
         "--tasks", str(refused_tasks_file(tmp_path)), "--file-cache", str(tmp_path / "files"), "--quiet",
@@ -157,7 +158,19 @@ def test_collect_refuses_at_load_before_any_desktop(tmp_path: Path, monkeypatch:
     assert result.exit_code == 2, result.output
     assert "needs-web: needs the live web" in result.output and "odd-metric: metric compare_table" in result.output
     assert not (tmp_path / "run" / "rollouts.jsonl").exists()
-    assert os.environ[FILE_CACHE_ENV_VAR] == str(tmp_path / "files")
+    assert FILE_CACHE_ENV_VAR not in os.environ  # --file-cache is the option, not a side channel
+
+
+def test_file_cache_flag_sets_the_local_option_not_the_environment(tmp_path: Path) -> None:
+    from legato_rl.cli.collect import BACKEND_FLAG_DEFAULTS
+
+    given = {"--file-cache": tmp_path / "files"}
+    local = resolve_backend("local").with_cli(DesktopConfig(), given, BACKEND_FLAG_DEFAULTS)
+    assert isinstance(local.options, LocalOptions) and local.options.file_cache == str(tmp_path / "files")
+    stand_in = resolve_backend("osworld").with_cli(DesktopConfig(), given, BACKEND_FLAG_DEFAULTS)
+    assert stand_in.options.local.file_cache == str(tmp_path / "files")  # type: ignore[union-attr]
+    with pytest.raises(ConfigError, match=r"--file-cache applies to --backend local or osworld only, not 'fake'"):
+        resolve_backend("fake").with_cli(DesktopConfig(), given, BACKEND_FLAG_DEFAULTS)
 
 
 # ----------------------------------------------------------------------------- the commands

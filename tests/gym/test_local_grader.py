@@ -152,10 +152,14 @@ def test_a_run_names_the_grader_its_desktops_will_use(desktop_env_venv: str) -> 
     from legato_rl.collect import grader_of
 
     local = resolve_backend("local")
-    assert grader_of(local, DesktopConfig(options=LocalOptions(grader="local"), python=desktop_env_venv)) == "local"
-    assert grader_of(local, DesktopConfig(options={"grader": "auto"}, python=desktop_env_venv)) == "osworld"
-    assert grader_of(local, DesktopConfig(options={"grader": "local"}, python=desktop_env_venv)) == "local"
-    assert grader_of(local, DesktopConfig(python="/usr/bin/python3-elsewhere")) == "local"  # auto, no desktop-env
+    assert (
+        grader_of(local, DesktopConfig(options=LocalOptions(grader="local"), worker_python=desktop_env_venv)) == "local"
+    )
+    assert grader_of(local, DesktopConfig(options={"grader": "auto"}, worker_python=desktop_env_venv)) == "osworld"
+    assert grader_of(local, DesktopConfig(options={"grader": "local"}, worker_python=desktop_env_venv)) == "local"
+    assert (
+        grader_of(local, DesktopConfig(worker_python="/usr/bin/python3-elsewhere")) == "local"
+    )  # auto, no desktop-env
     assert grader_of(resolve_backend("fake"), DesktopConfig()) == "fake"
 
 

@@ -23,7 +23,7 @@ import httpx
 import pytest
 from osworld_kit import needs_local_tools, spreadsheet
 
-from legato_gym import DesktopConfig, Task
+from legato_gym import DesktopConfig, Task, resolve_backend
 from legato_gym.backends.local import LocalDesktop
 from legato_gym.backends.local.prestart import Prestarter, SetupGuess, opens_office_first, task_key
 from legato_gym.errors import ConfigError
@@ -77,12 +77,13 @@ def test_no_prestart_is_the_local_backends_flag(tmp_path: Path) -> None:
 
     from legato_gym.backends.local import LocalOptions
     from legato_rl.cli.app import app
-    from legato_rl.cli.collect import _prestart_config
+    from legato_rl.cli.collect import BACKEND_FLAG_DEFAULTS
 
+    local = resolve_backend("local")
     plain = DesktopConfig(options=LocalOptions(grader="local"))
-    off = _prestart_config(False, "local", plain)
+    off = local.with_cli(plain, {"--prestart": False}, BACKEND_FLAG_DEFAULTS)
     assert off.options == replace(LocalOptions(grader="local"), prestart=False)  # the other options kept
-    assert _prestart_config(True, "local", plain) is plain
+    assert local.with_cli(plain, {"--prestart": True}, BACKEND_FLAG_DEFAULTS) == plain
     argv = ["rl", "collect", "--out", str(tmp_path / "x"), "--policy-url", "embedded", "--backend", "fake"]
     fake = CliRunner().invoke(app, [*argv, "--no-prestart"])
     said = " ".join(fake.output.replace("│", " ").split())
@@ -97,13 +98,16 @@ def test_pyautogui_pause_is_the_local_backends_flag_and_osworlds_by_default(tmp_
 
     from legato_gym.backends.local import LocalOptions
     from legato_rl.cli.app import app
-    from legato_rl.cli.collect import _pause_config
+    from legato_rl.cli.collect import BACKEND_FLAG_DEFAULTS
 
     assert LocalOptions().pyautogui_pause is None  # pyautogui's own 0.1 s, as OSWorld runs actions
+    local = resolve_backend("local")
     plain = DesktopConfig(options=LocalOptions(grader="local"))
-    fast = _pause_config(0.0, "local", plain)
+    fast = local.with_cli(plain, {"--pyautogui-pause": 0.0}, BACKEND_FLAG_DEFAULTS)
     assert fast.options == replace(LocalOptions(grader="local"), pyautogui_pause=0.0)  # the other options kept
-    assert _pause_config(None, "local", plain) is plain
+    assert local.with_cli(plain, {"--pyautogui-pause": None}, BACKEND_FLAG_DEFAULTS) == plain
+    with pytest.raises(ConfigError, match=r"--pyautogui-pause -1(\.0)?: give seconds >= 0"):
+        local.with_cli(plain, {"--pyautogui-pause": -1.0}, BACKEND_FLAG_DEFAULTS)
     argv = ["rl", "collect", "--out", str(tmp_path / "x"), "--policy-url", "embedded", "--backend", "fake"]
     fake = CliRunner().invoke(app, [*argv, "--pyautogui-pause", "0"])
     said = " ".join(fake.output.replace("│", " ").split())

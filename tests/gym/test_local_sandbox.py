@@ -99,7 +99,7 @@ def test_desktop_runs_actions_from_a_venv(tmp_path: Path, kind: str) -> None:
         [getattr(sys, "_base_executable", sys.executable), "-c", "import pyautogui"], capture_output=True
     )
     assert base_has_it.returncode != 0 or sys.prefix != sys.base_prefix  # the venv's own packages count
-    config = DesktopConfig(screen=(640, 480), options={"python": str(python)})
+    config = DesktopConfig(screen=(640, 480), options={"sandbox_python": str(python)})
     with LocalDesktop(config) as d:
         d.reset(TASK)
         result = d.client.execute(["python", "-c", "import sys, pyautogui; print(sys.prefix)"])

@@ -127,7 +127,7 @@ def osworld_env(venv_python: str, download_cache: Path, osworld_path: Path) -> I
         options={
             "provider": "local",
             "download_cache": str(download_cache),
-            "local": {"python": venv_python, "server_mode": "osworld"},
+            "local": {"sandbox_python": venv_python, "server_mode": "osworld"},
         },
     )
     env = gym.make("legato/OSWorld-v0", config=config, tasks=default_tasks(config), max_steps=5)
@@ -180,7 +180,7 @@ def test_vector_env_workers_run_in_desktop_env_interpreter(
         options={
             "provider": "local",
             "download_cache": str(download_cache),
-            "local": {"python": venv_python, "server_mode": "osworld"},
+            "local": {"sandbox_python": venv_python, "server_mode": "osworld"},
         },
     )
     tasks = {t.task_id: t for t in default_tasks(config)}

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from legato_gym import DesktopConfig
-from legato_gym.backends import get_backend
+from legato_gym.backends import BACKENDS, get_backend, resolve_backend
 from legato_gym.backends.osworld import OSWorldOptions, default_tasks, tasks_from_index
 from legato_gym.backends.osworld.remote import resolve_python
 from legato_gym.desktopenv import shim, supplements
@@ -201,7 +201,7 @@ def test_recorded_python_reads_the_marker(tmp_path: Path, monkeypatch: pytest.Mo
     (tmp_path / MARKER).write_text(json.dumps({"python": str(python)}))
     assert recorded_python() == str(python)
     assert resolve_python(DesktopConfig()) == str(python)
-    assert resolve_python(DesktopConfig(python="/opt/py")) == "/opt/py"
+    assert resolve_python(DesktopConfig(worker_python="/opt/py")) == "/opt/py"
 
 
 def test_missing_interpreter_says_to_run_setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -237,6 +237,9 @@ def test_default_tasks_need_a_checkout_and_read_test_all(osworld_path: Path) -> 
 
 
 def test_backend_and_gym_id_are_registered() -> None:
-    cls, tasks_fn = get_backend("osworld")
-    assert cls.__name__ == "OSWorldDesktop" and tasks_fn is default_tasks
-    assert ENV_IDS["legato/OSWorld-v0"] == "osworld"
+    unit = resolve_backend("osworld")
+    assert unit.desktop_class.__name__ == "OSWorldDesktop" and unit.default_tasks is default_tasks
+    assert ENV_IDS["legato/OSWorld-v0"] == "osworld" == BACKENDS["osworld"].name and unit.gym_id == "legato/OSWorld-v0"
+    with pytest.warns(DeprecationWarning, match="get_backend"):  # the old tuple form, kept for one release
+        cls, tasks_fn = get_backend("osworld")
+    assert cls is unit.desktop_class and tasks_fn is default_tasks

@@ -449,8 +449,8 @@ def test_hung_worker_overruns_its_deadline_and_others_carry_on(toy_env: DesktopV
 
 
 def test_startup_failure_is_a_clear_error() -> None:
-    with pytest.raises(legato_gym.ConfigError, match=r"DesktopConfig\.python"):
-        DesktopVectorEnv(1, "fake", DesktopConfig(screen=(320, 240), python="/nonexistent/python"))
+    with pytest.raises(legato_gym.ConfigError, match=r"DesktopConfig\.worker_python"):
+        DesktopVectorEnv(1, "fake", DesktopConfig(screen=(320, 240), worker_python="/nonexistent/python"))
     with pytest.raises(legato_gym.BackendUnavailableError, match="nosuch"):
         DesktopVectorEnv(1, "nosuch")
 

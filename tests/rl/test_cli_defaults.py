@@ -19,6 +19,7 @@ import pytest
 import typer.main
 
 from legato_gym import DesktopConfig
+from legato_gym.backends import Finished
 from legato_gym.backends.local.file_cache import FileCache
 from legato_gym.backends.local.options import LocalOptions
 from legato_rl.cli.app import app
@@ -173,7 +174,9 @@ def test_collect_flags_reach_the_value_that_owns_them(monkeypatch: pytest.Monkey
     )  # fmt: skip
     assert seen["policy"].limits == Limits(max_inflight=3, step_timeout=7.0, retries=0)
     assert seen["policy"].sampling == Sampling(temperature=0.5, top_p=0.9, max_tokens=99)
-    desktop = seen["desktop"]
+    finished = seen["desktop"]  # the settings finished once by the CLI, the tasks checked with them
+    assert isinstance(finished, Finished) and finished.tasks is not None and finished.backend.name == "fake"
+    desktop = finished.config
     assert (desktop.ready_signal, desktop.fixed_wait, desktop.fast_reset) == (False, 0.25, False)
     assert (seen["desktops"], seen["seed"]) == (2, 5)
 
@@ -181,7 +184,7 @@ def test_collect_flags_reach_the_value_that_owns_them(monkeypatch: pytest.Monkey
 def test_collect_without_flags_hands_on_the_library_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     seen = _run_collect(monkeypatch, tmp_path)
     assert seen["policy"].limits == Limits() and seen["policy"].sampling == Sampling()
-    desktop = seen["desktop"]
+    desktop = seen["desktop"].config
     assert (desktop.ready_signal, desktop.fixed_wait, desktop.fast_reset) == (
         DesktopConfig.ready_signal, DesktopConfig.fixed_wait, DesktopConfig.fast_reset,
     )  # fmt: skip

@@ -23,7 +23,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from legato_gym import BackendUnavailableError, MissingDependencyError
-from legato_gym.backends import get_backend
+from legato_gym.backends import resolve_backend
 from legato_rl.cli.app import app
 from legato_rl.export import export_steps
 from legato_rl.store import PolicyStamp, RolloutRecord, RolloutStore, StorageError, read_records, write_json_atomic
@@ -317,13 +317,13 @@ def no_cwd_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_a_custom_backend_that_is_not_on_the_path_says_so(no_cwd_on_path: Path) -> None:
     name = f"legato_test_backend_{uuid.uuid4().hex[:8]}"
     with pytest.raises(BackendUnavailableError) as info:
-        get_backend(f"{name}:Desk")
+        resolve_backend(f"{name}:Desk")
     message = str(info.value)
     assert f"no module named {name!r}" in message and "current folder is not on it" in message
     assert "PYTHONPATH" in message
     (no_cwd_on_path / f"{name}.py").write_text("class Desk:\n    pass\n")
     with pytest.raises(BackendUnavailableError, match="is in the current folder, but the current folder is not on"):
-        get_backend(f"{name}:Desk")
+        resolve_backend(f"{name}:Desk")
 
 
 def test_a_custom_backend_that_fails_to_import_says_why(no_cwd_on_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -337,13 +337,13 @@ def test_a_custom_backend_that_fails_to_import_says_why(no_cwd_on_path: Path, mo
     )
     monkeypatch.syspath_prepend(str(no_cwd_on_path))
     with pytest.raises(BackendUnavailableError, match="No module named 'legato_no_such_dependency'") as info:
-        get_backend(f"{name}:Desk")
+        resolve_backend(f"{name}:Desk")
     assert "importing it raised ModuleNotFoundError" in str(info.value)
     good = f"{name}_ok"
     (no_cwd_on_path / f"{good}.py").write_text("class Desk:\n    pass\n")
     with pytest.raises(BackendUnavailableError, match="has no 'Desks'; did you mean 'Desk'"):
-        get_backend(f"{good}:Desks")
-    assert get_backend(f"{good}:Desk")[0].__name__ == "Desk"
+        resolve_backend(f"{good}:Desks")
+    assert resolve_backend(f"{good}:Desk").desktop_class.__name__ == "Desk"
     _one_error_line(_cli("rl", "collect", "--backend", f"{name}:Desk", "--policy-url", "embedded", "--out", "r"),
                     "legato_no_such_dependency")  # fmt: skip
 

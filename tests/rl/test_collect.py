@@ -22,6 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from legato_gym import ConfigError, DesktopConfig, Task, Timeouts
+from legato_gym.backends import Finished
 from legato_gym.backends.fake import default_tasks
 from legato_gym.png import encode_png
 from legato_rl.cli.app import app
@@ -485,22 +486,23 @@ def test_a_desktop_finishing_a_cancelled_attempt_does_not_hold_the_batch(
 
 
 def _collected_with(monkeypatch: pytest.MonkeyPatch, **kw: Any) -> dict[str, Any]:
-    """What ``collect(**kw)`` hands its :class:`Collector`: the policy, the options and the desktop config."""
-    from legato_gym import get_backend
+    """What ``collect(**kw)`` hands its :class:`Collector`: the policy, the options and the desktop config
+    (``config``: the final one of the settings collect() finished once, ``finished``)."""
+    from legato_gym import resolve_backend
 
     collect_module = importlib.import_module("legato_rl.collect")  # the package's `collect` is the function
     seen: dict[str, Any] = {}
 
     class Stub:
         def __init__(self, tasks: object, policy: PolicyConfig, out: object, options: CollectOptions,
-                     config: DesktopConfig, *args: object, **kwargs: object) -> None:  # fmt: skip
-            seen.update(policy=policy, options=options, config=config)
+                     config: Finished, *args: object, **kwargs: object) -> None:  # fmt: skip
+            seen.update(policy=policy, options=options, config=config.config, finished=config)
 
         async def run(self) -> Any:
             return type("Summary", (), {"to_json": lambda self: {}})()
 
     monkeypatch.setattr(collect_module, "Collector", Stub)
-    tasks = get_backend("fake")[1](DesktopConfig())[:1]
+    tasks = resolve_backend("fake").default_tasks(DesktopConfig())[:1]
     kw.setdefault("policy", PolicyConfig("http://127.0.0.1:9/v1", "m"))
     collect_module.collect(tasks, out="unused", **{"backend": "fake", **kw})
     return seen
@@ -521,6 +523,7 @@ def test_collect_has_one_path_for_each_setting(monkeypatch: pytest.MonkeyPatch) 
     assert seen["policy"] == policy and seen["policy"].limits == Limits(max_inflight=3, step_timeout=7.0, retries=0)
     assert seen["options"] == CollectOptions(backend="fake")  # every knob it was not given: CollectOptions' default
     assert seen["config"] == DesktopConfig()
+    assert seen["finished"].tasks is not None  # the tasks checked once, by collect(), and carried down
     for moved in ("ready_signal", "fixed_wait", "fast_reset"):
         with pytest.raises(TypeError, match=moved):
             _collected_with(monkeypatch, **{moved: 1})

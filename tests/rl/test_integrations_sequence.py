@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from legato_gym import ConfigError, DesktopConfig, get_backend
+from legato_gym import ConfigError, DesktopConfig, resolve_backend
 from legato_gym.vector import DesktopVectorEnv
 from legato_rl.harness import QwenHarness
 from legato_rl.integrations.sequence import Trajectory, episode_summary, play_sequences
@@ -19,7 +19,7 @@ from legato_rl.testing import ReferencePolicyServer
 from legato_rl.testing.tokenizer import VISION_START, ToyTokenizer
 
 DESKTOP = DesktopConfig(screen=(320, 240))
-TASKS = get_backend("fake")[1](DESKTOP)
+TASKS = resolve_backend("fake").default_tasks(DESKTOP)
 
 
 @pytest.fixture(scope="module")

@@ -9,17 +9,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from legato_gym import DesktopConfig, get_backend
+from legato_gym import DesktopConfig, resolve_backend
 from legato_gym.vector import DesktopVectorEnv
 from legato_rl.groups import Status
 from legato_rl.harness import QwenHarness
 from legato_rl.integrations.sequence import play_sequence
 from legato_rl.policy import PolicyClient, PolicyConfig
-from legato_rl.rollout import Episode, PlayedStep, Policy, play
+from legato_rl.rollout import Policy, Try, TryStep, play
 from legato_rl.testing import ReferencePolicyServer
 
 DESKTOP = DesktopConfig(screen=(320, 240))
-TASKS = get_backend("fake")[1](DESKTOP)
+TASKS = resolve_backend("fake").default_tasks(DESKTOP)
 
 
 class PngSpyHarness(QwenHarness):
@@ -50,12 +50,10 @@ def _run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-async def _play(
-    server: ReferencePolicyServer, env: DesktopVectorEnv, **kwargs: Any
-) -> tuple[Episode, list[PlayedStep]]:
-    steps: list[PlayedStep] = []
+async def _play(server: ReferencePolicyServer, env: DesktopVectorEnv, **kwargs: Any) -> tuple[Try, list[TryStep]]:
+    steps: list[TryStep] = []
 
-    async def on_step(step: PlayedStep) -> None:
+    async def on_step(step: TryStep) -> None:
         steps.append(step)
 
     harness = kwargs.pop("harness", None) or QwenHarness()
@@ -119,3 +117,12 @@ def test_trainer_sequences_use_the_worker_png_too(server: ReferencePolicyServer,
     assert trajectory.reward == 1.0 and trajectory.num_turns == len(harness.got_png) and all(harness.got_png)
     assert len(trajectory.screenshots) == trajectory.num_turns
     assert all(isinstance(s, np.ndarray) and s.shape == (240, 320, 3) for s in trajectory.screenshots)
+
+
+def test_the_old_names_of_a_try_warn_for_one_release() -> None:
+    import legato_rl.rollout as rollout
+
+    with pytest.warns(DeprecationWarning, match=r"legato_rl.rollout.Episode is now legato_rl.rollout.Try"):
+        assert rollout.Episode is Try  # type: ignore[attr-defined]
+    with pytest.warns(DeprecationWarning, match=r"legato_rl.rollout.PlayedStep is now legato_rl.rollout.TryStep"):
+        assert rollout.PlayedStep is TryStep  # type: ignore[attr-defined]

@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from legato_gym import ActionError, ConfigError, DesktopConfig, DesktopError, StateError, Task, get_backend
+from legato_gym import ActionError, ConfigError, DesktopConfig, DesktopError, StateError, Task, resolve_backend
 from legato_gym.backends.fake import fake_solution
 from legato_rl.integrations.trl_environment import DesktopEnvironments, DesktopTools
 from legato_rl.integrations.trl_tasks import task_dataset
 
 SCREEN = (320, 240)
 DESKTOP = DesktopConfig(screen=SCREEN)
-TASKS = get_backend("fake")[1](DESKTOP)
+TASKS = resolve_backend("fake").default_tasks(DESKTOP)
 TOOLS = {"click", "double_click", "right_click", "drag_to", "scroll", "type_text", "press", "hotkey", "wait"}
 TOOLS |= {"done", "fail"}
 

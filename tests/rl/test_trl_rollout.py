@@ -10,12 +10,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from legato_gym import ConfigError, DesktopConfig, get_backend
+from legato_gym import ConfigError, DesktopConfig, resolve_backend
 from legato_rl.integrations import trl, trl_environment, trl_rollout, trl_tasks
 from legato_rl.integrations.trl_rollout import policy_from_trainer
 from legato_rl.integrations.trl_tasks import TaskIndex
 
-TASKS = get_backend("fake")[1](DesktopConfig(screen=(320, 240)))
+TASKS = resolve_backend("fake").default_tasks(DesktopConfig(screen=(320, 240)))
 
 
 def test_the_rollout_func_path_needs_a_served_policy() -> None:

@@ -66,6 +66,7 @@ widgets are), :mod:`~legato_gym.backends.fake.widgets` (how they answer actions)
 its solutions) and :mod:`~legato_gym.backends.fake.desktop` (:class:`FakeDesktop`, the contract).
 """
 
+from legato_gym.backends import Backend, RayNeeds
 from legato_gym.backends.fake.desktop import FakeDesktop
 from legato_gym.backends.fake.grading import STATE_KEYS, SUPPORTED_FUNCS, check_task
 from legato_gym.backends.fake.layout import FAKE_WINDOW, Layout, Rect, WindowSpec, layout_for, window_spec
@@ -79,7 +80,19 @@ from legato_gym.backends.fake.options import (
 )
 from legato_gym.backends.fake.tasks import FakeStep, default_tasks, fake_solution, fake_task
 
+#: The fake backend, declared once (:class:`~legato_gym.backends.Backend`): what legato knows of it.
+BACKEND = Backend(
+    name="fake",
+    desktop_class=FakeDesktop,
+    options_class=FakeOptions,
+    default_tasks=default_tasks,
+    check_task=FakeDesktop.check_task,
+    ray_needs=RayNeeds(cpus=0.0, memory=0),
+    solution=fake_solution,
+)
+
 __all__ = [
+    "BACKEND",
     "CRASH_EXIT_CODE",
     "FAKE_WINDOW",
     "FAULT_PHASES",

@@ -189,7 +189,7 @@ class Capabilities:
     """What this machine's local desktop offers.
 
     Attributes:
-        grader: ``"local"`` (:mod:`.grading`) or ``"osworld"`` (desktop-env's own evaluators).
+        grader: ``"local"`` (:mod:`.evaluators`) or ``"osworld"`` (desktop-env's own evaluators).
         setup_types: setup step types the grader's setup runner runs.
         getters: getter types it has (``None``: whatever desktop-env has, bar :data:`OSWORLD_MISSING`).
         metrics: metric names it has (``None``: as ``getters``).
@@ -254,12 +254,12 @@ class Capabilities:
                 grader=grader, setup_types=OSWORLD_SETUP_TYPES, getters=None, metrics=None, which=which,
                 services=frozenset(services), cache=cache, schemas=installed,
             )  # fmt: skip
-        from legato_gym.backends.local import grading
+        from legato_gym.backends.local import evaluators
         from legato_gym.backends.local.task_setup import SETUP_TYPES
 
         return cls(
-            grader=grader, setup_types=SETUP_TYPES, getters=frozenset(grading.GETTERS),
-            metrics=frozenset(grading.METRICS), which=which, services=frozenset(services),
+            grader=grader, setup_types=SETUP_TYPES, getters=frozenset(evaluators.GETTERS),
+            metrics=frozenset(evaluators.METRICS), which=which, services=frozenset(services),
             cache=cache, schemas=installed,
         )  # fmt: skip
 

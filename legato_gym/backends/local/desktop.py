@@ -412,13 +412,13 @@ class LocalDesktop:
         return Waited(seconds=time.monotonic() - start, ready=ready)
 
     def evaluate(self) -> float:
-        """Grade the task with OSWorld's getter and metric semantics (see :mod:`.grading`)."""
+        """Grade the task with OSWorld's getter and metric semantics (see :mod:`.evaluators`)."""
         task = self._require_task("evaluate")
         with self._agent_phase(self._episode_hits):
             return self._grading.evaluate(task, self._actions)
 
     def grade_locally(self) -> float:
-        """Grade the desktop as it is now with the built-in grader (:mod:`.grading`), whatever ``grader`` is.
+        """Grade the desktop as it is now with the built-in grader (:mod:`.evaluators`), whatever ``grader`` is.
 
         For comparing the two graders on one end state (``benchmarks/parity.py``): call it after
         :meth:`evaluate`, which has run the task's post-config.

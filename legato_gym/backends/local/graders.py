@@ -1,7 +1,7 @@
 """Who runs a local desktop's task setup and grades it: legato's own grader, or desktop-env's.
 
 :class:`LocalGrader` runs the setup and post-config steps itself (:mod:`.task_setup`) and grades with the
-built-in getters and metrics (:mod:`.grading`), in a per-task cache folder. :class:`OSWorldGrader` hands
+built-in getters and metrics (:mod:`.evaluators`), in a per-task cache folder. :class:`OSWorldGrader` hands
 both to desktop-env's own controllers and evaluator (:mod:`legato_gym.desktopenv.session`), after
 putting what the file cache holds where desktop-env looks first (:func:`prefill_osworld`). A desktop picks
 one with :func:`make_grader` from its resolved ``grader`` option.
@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from legato_gym.backends.local import apps, grading
+from legato_gym.backends.local import apps, evaluators
 from legato_gym.backends.local.client import DesktopClient
 from legato_gym.backends.local.file_cache import FileCache
 from legato_gym.backends.local.lifecycle import DesktopProcesses, Port
@@ -82,7 +82,7 @@ class Grader(Protocol):
 
 
 class LocalGrader:
-    """legato's own setup runner and grader, against the desktop's server (:mod:`.task_setup`, :mod:`.grading`).
+    """legato's own setup runner and grader, against the desktop's server (:mod:`.task_setup`, :mod:`.evaluators`).
 
     Args:
         processes: the desktop's processes (its client changes at every reset).
@@ -97,7 +97,7 @@ class LocalGrader:
 
     def check(self, task: Task) -> None:
         check_setup(task)
-        grading.check_evaluator(task)
+        evaluators.check_evaluator(task)
 
     def setup(self, task: Task, deadline: float, settle: Settle | None) -> tuple[int, list[str]]:
         return self._setup(self._processes.client, self._processes.state_dir, task, deadline, settle)
@@ -139,7 +139,7 @@ class LocalGrader:
 
     def evaluate(self, task: Task, actions: Sequence[str]) -> float:
         cache = task_path(self._processes.state_dir / "cache", task.task_id)
-        return grading.evaluate(task, self._processes.client, cache, actions, files=self.files)
+        return evaluators.evaluate(task, self._processes.client, cache, actions, files=self.files)
 
 
 class OSWorldGrader:
@@ -243,8 +243,8 @@ def grade_locally(
     Raises:
         UnsupportedTaskError: the built-in grader lacks one of the task's getters or metrics.
     """
-    grading.check_evaluator(task)
-    return grading.evaluate(task, client, cache_dir(state_dir, task), actions, files=files)
+    evaluators.check_evaluator(task)
+    return evaluators.evaluate(task, client, cache_dir(state_dir, task), actions, files=files)
 
 
 def cache_dir(state_dir: Path, task: Task) -> Path:

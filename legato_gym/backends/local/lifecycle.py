@@ -81,7 +81,7 @@ class DesktopProcesses:
         self.config = config
         self.options = options
         require_tools(["Xvfb", "openbox", "bwrap", "wmctrl", "xdotool", "setpriv"])
-        python = options.python or config.python or sys.executable
+        python = options.sandbox_python or config.worker_python or sys.executable
         limits = Limits.from_mb(options.memory_mb, options.max_processes, options.tmpfs_mb)
         # what killed legato processes left is taken down first; this process's own reaper takes this
         # desktop down if the process dies without closing it (SIGKILL included)

@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from legato_gym.backends.local.sandbox import SYSTEM_PATHS
 from legato_gym.backends.local.sandbox.shell import SESSIONS
-from legato_gym.options import BackendOptions, invalid, seconds
+from legato_gym.options import BackendOptions, invalid, rename_field, seconds
 
 __all__ = ["GRADERS", "LocalOptions", "resolve_grader"]
 
@@ -59,9 +59,10 @@ class LocalOptions(BackendOptions):
             memory (``/tmp``, the home).
         max_processes: bound on the processes (threads included) of each desktop.
         tmpfs_mb: size bound of each of a desktop's in-memory folders (home, ``/tmp``, ``/dev/shm``), in MiB.
-        python: interpreter run inside the sandbox for the server and for actions (``python``); it needs
-            ``pyautogui`` (``pip install 'legatolabs[local]'``). Default: ``DesktopConfig.python`` or the
-            current interpreter.
+        sandbox_python: interpreter run inside the sandbox for the server and for actions (``python``); it
+            needs ``pyautogui`` (``pip install 'legatolabs[local]'``). Default: ``DesktopConfig.worker_python``
+            or the current interpreter. ``python=`` is its old name, accepted for one release with a
+            ``DeprecationWarning``.
         uid_first: when legato is root, each desktop runs as an unprivileged host uid of its own (its X
             server, window manager, apps and actions), leased from ``uid_first`` on; pick a range that no
             host user or subordinate-uid range uses.
@@ -95,8 +96,8 @@ class LocalOptions(BackendOptions):
         grader: ``"osworld"`` runs setup, post-config and grading with desktop-env's own
             ``SetupController``, getters and metrics (:mod:`legato_gym.desktopenv.session`) over a
             loopback TCP forwarder into the sandbox; the desktop must then run in desktop-env's interpreter
-            (``DesktopConfig.python`` from ``legato osworld setup``). ``"local"`` grades with
-            :mod:`.grading` (OSWorld's semantics, re-implemented for a few getters and metrics, no extra
+            (``DesktopConfig.worker_python`` from ``legato osworld setup``). ``"local"`` grades with
+            :mod:`.evaluators` (OSWorld's semantics, re-implemented for a few getters and metrics, no extra
             interpreter). ``"auto"`` (the default) is ``"osworld"`` where desktop-env imports and ``"local"``
             elsewhere (:func:`resolve_grader`); ``LocalDesktop.grader`` says which one grades.
         session: the desktop's session: ``"openbox"`` (the default: a window manager on a black root window)
@@ -131,7 +132,7 @@ class LocalOptions(BackendOptions):
     memory_mb: int = 4096
     max_processes: int = 1024
     tmpfs_mb: int = 2048
-    python: str | None = None
+    sandbox_python: str | None = None
     uid_first: int = 1_640_000
     uid_count: int = 4096
     system_paths: tuple[str, ...] = SYSTEM_PATHS
@@ -153,6 +154,9 @@ class LocalOptions(BackendOptions):
     pointer: bool = True
     session: str = "openbox"
 
+    #: Old field names still read (for one release, with a ``DeprecationWarning``): old name -> new name.
+    renamed_fields: ClassVar[dict[str, str]] = {"python": "sandbox_python"}
+
     def __post_init__(self) -> None:
         for name, least in (("memory_mb", 64), ("max_processes", 16), ("tmpfs_mb", 1)):
             value = getattr(self, name)
@@ -170,3 +174,6 @@ class LocalOptions(BackendOptions):
         pause = self.pyautogui_pause
         if pause is not None and (isinstance(pause, bool) or not isinstance(pause, (int, float)) or not pause >= 0):
             invalid(self, "pyautogui_pause", "give seconds >= 0, or None for pyautogui's own 0.1 s as in OSWorld")
+
+
+rename_field(LocalOptions, "python", "sandbox_python")

@@ -17,16 +17,28 @@ Importing this package imports neither desktop-env nor docker.
 from __future__ import annotations
 
 import json
+import os
+from dataclasses import replace
 from pathlib import Path
 
+from legato_gym.backends import Backend, GiB, RayNeeds
 from legato_gym.backends.osworld.desktop import OSWorldDesktop
 from legato_gym.backends.osworld.options import REVERT_DOMAINS, DockerSettings, OSWorldOptions
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import Task
 from legato_gym.errors import ConfigError
+from legato_gym.options import typed_options
 from legato_gym.tasks import check_task_id
 
-__all__ = ["REVERT_DOMAINS", "DockerSettings", "OSWorldDesktop", "OSWorldOptions", "default_tasks", "tasks_from_index"]
+__all__ = [
+    "BACKEND",
+    "REVERT_DOMAINS",
+    "DockerSettings",
+    "OSWorldDesktop",
+    "OSWorldOptions",
+    "default_tasks",
+    "tasks_from_index",
+]
 
 
 def tasks_from_index(osworld_path: Path, index: str = "test_all.json") -> list[Task]:
@@ -64,3 +76,33 @@ def default_tasks(config: DesktopConfig) -> list[Task]:
             "DesktopConfig.osworld_path), or a tasks file with --tasks"
         )
     return tasks_from_index(config.osworld_path)
+
+
+def _worker_python(config: DesktopConfig) -> str:
+    """desktop-env's interpreter, where the desktops' workers run (``legato osworld setup`` records it)."""
+    from legato_gym.backends.osworld.remote import resolve_python
+
+    return resolve_python(config)
+
+
+def _file_cache_flag(config: DesktopConfig, folder: Path | None) -> DesktopConfig:
+    """``--file-cache DIR``: the file cache of the local desktops standing in for VMs (provider ``local``)."""
+    if folder is None:
+        return config
+    from legato_gym.backends.local.options import LocalOptions
+
+    options = typed_options(config.options, OSWorldOptions, "osworld")
+    local = replace(options.local or LocalOptions(), file_cache=os.fspath(Path(folder).expanduser().resolve()))
+    return replace(config, options=replace(options, local=local))
+
+
+#: The osworld backend, declared once (:class:`~legato_gym.backends.Backend`): what legato knows of it.
+BACKEND = Backend(
+    name="osworld",
+    desktop_class=OSWorldDesktop,
+    options_class=OSWorldOptions,
+    default_tasks=default_tasks,
+    worker_python=_worker_python,
+    ray_needs=RayNeeds(cpus=4.0, memory=4 * GiB, resources={"legato_kvm": 1.0, "legato_docker": 1.0}),
+    cli_options={"--file-cache": _file_cache_flag},
+)

@@ -1,7 +1,7 @@
 """``OSWorldDesktop``: one OSWorld VM, kept up between rollouts, with fast reset, ready signals and
 OSWorld's own setup and grading.
 
-In desktop-env's interpreter (``DesktopConfig.python`` from ``legato osworld setup``: the vector env's
+In desktop-env's interpreter (``DesktopConfig.worker_python`` from ``legato osworld setup``: the vector env's
 workers run there) the desktop is driven in-process. From any other interpreter (``gymnasium.make`` in
 legato's own), :class:`OSWorldDesktop` starts one worker process under desktop-env's interpreter and
 drives the same desktop there.

@@ -1,7 +1,7 @@
 """An OSWorld desktop driven from an interpreter where desktop-env cannot be imported (legato's own).
 
 :class:`RemoteDesktop` starts one desktop worker (:mod:`legato_gym.vector.worker`) under desktop-env's
-interpreter (``DesktopConfig.python``, else the one ``legato osworld setup`` recorded) and calls the
+interpreter (``DesktopConfig.worker_python``, else the one ``legato osworld setup`` recorded) and calls the
 desktop's JSON-friendly ``remote_*`` methods over the worker protocol. It is what
 ``gymnasium.make("legato/OSWorld-v0")`` runs on; the vector env starts its workers in desktop-env's
 interpreter directly and does not need it.
@@ -27,18 +27,18 @@ __all__ = ["RemoteDesktop", "resolve_python"]
 
 
 def resolve_python(config: DesktopConfig) -> str:
-    """desktop-env's interpreter for ``config``: ``config.python``, else the recorded one.
+    """desktop-env's interpreter for ``config``: ``config.worker_python``, else the recorded one.
 
     Raises:
         MissingDependencyError: neither is set; the message says to run ``legato osworld setup``.
     """
     from legato_gym.desktopenv.venv import default_venv, recorded_python
 
-    python = config.python or recorded_python()
+    python = config.worker_python or recorded_python()
     if python is None:
         raise MissingDependencyError(
             f"the osworld backend runs in desktop-env's own interpreter, and none is set up at {default_venv()}: "
-            "run `legato osworld setup` (or set DesktopConfig.python to an interpreter with desktop-env)"
+            "run `legato osworld setup` (or set DesktopConfig.worker_python to an interpreter with desktop-env)"
         )
     return python
 
@@ -47,10 +47,10 @@ class RemoteDesktop:
     """The osworld desktop in a worker process under desktop-env's interpreter."""
 
     def __init__(self, config: DesktopConfig, *, seed: int | None = None) -> None:
-        self.config = replace(config, python=resolve_python(config))
+        self.config = replace(config, worker_python=resolve_python(config))
         self.last_reset_kind = ""
         self._id = 0
-        self._proc = WorkerProcess(0, python=self.config.python)
+        self._proc = WorkerProcess(0, python=self.config.worker_python)
         self._closed = False
         try:
             hello = self._receive(time.monotonic() + 120.0)

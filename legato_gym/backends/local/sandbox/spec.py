@@ -71,8 +71,8 @@ def interpreter_paths(python: str) -> tuple[str, ...]:
         info = json.loads(out.stdout)
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         raise MissingDependencyError(
-            f"cannot run the desktop interpreter {python!r}: {exc}; set DesktopConfig.python (or the local "
-            "option python) to an interpreter with `pip install 'legatolabs[local]'`"
+            f"cannot run the desktop interpreter {python!r}: {exc}; set DesktopConfig.worker_python (or the local "
+            "option sandbox_python) to an interpreter with `pip install 'legatolabs[local]'`"
         ) from exc
     if "pyautogui" not in info["modules"]:
         raise MissingDependencyError(

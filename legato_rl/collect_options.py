@@ -1,16 +1,12 @@
-"""One batch's own knobs (:class:`CollectOptions`, the owner of their defaults) and its live figures
-(:class:`Progress`, for a display in another thread)."""
+"""One batch's own knobs: :class:`CollectOptions`, the owner of their defaults."""
 
 from __future__ import annotations
 
-import time
-from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from legato_gym import ConfigError
-from legato_rl.store import COMPLETED_STATUSES
 
-__all__ = ["CollectOptions", "Progress"]
+__all__ = ["CollectOptions"]
 
 
 @dataclass(frozen=True)
@@ -42,31 +38,3 @@ class CollectOptions:
             raise ConfigError(f"rollout_timeout={self.rollout_timeout!r} must be a positive number of seconds")
         if self.image_max < 1:
             raise ConfigError(f"image_max={self.image_max!r} must be >= 1 (screenshots kept in the prompt)")
-
-
-@dataclass
-class Progress:
-    """Live figures of a running batch, for the progress display."""
-
-    groups: int = 0
-    groups_closed: int = 0
-    attempts: int = 0
-    desktops: int = 0
-    busy: int = 0
-    status_counts: Counter[str] = field(default_factory=Counter)
-    model_latency_s: deque[float] = field(default_factory=lambda: deque(maxlen=2000))  # the latest calls
-    started: float = field(default_factory=time.monotonic)
-    nodes: dict[str, dict[str, int]] = field(default_factory=dict)  # Ray: desktops started/lost per node
-
-    @property
-    def completed(self) -> int:
-        return sum(self.status_counts[status.value] for status in COMPLETED_STATUSES)
-
-    @property
-    def rollouts_per_hour(self) -> float:
-        hours = (time.monotonic() - self.started) / 3600
-        return self.completed / hours if hours > 0 else 0.0
-
-    def latency_p50(self) -> float | None:
-        values = sorted(self.model_latency_s)
-        return values[len(values) // 2] if values else None
