@@ -15,7 +15,7 @@ import pytest
 
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, LocalOptions
-from legato_gym.backends.local.sandbox.shell import APP_WINDOWS, gnome_installed
+from legato_gym.backends.local.sandbox.shell import gnome_installed, opens_as
 from legato_gym.backends.local.xstate import open_display
 
 pytestmark = [
@@ -117,7 +117,7 @@ def test_each_app_opens_as_the_table_says(desktop: LocalDesktop, command: list[s
     found = box(desktop, cls)
     assert found is not None
     x, y, w, h = found
-    if APP_WINDOWS[cls] == "maximized":
+    if opens_as(cls) == "maximized":
         assert (x, y, w, h) == WORK_AREA
     else:
         assert (w, h) != WORK_AREA[2:] and x >= WORK_AREA[0] and y >= WORK_AREA[1]

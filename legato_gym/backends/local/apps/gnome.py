@@ -1,7 +1,7 @@
 """The VM's GNOME session around the apps, and the baseline home and system files of all the apps together.
 
 OSWorld's VM opens documents in the app for their type (:data:`MIME_DEFAULTS`), folders in nautilus, PDFs in
-evince, and windows maximized (:data:`OPENBOX_APPLICATIONS`); ctrl+alt+t opens gnome-terminal
+evince (which windows open maximized is :data:`..sandbox.shell.APP_WINDOWS`); ctrl+alt+t opens gnome-terminal
 (:func:`openbox_keybinds`). The desktop's baseline home (:func:`baseline_files`) and the system files shown
 changed inside the sandbox (:func:`system_files`) are gathered here from each app's module.
 """
@@ -27,7 +27,6 @@ __all__ = [
     "DISABLED_SERVICES",
     "GTK4_RENDERER",
     "MIME_DEFAULTS",
-    "OPENBOX_APPLICATIONS",
     "SKELETON",
     "TERMINALS",
     "audio_files",
@@ -82,20 +81,6 @@ MIME_DEFAULTS: dict[str, str] = {
     # GNOME opens plain text, and empty files (``file`` calls them inode/x-empty), in its text editor
     **dict.fromkeys(("text/plain", "inode/x-empty", "application/x-zerosize"), "org.xfce.mousepad.desktop"),
 }
-
-#: openbox ``<applications>`` rules: the VM's GNOME opens these apps maximized.
-OPENBOX_APPLICATIONS = """  <applications>
-    <application class="libreoffice*"><maximized>yes</maximized></application>
-    <application class="Soffice"><maximized>yes</maximized></application>
-    <application class="Chromium*"><maximized>yes</maximized></application>
-    <application class="Google-chrome"><maximized>yes</maximized></application>
-    <application class="Gimp*" type="normal"><maximized>yes</maximized></application>
-    <application class="thunderbird"><maximized>yes</maximized></application>
-    <application class="org.gnome.Nautilus"><maximized>yes</maximized></application>
-    <application class="Evince"><maximized>yes</maximized></application>
-    <application class="Code"><maximized>yes</maximized></application>
-  </applications>
-"""
 
 
 def _mimeapps(defaults: Mapping[str, str]) -> str:
