@@ -105,24 +105,20 @@ class Panel:
         return (int(rgb[0]) << 16) | (int(rgb[1]) << 8) | int(rgb[2])
 
     def _load(self, name: str, width: int, height: int, file: str) -> Any:
-        """A server-side pixmap of picture ``name``, sent in strips decompressed one at a time (the panel never
-        holds a whole screen's pixels: its memory stays that of python-xlib)."""
+        """A server-side pixmap of picture ``name``, sent in strips under the core protocol's request size.
+
+        The picture's pixels are freed once sent (a screen's worth is one allocation, which goes back to the
+        system): the panel's memory stays that of python-xlib."""
         pixmap = self.root.create_pixmap(width, height, self.depth)
         stride = width * 4
-        rows = max(1, 200_000 // stride)  # under the core protocol's request size
-        stream = zlib.decompressobj()
-        pending = b""
-        top = 0
-        with (self.folder / file).open("rb") as source:
-            while top < height:
-                while len(pending) < min(rows, height - top) * stride:
-                    more = source.read(16_384)
-                    pending += stream.decompress(more) if more else stream.flush()
-                count = min(rows, height - top)
-                chunk, pending = pending[: count * stride], pending[count * stride :]
-                pixmap.put_image(self.gc, 0, top, width, count, X.ZPixmap, self.depth, 0, chunk)
-                self.d.flush()
-                top += count
+        rows = max(1, 200_000 // stride)
+        data = zlib.decompress((self.folder / file).read_bytes())
+        for top in range(0, height, rows):
+            count = min(rows, height - top)
+            chunk = data[top * stride : (top + count) * stride]
+            pixmap.put_image(self.gc, 0, top, width, count, X.ZPixmap, self.depth, 0, chunk)
+        del data
+        self.d.flush()
         return pixmap
 
     def _copy_of(self, name: str, width: int, height: int) -> Any:
