@@ -17,7 +17,7 @@ from pathlib import Path
 
 from legato_gym.backends.local import apps
 from legato_gym.backends.local.sandbox.identity import drop_to
-from legato_gym.backends.local.sandbox.shell import gnome_environment, prelude, wm_command
+from legato_gym.backends.local.sandbox.shell import prelude, session_environment, wm_command
 from legato_gym.backends.local.sandbox.spec import Inside, SandboxSpec
 from legato_gym.desktop_server.atspi import ATSPI_PYTHON
 
@@ -126,7 +126,7 @@ def environment(display_number: int, session: str = "openbox") -> dict[str, str]
         "DBUS_SESSION_BUS_ADDRESS": SESSION_BUS,
         **(ACCESSIBILITY_ON if atspi_installed() else {"NO_AT_BRIDGE": "1"}),
         **apps.environment(),
-        **(gnome_environment() if session == "gnome" else {}),
+        **session_environment(session),
     }
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "openbox_applications",
     "opens_as",
     "prelude",
+    "session_environment",
     "wm_command",
     "write_gnome_files",
 ]
@@ -310,6 +311,20 @@ def gnome_environment() -> dict[str, str]:
         "LIBGL_ALWAYS_SOFTWARE": "1",
         "DBUS_SYSTEM_BUS_ADDRESS": f"unix:path={SYSTEM_BUS}",
     }
+
+
+#: The lookalike session's pointer: Yaru's cursors, at GNOME's size, as the VM's (openbox and the apps load
+#: them through libXcursor), so that the pointer pasted into screenshots looks as OSWorld's server pastes it.
+LOOKALIKE_ENVIRONMENT = {"XCURSOR_THEME": "Yaru", "XCURSOR_SIZE": "24"}
+
+
+def session_environment(session: str) -> dict[str, str]:
+    """The variables ``session`` adds to the sandbox's environment (:func:`gnome_environment` for GNOME)."""
+    if session == "gnome":
+        return gnome_environment()
+    if session == "lookalike" and Path("/usr/share/icons/Yaru/cursors").is_dir():
+        return dict(LOOKALIKE_ENVIRONMENT)
+    return {}
 
 
 def prelude(session: str, marker: str = "") -> str:
