@@ -15,7 +15,7 @@ import pytest
 
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, LocalOptions
-from legato_gym.backends.local.sandbox.shell import APP_WINDOWS, gnome_installed
+from legato_gym.backends.local.sandbox.shell import gnome_installed, opens_as
 from legato_gym.backends.local.xstate import open_display
 
 pytestmark = [
@@ -44,7 +44,8 @@ def desktop() -> Iterator[LocalDesktop]:
 def geometries(desktop: LocalDesktop) -> dict[str, tuple[int, int, int, int]]:
     """``WM_CLASS`` (``instance.class``, lower case) of each managed window to its frame's ``(x, y, width,
     height)`` on the screen: the client's place on the root, widened by the window manager's
-    ``_NET_FRAME_EXTENTS`` (its title bar). ``wmctrl -lG`` and ``xdotool`` add the frame's offsets twice."""
+    ``_NET_FRAME_EXTENTS`` (its title bar), less a GTK window's shadow (``_GTK_FRAME_EXTENTS``). ``wmctrl -lG``
+    and ``xdotool`` add the frame's offsets twice."""
     from Xlib import X, error
 
     found = {}
@@ -59,9 +60,13 @@ def geometries(desktop: LocalDesktop) -> dict[str, tuple[int, int, int, int]]:
                 geometry = window.get_geometry()
                 origin = root.translate_coords(window, 0, 0)
                 extents = window.get_full_property(screen.intern_atom("_NET_FRAME_EXTENTS"), X.AnyPropertyType)
+                shadow = window.get_full_property(screen.intern_atom("_GTK_FRAME_EXTENTS"), X.AnyPropertyType)
             except error.XError:
                 continue  # gone meanwhile
             left, right, top, bottom = extents.value if extents is not None else (0, 0, 0, 0)
+            # a GTK window that draws its own decorations (nautilus) includes its shadow: not part of its frame
+            s_left, s_right, s_top, s_bottom = shadow.value if shadow is not None else (0, 0, 0, 0)
+            left, right, top, bottom = left - s_left, right - s_right, top - s_top, bottom - s_bottom
             box = (origin.x - left, origin.y - top, geometry.width + left + right, geometry.height + top + bottom)
             found[f"{cls[0]}.{cls[1]}".lower()] = box
     finally:
@@ -117,7 +122,7 @@ def test_each_app_opens_as_the_table_says(desktop: LocalDesktop, command: list[s
     found = box(desktop, cls)
     assert found is not None
     x, y, w, h = found
-    if APP_WINDOWS[cls] == "maximized":
+    if opens_as(cls) == "maximized":
         assert (x, y, w, h) == WORK_AREA
     else:
         assert (w, h) != WORK_AREA[2:] and x >= WORK_AREA[0] and y >= WORK_AREA[1]

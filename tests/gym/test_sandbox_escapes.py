@@ -741,3 +741,30 @@ def test_gnome_extension_settings_and_shell_eval_stay_inside(gnome: LocalDesktop
     assert not Path(marker).exists()  # Eval (refused outside unsafe mode) ran nothing on the host
     assert outside_sandbox(gnome) == []
     assert gnome.display.alive()
+
+
+# ------------------------------------------------------------------------ the lookalike session's ways to run things
+
+
+@pytest.fixture(scope="module")
+def lookalike() -> Iterator[LocalDesktop]:
+    options = LocalOptions(memory_mb=2048, max_processes=512, tmpfs_mb=256, prestart=False, session="lookalike")
+    with LocalDesktop(DesktopConfig(screen=(1920, 1080), options=options)) as desktop:
+        desktop.reset(TASK)
+        yield desktop
+
+
+def test_lookalike_panel_and_what_it_launches_run_inside_the_sandbox(lookalike: LocalDesktop) -> None:
+    code, out = agent(lookalike, "ps -eo args")
+    assert code == 0 and "panel.py" in out, out  # control: the panel runs, and inside
+    files = 65 + 68 * 8
+    lookalike.act(f"pyautogui.click(35, {files})")  # a launcher
+    lookalike.act("pyautogui.press('win'); pyautogui.typewrite('mousepad\\n', interval=0.02)")  # the overview
+    assert wait_for(lambda: mousepad_shown(lookalike))  # control: the overview's search launched it
+    assert wait_for(lambda: any(w.wm_class.startswith("org.gnome.Nautilus.") for w in lookalike.display.windows()))
+    lookalike.act(f"pyautogui.rightClick(35, {files}); pyautogui.click(150, {files + 6})")  # the menu's New Window
+    time.sleep(1.0)
+    assert outside_sandbox(lookalike) == []
+    code, out = agent(lookalike, "ps -eo args")
+    assert "nautilus" in out and "mousepad" in out, out  # what the panel started is in the sandbox's processes
+    assert lookalike.display.alive()

@@ -101,6 +101,7 @@ class DesktopProcesses:
             server_mode=options.server_mode,
             pointer=options.pointer,
             session=options.session,
+            screen=config.screen,
         )
         root = Path(options.state_dir or tempfile.gettempdir()) / "legato-local"
         root.mkdir(mode=0o711, parents=True, exist_ok=True)

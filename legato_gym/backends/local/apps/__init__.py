@@ -9,7 +9,7 @@ format" question on saving an ``.xlsx`` (the tasks' post-config saves with ``ctr
 Chrome first-run page, documents opening in the app for their type, and windows opening maximized. This
 package holds that knowledge as data, one module per app, so that the desktop's baseline home
 (:func:`baseline_files`), the programs it puts on ``PATH`` inside the sandbox (:func:`bin_entries`), the
-window manager's placement rules (:data:`OPENBOX_APPLICATIONS`) and the ready signal after a ``launch``
+window manager's placement rules (:data:`..sandbox.shell.APP_WINDOWS`) and the ready signal after a ``launch``
 (:func:`ready_title`) all come from one place:
 
 - :mod:`.office`: LibreOffice's profile; :mod:`.chrome`: Chromium as ``google-chrome``, and legato's
@@ -46,7 +46,6 @@ from legato_gym.backends.local.apps.gnome import (
     DISABLED_SERVICES,
     GTK4_RENDERER,
     MIME_DEFAULTS,
-    OPENBOX_APPLICATIONS,
     SKELETON,
     TERMINALS,
     baseline_files,
@@ -100,7 +99,6 @@ __all__ = [
     "GTK4_RENDERER",
     "LIBREOFFICE_PROFILE",
     "MIME_DEFAULTS",
-    "OPENBOX_APPLICATIONS",
     "SKELETON",
     "TERMINALS",
     "THUNDERBIRD_PREFS",

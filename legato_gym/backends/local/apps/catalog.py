@@ -62,13 +62,11 @@ class WindowRule:
 
     Attributes:
         classes: the window classes (``WM_CLASS``) as openbox matches them; ``*`` is a wildcard.
-        maximized: opened maximized; ``False``: at the window's own size.
-        window_type: openbox's ``type=`` (``"normal"``: the app's main windows, not its dialogs).
+        maximized: its normal windows (not its dialogs) open maximized; ``False``: at the window's own size.
     """
 
     classes: tuple[str, ...]
     maximized: bool
-    window_type: str | None = None
 
 
 @dataclass(frozen=True)
@@ -318,7 +316,7 @@ APPS: tuple[App, ...] = (
         ("nautilus",),
         related=("file manager", "nautilus", "files"),
         mime=(("org.gnome.Nautilus.desktop", ("inode/directory",)),),
-        window=WindowRule(("org.gnome.Nautilus",), maximized=True),
+        window=WindowRule(("org.gnome.Nautilus",), maximized=False),
         ready=ReadyRule(frozenset({"nautilus"}), _nautilus_title, open_title=_home_title),
         launchers=("org.gnome.Nautilus.desktop",),
         dock_slot=6,
@@ -350,7 +348,7 @@ APPS: tuple[App, ...] = (
         ("gimp",),
         related=("gimp",),
         mime=(("gimp.desktop", GIMP_TYPES),),
-        window=WindowRule(("Gimp*",), maximized=True, window_type="normal"),
+        window=WindowRule(("Gimp*",), maximized=True),
         ready=ReadyRule(frozenset({"gimp", "gimp-2.10"}), _gimp_title, open_title=gimp_title),
         warm_up=WarmUp(GIMP_WARMUP, GIMP_PROFILE, gimp_profile_key),
         launchers=("gimp.desktop",),
@@ -374,7 +372,7 @@ APPS: tuple[App, ...] = (
         ("mousepad", "gedit"),
         related=("text editor",),
         mime=(("org.xfce.mousepad.desktop", ("text/plain", "inode/x-empty", "application/x-zerosize")),),
-        window=WindowRule(("mousepad",), maximized=False),
+        window=WindowRule(("Mousepad",), maximized=False),
     ),
     App(
         "vs_code",
@@ -392,12 +390,12 @@ APPS: tuple[App, ...] = (
         "terminal",
         ("xterm", "gnome-terminal"),
         related=("terminal",),
-        window=WindowRule(("xterm", "gnome-terminal-server"), maximized=False),
+        window=WindowRule(("XTerm", "Gnome-terminal"), maximized=False),
     ),
     App(
         "video player",  # GNOME Videos: the VM's default for most video types
         ("totem",),
-        window=WindowRule(("totem",), maximized=False),
+        window=WindowRule(("Totem",), maximized=False),
     ),
 )
 
@@ -426,9 +424,9 @@ def app_named(name: str) -> App:
 
 
 def window_table() -> dict[str, Literal["maximized", "own size"]]:
-    """How each window class opens (lower case, ``*`` a wildcard), as the GNOME session's extension reads it."""
+    """How each window class opens (spelt as the app sets it, a trailing ``*`` a wildcard), for every session."""
     return {
-        cls.lower(): "maximized" if app.window.maximized else "own size"
+        cls: "maximized" if app.window.maximized else "own size"
         for app in APPS
         if app.window is not None
         for cls in app.window.classes

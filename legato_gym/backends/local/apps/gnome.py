@@ -1,7 +1,7 @@
 """The VM's GNOME session around the apps, and the baseline home and system files of all the apps together.
 
 OSWorld's VM opens documents in the app for their type (:data:`MIME_DEFAULTS`), folders in nautilus, PDFs in
-evince, and windows maximized (:data:`OPENBOX_APPLICATIONS`); ctrl+alt+t opens gnome-terminal
+evince (which windows open maximized is :data:`..sandbox.shell.APP_WINDOWS`); ctrl+alt+t opens gnome-terminal
 (:func:`openbox_keybinds`). The desktop's baseline home (:func:`baseline_files`) and the system files shown
 changed inside the sandbox (:func:`system_files`) are gathered here from each app's module.
 """
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from legato_gym.backends.local.apps.catalog import APPS, WindowRule
+from legato_gym.backends.local.apps.catalog import APPS
 from legato_gym.backends.local.apps.media import videos_types
 from legato_gym.backends.local.apps.thunderbird import thunderbird_system_files
 
@@ -25,7 +25,6 @@ __all__ = [
     "DISABLED_SERVICES",
     "GTK4_RENDERER",
     "MIME_DEFAULTS",
-    "OPENBOX_APPLICATIONS",
     "SKELETON",
     "TERMINALS",
     "audio_files",
@@ -40,24 +39,6 @@ __all__ = [
 #: Default application per MIME type, as the VM's GNOME has them (desktop file names), from each app's record
 #: (:attr:`.catalog.App.mime`).
 MIME_DEFAULTS: dict[str, str] = {mime: desktop for app in APPS for desktop, types in app.mime for mime in types}
-
-
-def _openbox_rule(cls: str, window: WindowRule) -> str:
-    kind = f' type="{window.window_type}"' if window.window_type else ""
-    return f'    <application class="{cls}"{kind}><maximized>yes</maximized></application>\n'
-
-
-#: openbox ``<applications>`` rules: the VM's GNOME opens these apps maximized (:attr:`.catalog.App.window`).
-OPENBOX_APPLICATIONS = (
-    "  <applications>\n"
-    + "".join(
-        _openbox_rule(cls, app.window)
-        for app in APPS
-        if app.window is not None and app.window.maximized
-        for cls in app.window.classes
-    )
-    + "  </applications>\n"
-)
 
 
 def _mimeapps(defaults: Mapping[str, str]) -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import legato_gym.desktop_server
 from legato_gym.backends.local import apps
+from legato_gym.backends.local.sandbox.lookalike import LOOKALIKE_DIR
 from legato_gym.backends.local.sandbox.session import SESSION_BUS_DIR, entry_command, environment
 from legato_gym.backends.local.sandbox.shell import GNOME_DIR
 from legato_gym.backends.local.sandbox.spec import Inside, SandboxLayout, SandboxSpec, interpreter_paths
@@ -68,6 +69,8 @@ def mounts(spec: SandboxSpec, layout: SandboxLayout) -> list[str]:
     argv += ["--ro-bind", str(layout.openbox_dir), Inside.OPENBOX]
     if spec.session == "gnome":
         argv += ["--ro-bind", str(layout.gnome_dir), GNOME_DIR]
+    if spec.session == "lookalike":
+        argv += ["--ro-bind", str(layout.lookalike_dir), LOOKALIKE_DIR]
     argv += ["--ro-bind", str(layout.etc_dir / "passwd"), "/etc/passwd"]
     argv += ["--ro-bind", str(layout.etc_dir / "group"), "/etc/group"]
     for inside in apps.system_files():

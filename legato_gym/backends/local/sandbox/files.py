@@ -7,7 +7,8 @@ import shlex
 from pathlib import Path
 
 from legato_gym.backends.local import apps
-from legato_gym.backends.local.sandbox.shell import write_gnome_files
+from legato_gym.backends.local.sandbox.lookalike import lookalike_margins, write_lookalike_files
+from legato_gym.backends.local.sandbox.shell import openbox_applications, write_gnome_files
 from legato_gym.backends.local.sandbox.spec import SandboxLayout, SandboxSpec
 
 __all__ = ["OPENBOX_MENU", "OPENBOX_RC", "write_state_files"]
@@ -38,7 +39,7 @@ OPENBOX_RC = """<?xml version="1.0" encoding="UTF-8"?>
   <placement><policy>Smart</policy><center>yes</center></placement>
   <theme><name>Clearlooks</name><titleLayout>NLIMC</titleLayout></theme>
   <desktops><number>1</number></desktops>
-  <menu><file>/run/legato-openbox/menu.xml</file><hideDelay>200</hideDelay></menu>
+{margins}  <menu><file>/run/legato-openbox/menu.xml</file><hideDelay>200</hideDelay></menu>
   <keyboard>
     <keybind key="A-Tab"><action name="NextWindow"/></keybind>
     <keybind key="A-S-Tab"><action name="PreviousWindow"/></keybind>
@@ -104,7 +105,8 @@ def write_state_files(spec: SandboxSpec, layout: SandboxLayout) -> None:
     )
     (layout.etc_dir / "group").write_text(f"root:x:0:\nuser:x:{uid}:\n")
     layout.openbox_dir.mkdir(exist_ok=True)
-    rc = OPENBOX_RC.replace("{applications}", apps.OPENBOX_APPLICATIONS)
+    rc = OPENBOX_RC.replace("{applications}", openbox_applications())
+    rc = rc.replace("{margins}", lookalike_margins() if spec.session == "lookalike" else "")
     (layout.openbox_dir / "rc.xml").write_text(rc.replace("{keybinds}", apps.openbox_keybinds()))
     layout.system_dir.mkdir(exist_ok=True)  # system files shown changed inside (apps.system_files)
     for inside, text in apps.system_files().items():
@@ -113,3 +115,5 @@ def write_state_files(spec: SandboxSpec, layout: SandboxLayout) -> None:
     (layout.openbox_dir / "menu.xml").write_text(OPENBOX_MENU)
     if spec.session == "gnome":
         write_gnome_files(layout.gnome_dir)
+    if spec.session == "lookalike":
+        write_lookalike_files(layout.lookalike_dir, spec.screen)

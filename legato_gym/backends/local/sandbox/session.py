@@ -19,7 +19,7 @@ from pathlib import Path
 
 from legato_gym.backends.local import apps
 from legato_gym.backends.local.sandbox.identity import drop_to
-from legato_gym.backends.local.sandbox.shell import gnome_environment, prelude, wm_command
+from legato_gym.backends.local.sandbox.shell import prelude, session_environment, wm_command
 from legato_gym.backends.local.sandbox.spec import Inside, SandboxSpec
 from legato_gym.desktop_server.atspi import ATSPI_PYTHON
 
@@ -129,7 +129,7 @@ def environment(display_number: int, session: str = "openbox") -> dict[str, str]
         "DBUS_SESSION_BUS_ADDRESS": SESSION_BUS,
         **(ACCESSIBILITY_ON if atspi_installed() else {"NO_AT_BRIDGE": "1"}),
         **apps.environment(),
-        **(gnome_environment() if session == "gnome" else {}),
+        **session_environment(session),
     }
 
 
@@ -141,7 +141,7 @@ def entry_command(spec: SandboxSpec) -> list[str]:
     """
     # openbox is restarted if it exits (the agent may run `openbox --exit` or kill it), and does not
     # inherit the server's socket
-    openbox = f"openbox --config-file {Inside.OPENBOX}/rc.xml --startup {shlex.quote('touch ' + _WM_MARKER)}"
+    openbox = f"openbox --config-file {Inside.OPENBOX}/rc.xml"
     wm = wm_command(spec.session, openbox, _WM_MARKER)
     server = (
         f"python {Inside.SERVER} --listen fd:3 --fb {Inside.FB} --open-file-timeout {spec.open_file_timeout:g} "
@@ -156,7 +156,7 @@ def entry_command(spec: SandboxSpec) -> list[str]:
         "exec 4>&1 >/dev/null; "
         "mkdir -p -m 700 /tmp/runtime-user; "
         f"{_session_bus()}"
-        f"{prelude(spec.session)}"
+        f"{prelude(spec.session, _WM_MARKER)}"
         f"(while :; do {wm}; sleep 0.2; done) </dev/null >/dev/null 2>&1 4>&- & "
         f"if [ -f {Inside.BASELINE} ]; then tar -xf {Inside.BASELINE} -C /home/user || exit 3; fi; "
         f"while [ ! -e {_WM_MARKER} ]; do sleep 0.005; done; "

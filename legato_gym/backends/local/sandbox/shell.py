@@ -1,4 +1,5 @@
-"""The desktop's session (``LocalOptions.session``): openbox on a black root window, or GNOME Shell as the VM has it.
+"""The desktop's session (``LocalOptions.session``): openbox with the VM's look (``"lookalike"``, the default:
+:mod:`.lookalike`, :mod:`.panel`), openbox alone on a black root window, or GNOME Shell as the VM has it.
 
 ``"gnome"`` runs Debian's GNOME Shell 43 as the X11 window manager and compositor (Mesa's software GL) inside
 the sandbox, in a session mode of legato's own (:data:`MODE`): the Yaru shell theme, the Ubuntu dock
@@ -13,10 +14,12 @@ complete, as openbox's ``--startup`` does.
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
 
+from legato_gym.backends.local.apps.catalog import window_table
 from legato_gym.errors import MissingDependencyError
 
 __all__ = [
@@ -28,13 +31,17 @@ __all__ = [
     "SESSIONS",
     "gnome_environment",
     "gnome_installed",
+    "openbox_applications",
+    "opens_as",
     "prelude",
+    "session_environment",
     "wm_command",
     "write_gnome_files",
 ]
 
-#: The sessions a local desktop can run (``LocalOptions.session``).
-SESSIONS = ("openbox", "gnome")
+#: The sessions a local desktop can run (``LocalOptions.session``): openbox alone, GNOME Shell, or openbox with
+#: legato's own top bar and dock that look and act as the VM's (:mod:`.lookalike`, :mod:`.panel`).
+SESSIONS = ("openbox", "gnome", "lookalike")
 #: Where the desktop's GNOME files are bound inside the sandbox (data folder and compiled schemas).
 GNOME_DIR = "/run/legato-gnome"
 #: The GNOME Shell session mode (``gnome-shell --mode``), as Ubuntu's ``ubuntu`` mode is.
@@ -108,26 +115,35 @@ _OVERRIDES = {
     },
 }
 
-#: How each app's window opens on the VM, by WM_CLASS (a trailing ``*`` matches any rest, case-insensitively):
-#: ``"maximized"`` (into the work area right of the dock and under the top bar) or ``"own size"`` (where and
-#: as large as the app asks). Windows of a class not listed open at their own size, as GNOME opens them.
-#: openbox's rules (:data:`..apps.OPENBOX_APPLICATIONS`) maximize the same classes.
-APP_WINDOWS: dict[str, str] = {
-    "libreoffice*": "maximized",
-    "soffice": "maximized",
-    "chromium*": "maximized",
-    "google-chrome": "maximized",
-    "gimp*": "maximized",
-    "thunderbird": "maximized",
-    "org.gnome.nautilus": "maximized",
-    "evince": "maximized",
-    "code": "maximized",
-    "xterm": "own size",
-    "gnome-terminal-server": "own size",
-    "mousepad": "own size",
-    "vlc": "own size",
-    "totem": "own size",
-}
+#: How each app's window opens on the VM, by its ``WM_CLASS`` class as the app sets it (a trailing ``*``
+#: matches any rest): ``"maximized"`` (into the work area right of the dock and under the top bar) or ``"own
+#: size"`` (where and as large as the app asks). Windows of a class not listed open at their own size, as
+#: GNOME opens them. Drawn from each app's record (:attr:`.apps.catalog.App.window`): the one table for every
+#: session. GNOME's extension applies it, openbox's rules are made from it (:func:`openbox_applications`).
+#: Only normal windows are maximized (not an app's dialogs). On the VM Files opens at its own size (its
+#: screenshot: mutter maximizes only windows nearly as large as the screen).
+APP_WINDOWS: dict[str, str] = dict(window_table())
+
+
+def opens_as(wm_class: str) -> str:
+    """How a window of ``WM_CLASS`` class ``wm_class`` opens (:data:`APP_WINDOWS`, case-insensitively)."""
+    cls = wm_class.lower()
+    for pattern, how in APP_WINDOWS.items():
+        pattern = pattern.lower()
+        if cls == pattern or (pattern.endswith("*") and cls.startswith(pattern[:-1])):
+            return how
+    return "own size"
+
+
+def openbox_applications() -> str:
+    """openbox's ``<applications>`` rules made from :data:`APP_WINDOWS` (openbox matches the class as spelt)."""
+    rules = [
+        f'    <application class="{pattern}" type="normal"><maximized>yes</maximized></application>\n'
+        for pattern, how in APP_WINDOWS.items()
+        if how == "maximized"
+    ]
+    return "  <applications>\n" + "".join(rules) + "  </applications>\n"
+
 
 _EXTENSION_JS = """// legato: marks the session ready (the file named by LEGATO_WM_READY) once GNOME Shell's start-up
 // is done, and opens the windows of the apps that open maximized on the VM maximized (windows.json: legato's table)
@@ -142,7 +158,8 @@ function _opensMaximized(window) {
     if (window.get_window_type() !== Meta.WindowType.NORMAL)
         return false;
     const cls = (window.get_wm_class() || '').toLowerCase();
-    for (const [pattern, how] of Object.entries(_table)) {
+    for (const [spelt, how] of Object.entries(_table)) {
+        const pattern = spelt.toLowerCase();
         const hit = pattern.endsWith('*') ? cls.startsWith(pattern.slice(0, -1)) : cls === pattern;
         if (hit)
             return how === 'maximized';
@@ -283,13 +300,34 @@ def gnome_environment() -> dict[str, str]:
     }
 
 
-def prelude(session: str) -> str:
-    """The entry's part that runs before the session's window manager: for GNOME, an empty system bus.
+#: The lookalike session's pointer: Yaru's cursors, at GNOME's size, as the VM's (openbox and the apps load
+#: them through libXcursor), so that the pointer pasted into screenshots looks as OSWorld's server pastes it.
+LOOKALIKE_ENVIRONMENT = {"XCURSOR_THEME": "Yaru", "XCURSOR_SIZE": "24"}
+
+
+def session_environment(session: str) -> dict[str, str]:
+    """The variables ``session`` adds to the sandbox's environment (:func:`gnome_environment` for GNOME)."""
+    if session == "gnome":
+        return gnome_environment()
+    if session == "lookalike" and Path("/usr/share/icons/Yaru/cursors").is_dir():
+        return dict(LOOKALIKE_ENVIRONMENT)
+    return {}
+
+
+def prelude(session: str, marker: str = "") -> str:
+    """The entry's part that runs before the session's window manager: for GNOME, an empty system bus; for
+    the lookalike session, its panel (:mod:`.panel`, restarted if it exits), which creates ``marker`` once
+    the window manager keeps maximized windows off its top bar and dock.
 
     GNOME Shell's status indicators connect to the system bus at start-up (and the shell exits when they
     cannot); the sandbox has no host bus to reach, so it gets a bus of its own with no service on it: the
     indicators show what the VM's show with nothing to report (no battery, no network manager).
     """
+    if session == "lookalike":
+        from legato_gym.backends.local.sandbox.lookalike import LOOKALIKE_DIR
+
+        panel = f"python {LOOKALIKE_DIR}/panel.py {LOOKALIKE_DIR} {marker}"
+        return f"(while :; do {panel}; sleep 0.2; done) </dev/null >/dev/null 2>&1 4>&- & "
     if session != "gnome":
         return ""
     return (
@@ -302,8 +340,11 @@ def prelude(session: str) -> str:
 def wm_command(session: str, openbox: str, marker: str) -> str:
     """The shell command that runs the session's window manager once; it creates ``marker`` when ready.
 
-    ``openbox`` is openbox's own command (which touches the marker from its ``--startup``).
+    ``openbox`` is openbox's own command without ``--startup``: alone, it touches the marker from there; in the
+    lookalike session the panel does (:func:`prelude`).
     """
     if session == "openbox":
+        return f"{openbox} --startup {shlex.quote('touch ' + marker)}"
+    if session == "lookalike":
         return openbox
     return f"LEGATO_WM_READY={marker} gnome-shell --x11 --replace --mode={MODE}"

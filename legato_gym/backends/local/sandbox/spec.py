@@ -106,7 +106,8 @@ class SandboxSpec:
         open_file_timeout: how long the server's ``/setup/open_file`` waits for the window.
         server_mode: the in-desktop server's mode, ``legato`` or ``osworld`` (``LocalOptions.server_mode``).
         pointer: the server pastes the pointer into ``/screenshot`` (always in ``osworld`` mode).
-        session: the desktop's session, ``"openbox"`` or ``"gnome"`` (:mod:`.shell`).
+        session: the desktop's session, ``"openbox"``, ``"gnome"`` or ``"lookalike"`` (:mod:`.shell`).
+        screen: the display's ``(width, height)`` (the lookalike session's pictures are drawn for it).
     """
 
     python: str
@@ -118,6 +119,7 @@ class SandboxSpec:
     server_mode: str = "legato"
     pointer: bool = True
     session: str = "openbox"
+    screen: tuple[int, int] = (1920, 1080)
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,11 @@ class SandboxLayout:
     def gnome_dir(self) -> Path:
         """The GNOME session's files (bound at :data:`.shell.GNOME_DIR`; ``session="gnome"`` only)."""
         return self.state_dir / "gnome"
+
+    @property
+    def lookalike_dir(self) -> Path:
+        """The lookalike session's panel and pictures (bound at :data:`.lookalike.LOOKALIKE_DIR`)."""
+        return self.state_dir / "lookalike"
 
     @property
     def system_dir(self) -> Path:

@@ -1,0 +1,451 @@
+"""The ``lookalike`` session's pictures and layout, drawn on the host: OSWorld's VM shell at a fraction of its cost.
+
+``LocalOptions(session="lookalike")`` runs openbox with a top bar and a dock of legato's own
+(:mod:`.panel`, one small python-xlib process inside the sandbox) that look and act as the VM's GNOME
+Shell does where an agent sees or clicks: the top bar (rows 0-26: Activities, the focused app's name, the
+clock centred, status icons), the Ubuntu dock (columns 0-69: the VM's launchers in the VM's order, a dot
+per window of a running app, Show Applications at the bottom), the work area right of the dock and under
+the top bar (openbox's margins), an overview with an app grid and a search, and a launcher's right-click menu.
+
+Everything the panel shows is drawn here once per screen size with Pillow (:func:`write_lookalike_files`)
+into the desktop's own folder, bound read-only at :data:`LOOKALIKE_DIR`: raw pixmaps (zlib) and a manifest
+with the layout. Inside, the panel only copies them into X pixmaps and copies rectangles around (text is
+glyphs copied from a pre-drawn strip), so it imports neither Pillow nor numpy (docs/benchmarks.md: its
+memory and idle CPU).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "APPS",
+    "LAUNCHERS",
+    "LOOKALIKE_DIR",
+    "AppEntry",
+    "Layout",
+    "layout",
+    "lookalike_margins",
+    "write_lookalike_files",
+]
+
+#: Where the desktop's lookalike files are bound inside the sandbox (the panel, its pictures, its manifest).
+LOOKALIKE_DIR = "/run/legato-lookalike"
+PANEL_FILE = Path(__file__).with_name("panel.py")
+
+#: The VM's colours (reference/osworld-vm-look.md, read from its screenshot).
+BAR_COLOUR = (19, 19, 19)
+DOT_COLOUR = (233, 84, 32)
+#: The dock is a dark band at 80 % over the wallpaper: ``0.8 * DOCK_TINT + 0.2 * wallpaper``.
+DOCK_TINT = (20, 19, 20)
+DOCK_OPACITY = 0.8
+#: The overview's background and its search field (GNOME 42's dark overview, Yaru).
+OVERVIEW_COLOUR = (36, 31, 35)
+SEARCH_COLOUR = (60, 56, 59)
+MENU_COLOUR = (48, 48, 48)
+MENU_HIGHLIGHT = (72, 72, 72)
+#: The wallpaper's colours, read from the VM's screenshot (Ubuntu 22.04's "Jammy Jellyfish", whose artwork
+#: is not in Debian): its dark purple left, its magenta middle and its orange-red bottom right.
+WALLPAPER_STOPS = ((0x2C, 0x00, 0x1E), (0x77, 0x23, 0x3F), (0xA2, 0x2C, 0x1B))
+
+BAR_HEIGHT = 27
+DOCK_WIDTH = 70
+#: Launcher cells: 48 px icons centred at x = 35, y = 65 + 68 k at 1920x1080, as on the VM.
+ICON = 48
+CELL = 68
+FIRST_CENTRE = 65
+#: Show Applications' centre, this far above the screen's bottom (y ~ 1040 at 1080).
+SHOW_APPS_FROM_BOTTOM = 40
+
+_ICON_THEMES = ("/usr/share/icons/Yaru", "/usr/share/icons/hicolor", "/usr/share/icons/Adwaita")
+_FONTS = {
+    "regular": (
+        "/usr/share/fonts/opentype/cantarell/Cantarell-Regular.otf",
+        "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    ),
+    "bold": (
+        "/usr/share/fonts/opentype/cantarell/Cantarell-Bold.otf",
+        "/usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class AppEntry:
+    """An app of the dock or the app grid.
+
+    Attributes:
+        key: its desktop file's name without ``.desktop`` (the VM's favourite's id).
+        name: the name GNOME shows (top bar, app grid, menus).
+        command: what a click runs inside the sandbox (``[]``: not installed here, the launcher only shows).
+        icons: icon names, first found wins (Yaru's, then hicolor's).
+        classes: lower-case ``WM_CLASS`` values (either part; a trailing ``*`` matches any rest) of its windows,
+            for the running-app dots and the top bar's name.
+    """
+
+    key: str
+    name: str
+    command: tuple[str, ...]
+    icons: tuple[str, ...]
+    classes: tuple[str, ...]
+
+
+#: The VM's dock launchers, top to bottom (reference/osworld-vm-look.md); Ubuntu Software and Help are shown
+#: where the VM has them, but open nothing (neither is in Debian).
+LAUNCHERS: tuple[AppEntry, ...] = (
+    AppEntry(
+        "google-chrome",
+        "Google Chrome",
+        ("google-chrome",),
+        ("google-chrome", "chromium"),
+        ("google-chrome", "chromium*"),
+    ),
+    AppEntry("thunderbird", "Thunderbird Mail", ("thunderbird",), ("thunderbird",), ("thunderbird*",)),
+    AppEntry("code", "Visual Studio Code", ("code",), ("code", "accessories-text-editor"), ("code",)),
+    AppEntry("vlc", "VLC media player", ("vlc",), ("vlc",), ("vlc",)),
+    AppEntry(
+        "libreoffice-writer",
+        "LibreOffice Writer",
+        ("libreoffice", "--writer"),
+        ("libreoffice-writer",),
+        ("libreoffice-writer",),
+    ),
+    AppEntry(
+        "libreoffice-calc", "LibreOffice Calc", ("libreoffice", "--calc"), ("libreoffice-calc",), ("libreoffice-calc",)
+    ),
+    AppEntry(
+        "libreoffice-impress",
+        "LibreOffice Impress",
+        ("libreoffice", "--impress"),
+        ("libreoffice-impress",),
+        ("libreoffice-impress",),
+    ),
+    AppEntry("gimp", "GNU Image Manipulation Program", ("gimp",), ("gimp",), ("gimp*",)),
+    AppEntry(
+        "org.gnome.Nautilus",
+        "Files",
+        ("nautilus", "--new-window"),
+        ("org.gnome.Nautilus", "system-file-manager"),
+        ("org.gnome.nautilus",),
+    ),
+    AppEntry("snap-store_ubuntu-software", "Ubuntu Software", (), ("org.gnome.Software", "ubuntusoftware"), ()),
+    AppEntry("yelp", "Help", (), ("help-app", "help-browser"), ("yelp",)),
+)
+#: The dock's Trash, under a separator (a click opens it in Files).
+TRASH = AppEntry("trash", "Trash", ("nautilus", "--new-window", "trash:///"), ("user-trash",), ())
+#: The app grid: the launchers that open something, then the other apps of the desktop, by name.
+APPS: tuple[AppEntry, ...] = (
+    *(app for app in LAUNCHERS if app.command),
+    AppEntry("org.gnome.Terminal", "Terminal", ("gnome-terminal",), ("org.gnome.Terminal", "utilities-terminal"), ()),
+    AppEntry("org.xfce.mousepad", "Text Editor", ("mousepad",), ("text-editor", "org.xfce.mousepad"), ()),
+    AppEntry("org.gnome.Evince", "Document Viewer", ("evince",), ("org.gnome.Evince", "evince"), ()),
+    AppEntry("org.gnome.Totem", "Videos", ("totem",), ("org.gnome.Totem", "totem"), ()),
+)
+#: Names the top bar shows for windows of classes no app above claims.
+OTHER_NAMES = {
+    "gnome-terminal-server": "Terminal",
+    "mousepad": "Text Editor",
+    "evince": "Document Viewer",
+    "totem": "Videos",
+    "xterm": "XTerm",
+    "soffice": "LibreOffice",
+}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the panel's parts are on a screen (pixels), as GNOME Shell lays them out at scale 1.
+
+    GNOME keeps the top bar at 27 px and the dock at 70 px at every screen size; the dock's icons shrink when
+    its launchers do not fit the screen's height, as dash-to-dock's do.
+    """
+
+    width: int
+    height: int
+    cell: int
+    icon: int
+    first_centre: int
+    show_apps_centre: int
+
+    @property
+    def work_area(self) -> tuple[int, int, int, int]:
+        """``(x, y, width, height)`` that maximized windows fill: right of the dock, under the top bar."""
+        return (DOCK_WIDTH, BAR_HEIGHT, self.width - DOCK_WIDTH, self.height - BAR_HEIGHT)
+
+    def launcher_centre(self, index: int) -> int:
+        """The y of launcher ``index``'s centre (the launchers, then Trash after a separator)."""
+        gap = 0 if index < len(LAUNCHERS) else self.cell // 4
+        return self.first_centre + self.cell * index + gap
+
+
+def layout(screen: tuple[int, int]) -> Layout:
+    """The panel's layout on a ``screen`` of ``(width, height)``."""
+    width, height = screen
+    show_apps = height - SHOW_APPS_FROM_BOTTOM
+    items = len(LAUNCHERS) + 1  # and Trash
+    room = show_apps - CELL // 2 - (FIRST_CENTRE - CELL // 2) - CELL // 4 - CELL // 2
+    cell = min(CELL, max(24, room // items))
+    icon = min(ICON, max(16, cell - 20))
+    return Layout(width, height, cell, icon, BAR_HEIGHT + 4 + cell // 2, show_apps)
+
+
+def _find_icon(names: Sequence[str], size: int) -> Path | None:
+    for theme in _ICON_THEMES:
+        for folder in (f"{size}x{size}", "48x48", "256x256", "64x64", "128x128", "scalable"):
+            for kind in ("apps", "places", "legacy", "mimetypes"):
+                for name in names:
+                    path = Path(theme, folder, kind, f"{name}.png")
+                    if path.is_file():
+                        return path
+    return None
+
+
+def _font(kind: str, size: int) -> Any:
+    from PIL import ImageFont
+
+    for path in _FONTS[kind]:
+        if Path(path).is_file():
+            return ImageFont.truetype(path, size)
+    return ImageFont.load_default()
+
+
+def _icon(names: Sequence[str], size: int) -> Any:
+    from PIL import Image, ImageDraw
+
+    path = _find_icon(names, size)
+    if path is None:  # a grey rounded square, never an empty cell
+        image = Image.new("RGBA", (size, size))
+        ImageDraw.Draw(image).rounded_rectangle((2, 2, size - 3, size - 3), radius=size // 6, fill=(150, 150, 150))
+        return image
+    image = Image.open(path).convert("RGBA")
+    return image if image.size == (size, size) else image.resize((size, size), Image.Resampling.LANCZOS)
+
+
+def _wallpaper(screen: tuple[int, int]) -> Any:
+    """Ubuntu 22.04's default wallpaper, as far as a gradient with its diagonal facets goes."""
+    import numpy as np
+    from PIL import Image
+
+    width, height = screen
+    xs = np.linspace(0, 1, width)[None, :]
+    ys = np.linspace(0, 1, height)[:, None]
+    ramp = np.clip(xs * 0.7 + ys * 0.3, 0, 1)[..., None]
+    dark, middle, light = (np.array(stop, dtype=np.float64) for stop in WALLPAPER_STOPS)
+    low = dark + (middle - dark) * np.clip(ramp / 0.5, 0, 1)
+    pixels = np.where(ramp < 0.5, low, middle + (light - middle) * np.clip((ramp - 0.5) / 0.5, 0, 1))
+    # the artwork's facets: two lighter diagonal bands, as the jellyfish's folds cross the VM's screen
+    for offset, strength in ((0.15, 1.12), (0.45, 1.08)):
+        band = ((xs - offset) - (1 - ys) * 0.6 > 0) & ((xs - offset) - (1 - ys) * 0.6 < 0.12)
+        pixels = np.where(band[..., None], np.clip(pixels * strength, 0, 255), pixels)
+    return Image.fromarray(pixels.astype(np.uint8), "RGB")
+
+
+def _raw(image: Any) -> bytes:
+    """An image as the X server's 24-bit ZPixmap rows (BGRX), zlib-compressed."""
+    return zlib.compress(image.convert("RGB").tobytes("raw", "BGRX"), 6)
+
+
+def _glyphs(kind: str, size: int, fg: tuple[int, int, int], bg: tuple[int, int, int]) -> tuple[Any, dict[str, Any]]:
+    """A strip of the printable ASCII characters drawn in ``fg`` over ``bg``, and where each one is."""
+    from PIL import Image, ImageDraw
+
+    font = _font(kind, size)
+    ascent, descent = font.getmetrics()
+    height = ascent + descent
+    chars = [chr(c) for c in range(32, 127)]
+    advances = [round(font.getlength(c)) for c in chars]
+    strip = Image.new("RGB", (sum(advances) + 2 * len(chars), height), bg)
+    draw = ImageDraw.Draw(strip)
+    table: dict[str, list[int]] = {}
+    x = 0
+    for char, advance in zip(chars, advances, strict=True):
+        draw.text((x, 0), char, font=font, fill=fg)
+        table[char] = [x, advance]
+        x += advance + 2
+    return strip, {"height": height, "chars": table}
+
+
+def _text_width(table: dict[str, Any], text: str) -> int:
+    return sum(table["chars"].get(c, table["chars"]["?"])[1] for c in text)
+
+
+def _status_icons(bar: Any, right: int) -> None:
+    """The VM's status icons at the top bar's right (wired network, volume, power), drawn in white."""
+    from PIL import ImageDraw
+
+    draw = ImageDraw.Draw(bar)
+    white = (238, 238, 236)
+    cy = BAR_HEIGHT // 2
+    x = right - 33  # power: an open ring and its bar
+    draw.arc((x - 7, cy - 7, x + 7, cy + 7), start=-60, end=240, fill=white, width=2)
+    draw.line((x, cy - 8, x, cy - 1), fill=white, width=2)
+    x = right - 62  # volume: a speaker and two waves
+    draw.polygon(
+        ((x - 8, cy - 3), (x - 5, cy - 3), (x - 1, cy - 7), (x - 1, cy + 7), (x - 5, cy + 3), (x - 8, cy + 3)),
+        fill=white,
+    )
+    draw.arc((x - 4, cy - 5, x + 4, cy + 5), start=-50, end=50, fill=white, width=2)
+    draw.arc((x - 4, cy - 9, x + 8, cy + 9), start=-50, end=50, fill=white, width=2)
+    x = right - 90  # wired network: three boxes joined
+    draw.rectangle((x - 3, cy - 8, x + 3, cy - 3), fill=white)
+    draw.rectangle((x - 9, cy + 3, x - 3, cy + 8), fill=white)
+    draw.rectangle((x + 3, cy + 3, x + 9, cy + 8), fill=white)
+    draw.line((x, cy - 3, x, cy), fill=white, width=2)
+    draw.line((x - 6, cy, x + 6, cy), fill=white, width=2)
+    draw.line((x - 6, cy, x - 6, cy + 3), fill=white, width=2)
+    draw.line((x + 6, cy, x + 6, cy + 3), fill=white, width=2)
+
+
+def _show_apps_icon(size: int) -> Any:
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGBA", (size, size))
+    draw = ImageDraw.Draw(image)
+    step = size // 4
+    dot = max(2, size // 12)
+    for row in range(3):
+        for col in range(3):
+            cx, cy = step * (col + 1), step * (row + 1)
+            draw.ellipse((cx - dot, cy - dot, cx + dot, cy + dot), fill=(238, 238, 236))
+    return image
+
+
+TILE = (136, 128)
+GRID_ICON = 64
+
+
+def _tiles(apps: Sequence[AppEntry]) -> tuple[Any, dict[str, Any]]:
+    """The app grid's tiles side by side (icon over name, on the overview's background)."""
+    from PIL import Image, ImageDraw
+
+    font = _font("regular", 14)
+    strip = Image.new("RGB", (TILE[0] * len(apps), TILE[1]), OVERVIEW_COLOUR)
+    draw = ImageDraw.Draw(strip)
+    for i, app in enumerate(apps):
+        icon = _icon(app.icons, GRID_ICON)
+        x = i * TILE[0]
+        strip.paste(icon, (x + (TILE[0] - GRID_ICON) // 2, 16), icon)
+        name = app.name if font.getlength(app.name) <= TILE[0] - 8 else app.name[:16] + "…"
+        width = font.getlength(name)
+        draw.text((x + (TILE[0] - width) / 2, 16 + GRID_ICON + 12), name, font=font, fill=(238, 238, 236))
+    return strip, {"width": TILE[0], "height": TILE[1]}
+
+
+def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
+    from PIL import Image, ImageDraw
+
+    spot = layout(screen)
+    width, height = screen
+    files: dict[str, bytes] = {}
+    images: dict[str, list[Any]] = {}
+
+    def keep(name: str, image: Any) -> None:
+        files[f"{name}.z"] = _raw(image)
+        images[name] = [image.width, image.height, f"{name}.z"]
+
+    wallpaper = _wallpaper(screen)
+    keep("wallpaper", wallpaper)
+    bar = Image.new("RGB", (width, BAR_HEIGHT), BAR_COLOUR)
+    bar_glyphs, bar_table = _glyphs("regular", 15, (238, 238, 236), BAR_COLOUR)
+    bold_glyphs, bold_table = _glyphs("bold", 15, (238, 238, 236), BAR_COLOUR)
+    text_y = (BAR_HEIGHT - bar_table["height"]) // 2
+    activities = Image.new("RGB", (1, 1))
+    ImageDraw.Draw(bar).text((18, text_y), "Activities", font=_font("regular", 15), fill=(238, 238, 236))
+    activities_end = 18 + _text_width(bar_table, "Activities") + 12
+    _status_icons(bar, width)
+    keep("bar", bar)
+    keep("glyphs_bar", bar_glyphs)
+    keep("glyphs_bold", bold_glyphs)
+    del activities
+    # the dock: the wallpaper under a dark band, the launchers, Trash after a separator, Show Applications
+    band = wallpaper.crop((0, BAR_HEIGHT, DOCK_WIDTH, height))
+    tint = Image.new("RGB", band.size, DOCK_TINT)
+    dock = Image.blend(band, tint, DOCK_OPACITY)
+    for i, app in enumerate((*LAUNCHERS, TRASH)):
+        icon = _icon(app.icons, spot.icon)
+        centre = spot.launcher_centre(i) - BAR_HEIGHT
+        dock.paste(icon, (DOCK_WIDTH // 2 - spot.icon // 2, centre - spot.icon // 2), icon)
+    separator = spot.launcher_centre(len(LAUNCHERS)) - spot.cell // 2 - spot.cell // 8 - BAR_HEIGHT
+    ImageDraw.Draw(dock).line((14, separator, DOCK_WIDTH - 15, separator), fill=(90, 84, 88), width=1)
+    grid_icon = _show_apps_icon(spot.icon)
+    dock.paste(
+        grid_icon, (DOCK_WIDTH // 2 - spot.icon // 2, spot.show_apps_centre - BAR_HEIGHT - spot.icon // 2), grid_icon
+    )
+    keep("dock", dock)
+    tiles, tile_table = _tiles(APPS)
+    keep("tiles", tiles)
+    search_glyphs, search_table = _glyphs("regular", 15, (238, 238, 236), SEARCH_COLOUR)
+    hint_glyphs, _ = _glyphs("regular", 15, (154, 150, 152), SEARCH_COLOUR)
+    menu_glyphs, menu_table = _glyphs("regular", 15, (238, 238, 236), MENU_COLOUR)
+    menu_hot, _ = _glyphs("regular", 15, (238, 238, 236), MENU_HIGHLIGHT)
+    keep("glyphs_search", search_glyphs)
+    keep("glyphs_hint", hint_glyphs)
+    keep("glyphs_menu", menu_glyphs)
+    keep("glyphs_menu_hot", menu_hot)
+    manifest = {
+        "screen": [width, height],
+        "bar_height": BAR_HEIGHT,
+        "dock_width": DOCK_WIDTH,
+        "colours": {
+            "bar": BAR_COLOUR,
+            "dot": DOT_COLOUR,
+            "overview": OVERVIEW_COLOUR,
+            "search": SEARCH_COLOUR,
+            "menu": MENU_COLOUR,
+            "menu_hot": MENU_HIGHLIGHT,
+        },
+        "images": images,
+        "glyphs": {
+            "bar": bar_table,
+            "bold": bold_table,
+            "search": search_table,
+            "hint": search_table,
+            "menu": menu_table,
+            "menu_hot": menu_table,
+        },
+        "text_y": text_y,
+        "activities": [0, activities_end],
+        "app_name_x": activities_end + 12,
+        "cell": spot.cell,
+        "launchers": [
+            {"name": a.name, "command": list(a.command), "classes": list(a.classes), "y": spot.launcher_centre(i)}
+            for i, a in enumerate((*LAUNCHERS, TRASH))
+        ],
+        "show_apps": spot.show_apps_centre,
+        "apps": [{"name": a.name, "command": list(a.command)} for a in APPS],
+        "tile": tile_table,
+        "names": {**OTHER_NAMES},
+    }
+    return files, manifest
+
+
+def lookalike_margins() -> str:
+    """openbox's ``<margins>``: the top bar's rows and the dock's columns, kept free of windows as GNOME's
+    struts keep them (the work area: ``_NET_WORKAREA``, where maximized windows go)."""
+    return f"  <margins><top>{BAR_HEIGHT}</top><bottom>0</bottom><left>{DOCK_WIDTH}</left><right>0</right></margins>\n"
+
+
+@functools.lru_cache(maxsize=4)
+def _rendered(screen: tuple[int, int]) -> tuple[tuple[tuple[str, bytes], ...], str]:
+    files, manifest = _render(screen)
+    return tuple(sorted(files.items())), json.dumps(manifest)
+
+
+def write_lookalike_files(folder: Path, screen: tuple[int, int]) -> None:
+    """Write the lookalike session's files into ``folder`` (bound at :data:`LOOKALIKE_DIR`): the panel
+    (:mod:`.panel`), its pictures for a ``screen`` of ``(width, height)`` and its manifest.
+
+    The pictures are drawn once per screen size in this process (about a second of Pillow), then copied."""
+    files, manifest = _rendered(tuple(screen))  # type: ignore[arg-type]
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, data in files:
+        (folder / name).write_bytes(data)
+    (folder / "panel.json").write_text(manifest)
+    shutil.copyfile(PANEL_FILE, folder / "panel.py")

@@ -1,0 +1,240 @@
+"""The lookalike session (``LocalOptions(session="lookalike")``): openbox with legato's own top bar and dock that
+look and act as OSWorld's VM's GNOME Shell (reference/osworld-vm-look.md): its rows and columns, its work
+area, each app's window as the one table says, the launchers, the overview and a launcher's menu.
+
+One 1920x1080 desktop is shared by the tests; one more at 1280x720 checks another screen size."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from legato_gym import DesktopConfig, Task
+from legato_gym.backends.local import LocalDesktop, LocalOptions
+from legato_gym.backends.local.sandbox.lookalike import BAR_COLOUR, DOT_COLOUR, LAUNCHERS, layout
+from legato_gym.backends.local.sandbox.shell import APP_WINDOWS, opens_as
+from legato_gym.backends.local.xstate import open_display
+
+pytestmark = [
+    pytest.mark.desktop,
+    pytest.mark.skipif(
+        not all(shutil.which(t) for t in ("Xvfb", "bwrap", "openbox", "wmctrl", "xterm")),
+        reason="needs xvfb, bubblewrap, openbox, wmctrl and xterm",
+    ),
+]
+
+SCREEN = (1920, 1080)
+EMPTY = Task("t-lookalike", "Look.", {"config": [], "evaluator": {"func": "infeasible"}})
+#: The VM's work area at 1920x1080 (reference/osworld-vm-look.md): right of the dock, under the top bar.
+WORK_AREA = (70, 27, 1850, 1053)
+FILES = 65 + 68 * 8  # the Files launcher's centre, the 9th, as on the VM
+SHOW_APPS = 1040
+
+
+def options() -> LocalOptions:
+    return LocalOptions(session="lookalike", prestart=False)
+
+
+@pytest.fixture(scope="module")
+def desktop() -> Iterator[LocalDesktop]:
+    with LocalDesktop(DesktopConfig(screen=SCREEN, options=options())) as d:
+        d.reset(EMPTY)
+        d.wait_after_reset()
+        yield d
+
+
+def frames(desktop: LocalDesktop) -> dict[tuple[str, str], tuple[int, int, int, int]]:
+    """``WM_CLASS`` (``(instance, class)``) of each managed window to its frame's ``(x, y, width, height)``: the
+    client's place on the root, widened by the window manager's ``_NET_FRAME_EXTENTS`` (its title bar)."""
+    from Xlib import X, error
+
+    found = {}
+    screen = open_display(desktop.display.name)
+    try:
+        root = screen.screen().root
+        clients = root.get_full_property(screen.intern_atom("_NET_CLIENT_LIST"), X.AnyPropertyType)
+        for wid in clients.value if clients is not None else []:
+            window = screen.create_resource_object("window", wid)
+            try:
+                cls = window.get_wm_class() or ("", "")
+                geometry = window.get_geometry()
+                origin = root.translate_coords(window, 0, 0)
+                extents = window.get_full_property(screen.intern_atom("_NET_FRAME_EXTENTS"), X.AnyPropertyType)
+            except error.XError:
+                continue  # gone meanwhile
+            left, right, top, bottom = extents.value if extents is not None else (0, 0, 0, 0)
+            box = (origin.x - left, origin.y - top, geometry.width + left + right, geometry.height + top + bottom)
+            found[(cls[0], cls[1])] = box
+    finally:
+        screen.close()
+    return found
+
+
+def frame_of(desktop: LocalDesktop, cls: str) -> tuple[int, int, int, int] | None:
+    """The frame of the window whose WM_CLASS class is ``cls`` (either part, case-insensitively), if managed."""
+    return next((b for name, b in frames(desktop).items() if cls.lower() in (name[0].lower(), name[1].lower())), None)
+
+
+def work_area(desktop: LocalDesktop) -> list[int]:
+    from Xlib import X
+
+    screen = open_display(desktop.display.name)
+    try:
+        root = screen.screen().root
+        prop = root.get_full_property(screen.intern_atom("_NET_WORKAREA"), X.AnyPropertyType)
+        return list(prop.value[:4]) if prop is not None else []
+    finally:
+        screen.close()
+
+
+def wait_for(condition: object, seconds: float = 20) -> bool:
+    assert callable(condition)
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def pixels(desktop: LocalDesktop) -> np.ndarray:
+    return desktop.display.screenshot().astype(int)
+
+
+def test_top_bar_and_dock_take_the_vms_rows_and_columns(desktop: LocalDesktop) -> None:
+    desktop.reset(EMPTY)
+    screen = pixels(desktop)
+    assert (np.abs(screen[:27, 300:800] - np.array(BAR_COLOUR)) <= 2).all()  # rows 0-26, (19, 19, 19) as the VM
+    assert np.abs(screen[27, 300:800] - np.array(BAR_COLOUR)).sum(axis=1).min() > 6  # row 27: the wallpaper
+    assert (screen[3:24, 18:80] > 200).any()  # "Activities" at the left, white
+    assert (screen[3:24, 900:1020] > 200).any()  # the clock, centred
+    assert (screen[3:24, 1820:1910] > 200).any()  # the status icons at the right
+    dock = screen[500:700, 60:70]
+    assert np.abs(dock - dock[:, :1]).max() <= 2  # the dock's dark band: each row even through column 69
+    assert (screen[500:700, 70].sum(axis=1) > screen[500:700, 69].sum(axis=1) + 10).all()  # column 70: wallpaper
+    for k in range(len(LAUNCHERS)):  # an icon centred at x = 35, y = 65 + 68 k, on the dark band
+        cell = screen[65 + 68 * k - 20 : 65 + 68 * k + 20, 15:55]
+        assert np.abs(cell - screen[65 + 68 * k, 66]).sum(axis=2).max() > 100, k
+    assert (screen[SHOW_APPS - 16 : SHOW_APPS + 16, 19:51] > 200).any()  # Show Applications' dots
+
+
+def test_a_maximized_window_fills_the_vms_work_area(desktop: LocalDesktop) -> None:
+    desktop.reset(EMPTY)
+    assert work_area(desktop) == list(WORK_AREA)  # the struts, as openbox reads them
+    desktop.client.post_json("/setup/launch", {"command": ["xterm", "-T", "to-maximize"]})
+    assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
+    maximize = ["wmctrl", "-x", "-r", "xterm.XTerm", "-b", "add,maximized_vert,maximized_horz"]
+    subprocess.run(maximize, env=desktop.display.env(), check=True)  # as the title bar's double-click asks
+    assert wait_for(lambda: frame_of(desktop, "XTerm") == WORK_AREA), frames(desktop)
+    screen = pixels(desktop)
+    assert (np.abs(screen[:27, 300:800] - np.array(BAR_COLOUR)) <= 2).all()  # the bar stays over it
+
+
+#: A command per class of the table, for the apps installed here (the heaviest left out: each costs a start).
+COMMANDS = {
+    "libreoffice*": ["libreoffice", "--calc"],
+    "Chromium*": ["google-chrome"],
+    "Evince": ["evince"],
+    "org.gnome.Nautilus": ["nautilus", "--new-window"],
+    "XTerm": ["xterm"],
+    "Gnome-terminal": ["gnome-terminal"],
+    "Mousepad": ["mousepad"],
+    "vlc": ["vlc"],
+}
+
+
+def test_each_app_opens_as_the_table_says(desktop: LocalDesktop) -> None:
+    """Every app of :data:`APP_WINDOWS` with a command here, opened at once on one desktop."""
+    desktop.reset(EMPTY)
+    assert set(COMMANDS) <= set(APP_WINDOWS)
+    wanted = {cls: cmd for cls, cmd in COMMANDS.items() if shutil.which(cmd[0]) or cmd[0] == "google-chrome"}
+    for command in wanted.values():
+        desktop.client.post_json("/setup/launch", {"command": command})
+
+    def found() -> dict[str, tuple[int, int, int, int]]:
+        seen = {}
+        for (_, cls), box in frames(desktop).items():
+            pattern = next((p for p in wanted if opens_as(cls) == APP_WINDOWS[p] and _hit(p, cls)), None)
+            if pattern is not None:
+                seen[pattern] = box
+        return seen
+
+    assert wait_for(lambda: set(found()) == set(wanted), 120), (sorted(found()), frames(desktop))
+    time.sleep(1.0)  # each window's first configure
+    for pattern, (x, y, w, h) in found().items():
+        if APP_WINDOWS[pattern] == "maximized":
+            assert (x, y, w, h) == WORK_AREA, pattern
+        else:
+            assert (w, h) != WORK_AREA[2:] and x >= WORK_AREA[0] and y >= WORK_AREA[1], (pattern, (x, y, w, h))
+    desktop.reset(EMPTY)
+
+
+def _hit(pattern: str, cls: str) -> bool:
+    pattern, cls = pattern.lower(), cls.lower()
+    return cls == pattern or (pattern.endswith("*") and cls.startswith(pattern[:-1]))
+
+
+def test_clicking_a_dock_launcher_opens_its_app_with_a_dot_and_its_name(desktop: LocalDesktop) -> None:
+    desktop.reset(EMPTY)
+    screen = pixels(desktop)
+    assert not (np.abs(screen[FILES - 3 : FILES + 4, 1:8] - np.array(DOT_COLOUR)).sum(axis=2) < 30).any()
+    assert not (screen[3:24, 100:200] > 200).any()  # no app's name: nothing is focused
+    desktop.act(f"pyautogui.click(35, {FILES})")
+    assert wait_for(lambda: frame_of(desktop, "org.gnome.Nautilus") is not None), frames(desktop)
+
+    def dot() -> bool:  # the running app's orange dot left of its icon, as the Ubuntu dock's
+        near = np.abs(pixels(desktop)[FILES - 3 : FILES + 4, 1:8] - np.array(DOT_COLOUR)).sum(axis=2)
+        return bool((near < 30).sum() >= 10)
+
+    assert wait_for(dot, 10)
+    assert wait_for(lambda: bool((pixels(desktop)[3:24, 100:200] > 200).any()), 10)  # "Files" after Activities
+
+
+def test_show_applications_and_the_overview_search_launch_inside(desktop: LocalDesktop) -> None:
+    desktop.reset(EMPTY)
+    before = pixels(desktop)
+    desktop.act(f"pyautogui.click(35, {SHOW_APPS})")  # Show Applications: the app grid
+    assert wait_for(lambda: bool(np.abs(pixels(desktop)[600, 1000] - before[600, 1000]).sum() > 30), 10)
+    desktop.act("pyautogui.typewrite('mousepad', interval=0.02)")
+    desktop.act("pyautogui.press('enter')")
+    assert wait_for(lambda: frame_of(desktop, "Mousepad") is not None), frames(desktop)
+    desktop.reset(EMPTY)
+    desktop.act("pyautogui.click(40, 13)")  # Activities: the overview, with its search
+    assert wait_for(lambda: bool(np.abs(pixels(desktop)[600, 1000] - before[600, 1000]).sum() > 30), 10)
+    desktop.act("pyautogui.press('escape')")  # and away again
+    assert wait_for(lambda: bool(np.abs(pixels(desktop)[600, 1000] - before[600, 1000]).sum() <= 3), 10)
+    desktop.act("pyautogui.press('win')")  # the Super key opens it, as GNOME's overlay key
+    assert wait_for(lambda: bool(np.abs(pixels(desktop)[600, 1000] - before[600, 1000]).sum() > 30), 10)
+    desktop.act("pyautogui.typewrite('xterm', interval=0.02); pyautogui.press('enter')")
+    assert wait_for(lambda: frame_of(desktop, "XTerm") is None, 2)  # xterm is not in the grid: nothing opens
+    desktop.act("pyautogui.press('escape')")
+
+
+def test_a_launchers_right_click_menu_opens_a_new_window_and_quits(desktop: LocalDesktop) -> None:
+    desktop.reset(EMPTY)
+    before = pixels(desktop)
+    desktop.act(f"pyautogui.rightClick(35, {FILES})")
+    assert wait_for(lambda: bool(np.abs(pixels(desktop)[FILES, 150] - before[FILES, 150]).sum() > 30), 10)
+    desktop.act(f"pyautogui.click(150, {FILES} - 16 + 6 + 16)")  # the menu's first item: New Window
+    assert wait_for(lambda: frame_of(desktop, "org.gnome.Nautilus") is not None), frames(desktop)
+    desktop.act(f"pyautogui.rightClick(35, {FILES})")  # now with Quit as its second item
+    time.sleep(0.5)
+    desktop.act(f"pyautogui.click(150, {FILES} - 32 + 6 + 32 + 16)")
+    assert wait_for(lambda: frame_of(desktop, "org.gnome.Nautilus") is None), frames(desktop)
+
+
+def test_another_screen_size_keeps_the_bar_and_dock_sizes() -> None:
+    """GNOME keeps its 27 px bar and 70 px dock at every size (scale 1); the launchers stay on the screen."""
+    with LocalDesktop(DesktopConfig(screen=(1280, 720), options=options())) as small:
+        small.reset(EMPTY)
+        assert work_area(small) == [70, 27, 1210, 693]
+        screen = pixels(small)
+        assert (np.abs(screen[:27, 300:500] - np.array(BAR_COLOUR)) <= 2).all()
+        assert (screen[500:600, 70].sum(axis=1) > screen[500:600, 69].sum(axis=1) + 10).all()
+        spot = layout((1280, 720))
+        assert spot.launcher_centre(len(LAUNCHERS)) + spot.cell // 2 < spot.show_apps_centre - spot.cell // 2
