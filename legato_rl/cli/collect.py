@@ -23,6 +23,7 @@ from rich.table import Table
 from legato_gym import DesktopConfig, LegatoError, Task, resolve_backend
 from legato_gym.backends.local.file_cache import FILE_CACHE_ENV_VAR
 from legato_gym.backends.local.options import GRADERS, LocalOptions
+from legato_gym.errors import ConfigError
 from legato_gym.tasks import load_tasks
 from legato_rl.cli._errors import EXIT_NOTHING_COMPLETED, fail
 from legato_rl.cli._follow import check_follow_options, run_follow
@@ -188,6 +189,14 @@ def collect_command(
             "call, as OSWorld runs them; 0 is faster but unlike OSWorld's VM).",
         ),
     ] = LocalOptions.pyautogui_pause,
+    session: Annotated[
+        str,
+        typer.Option(
+            "--session",
+            help="--backend local: the desktops' session, openbox (a window manager on a black root) or gnome "
+            "(GNOME Shell with the Ubuntu dock, as on OSWorld's VM).",
+        ),
+    ] = LocalOptions.session,
 ) -> None:
     """Collect one batch: every task × (group + oversample) attempts, graded, in legato.rollout/v0.
 
@@ -209,6 +218,7 @@ def collect_command(
         config, grader_name = _grader_config(grader, backend, resolved.configure(config))
         config = _prestart_config(prestart, backend, config)
         config = _pause_config(pyautogui_pause, backend, config)
+        config = _session_config(session, backend, config)
         task_list: list[Task]
         if tasks is not None:
             task_list = load_tasks(tasks, osworld_path=config.osworld_path)
@@ -341,6 +351,19 @@ def _pause_config(pause: float | None, backend: str, config: DesktopConfig) -> D
         raise typer.BadParameter(f"--pyautogui-pause {pause}: give seconds >= 0")
     options = config.options if isinstance(config.options, LocalOptions) else LocalOptions()
     return replace(config, options=replace(options, pyautogui_pause=pause))
+
+
+def _session_config(session: str, backend: str, config: DesktopConfig) -> DesktopConfig:
+    """The desktops' config for ``--session`` (the local backend's; OSWorld's VM runs its own GNOME)."""
+    if session == LocalOptions.session:
+        return config
+    if backend != "local":
+        raise typer.BadParameter(f"--session applies to --backend local only, not {backend!r}")
+    options = config.options if isinstance(config.options, LocalOptions) else LocalOptions()
+    try:
+        return replace(config, options=replace(options, session=session))
+    except ConfigError as exc:
+        raise typer.BadParameter(f"--session {session!r}: {exc}") from exc
 
 
 def _stamp_grader(path: Path, grader: str) -> None:
