@@ -3,7 +3,8 @@
 Why: the ready signal after an action is "the screen still (and the apps idle) for the quiet period". Read by
 comparing frames it can only start counting once the action is over, so every action costs at least the
 quiet period (0.1 s) even on a screen that did not change. The X server knows when it drew: a DAMAGE
-object on the root window reports every drawing into it or into any window on it (a compositor's too).
+object on the root window reports every drawing into it or into any window on it (a compositor's too), and
+one on each top-level window reports an app's drawing before a compositor has painted it.
 With the time of the last change known, the quiet period counts from when the focused app took the
 action's last input (:mod:`.input_sync`, recorded by the action's process) or the last change, whichever is
 later; with pyautogui's 0.1 s pause after each call, that period is over by the time the action returns,
@@ -121,8 +122,7 @@ class ScreenWatch:
                 self.unavailable = "the X server has no DAMAGE extension"
                 return False
             display.damage_query_version()
-            root = display.screen().root
-            handle = root.damage_create(damage.DamageReportNonEmpty)
+            tracked = _Tracked(display, damage)
             display.sync()
         except Exception as exc:
             with contextlib.suppress(Exception):
@@ -130,12 +130,9 @@ class ScreenWatch:
             self.unavailable = f"DAMAGE could not be set up: {type(exc).__name__}: {exc}"
             return False
         self._wake_r, self._wake_w = os.pipe()
-        notify = display.query_extension(damage.extname).first_event + damage.DamageNotifyCode
         self.last_change = time.monotonic()  # nothing is known about the screen before the watch: a change now
         self.unavailable = ""
-        self._thread = threading.Thread(
-            target=self._run, args=(display, handle, notify), name="legato-damage", daemon=True
-        )
+        self._thread = threading.Thread(target=self._run, args=(tracked,), name="legato-damage", daemon=True)
         self._thread.start()
         return True
 
@@ -148,7 +145,8 @@ class ScreenWatch:
         if self._thread is not None:
             self._thread.join(timeout=SYNC_TIMEOUT_S)
 
-    def _run(self, display: Any, handle: int, notify: int) -> None:
+    def _run(self, tracked: _Tracked) -> None:
+        display = tracked.display
         fd = display.fileno()
         try:
             while not self._stopped:
@@ -159,7 +157,11 @@ class ScreenWatch:
                     if self._stopped:
                         break
                     display.sync()  # a round trip: every event the server sent before now is read
-                self._drain(display, handle, notify)
+                if tracked.drain():
+                    with self._cond:
+                        self.last_change = time.monotonic()
+                        self._changes += 1
+                        self._cond.notify_all()
                 if self._wake_r in ready:
                     with self._cond:
                         self._synced = max(self._synced, synced)
@@ -175,20 +177,6 @@ class ScreenWatch:
             for end in (self._wake_r, self._wake_w):
                 with contextlib.suppress(OSError):
                     os.close(end)
-
-    def _drain(self, display: Any, handle: int, notify: int) -> None:
-        seen = False
-        while display.pending_events():
-            event = display.next_event()
-            if event.type == notify:
-                seen = True
-        if seen:
-            display.damage_subtract(handle)  # NonEmpty again: the next drawing sends the next event
-            display.flush()
-            with self._cond:
-                self.last_change = time.monotonic()
-                self._changes += 1
-                self._cond.notify_all()
 
     def sync(self, timeout: float = SYNC_TIMEOUT_S) -> bool:
         """Make a round trip through the watch's connection: after it, every drawing the X server did before
@@ -256,6 +244,59 @@ class ScreenWatch:
                     self._cond.wait(remaining)
             if not self.sync():
                 return Still(False, time.monotonic() - start, time.monotonic() - still_from)
+
+
+class _Tracked:
+    """The DAMAGE objects of one connection: on the root window, and on each of its child windows.
+
+    The root's reports what reaches the screen. Under a compositor (GNOME Shell) an app draws into a window
+    redirected off screen, and the screen changes only when the compositor paints it, a frame or more later:
+    a DAMAGE object on each top-level window (what compositors themselves watch) reports the app's drawing
+    when it is done, so a wait that begins between the two still counts it.
+    """
+
+    def __init__(self, display: Any, damage: Any) -> None:
+        from Xlib import X  # type: ignore[import-untyped]
+
+        self.display = display
+        self._damage = damage
+        self._x = X
+        self.notify = display.query_extension(damage.extname).first_event + damage.DamageNotifyCode
+        display.set_error_handler(_ignore)  # a window gone before its DAMAGE object was made: nothing to watch
+        self.root = display.screen().root
+        self.root.change_attributes(event_mask=X.SubstructureNotifyMask)
+        self.objects: dict[int, int] = {self.root.id: self.root.damage_create(damage.DamageReportNonEmpty)}
+        for child in self.root.query_tree().children:
+            self._watch(child)
+
+    def _watch(self, window: Any) -> None:
+        if window.id not in self.objects:
+            self.objects[window.id] = window.damage_create(self._damage.DamageReportNonEmpty)
+
+    def drain(self) -> bool:
+        """Read the queued events: whether anything was drawn. Each reporting object is made NonEmpty again
+        (its damage subtracted), so the next drawing sends the next event."""
+        drawn: set[int] = set()
+        x = self._x
+        while self.display.pending_events():
+            event = self.display.next_event()
+            if event.type == self.notify:
+                drawn.add(int(event.damage))
+            elif event.type == x.CreateNotify and event.parent.id == self.root.id:
+                self._watch(event.window)
+            elif event.type == x.DestroyNotify and event.event.id == self.root.id:
+                gone = self.objects.pop(event.window.id, None)  # the server freed it with the window
+                if gone is not None:
+                    self.display.display.free_resource_id(gone)
+        for handle in drawn:
+            self.display.damage_subtract(handle)
+        if drawn:
+            self.display.flush()
+        return bool(drawn)
+
+
+def _ignore(*_: Any) -> None:
+    """python-xlib's handler for errors of requests without a reply: dropped (the window went away)."""
 
 
 def _default_display() -> Any:
