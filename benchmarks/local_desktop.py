@@ -265,7 +265,7 @@ def bench_cost(
                 found[name].step.append(time.monotonic() - begin)
                 found[name].step_wait.append(result.ready_s)
         # resets: in place, to a bare desktop started ahead (tasks vary), to one set up ahead (the same task)
-        for round_ in range(resets + 2):  # the first two are not counted: the desktops started ahead get built
+        for round_ in range(resets + 2 if resets else 0):  # the first two are not counted: the desks get built
             for name in sides:
                 for mode in RESET_MODES:
                     desktop = desktops[(name, mode)]
