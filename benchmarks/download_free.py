@@ -1,9 +1,10 @@
 """OSWorld's download-free tasks on local desktops, each run to a graded record with ``legato rl collect``.
 
 Run: ``python benchmarks/download_free.py [--osworld DIR] [--out runs/download-free] [--desktops 2]
-[--grader auto] [--readme]``. Picks the tasks of ``test_all.json`` that download no file and need neither the
-live web nor a Google account (:func:`legato_gym.backends.local.coverage.needs_no_download`), asks this
-machine which of them its local desktop accepts (the load check), runs those with ``legato rl collect
+[--grader auto] [--session openbox|gnome] [--readme]``. Picks the tasks of ``test_all.json`` that download
+no file and need neither the live web nor a Google account
+(:func:`legato_gym.backends.local.coverage.needs_no_download`), asks this machine which of them its local
+desktop accepts (the load check), runs those with ``legato rl collect
 --backend local --policy-url embedded`` (scripted solutions where the reference policy has one, else
 ``DONE``), and prints markdown: the counts, per task its verdict, status, reward and time, and the
 refused ones with the reason. ``--readme`` puts the same figures into README.md. Rerunning starts a fresh
@@ -64,7 +65,7 @@ def collect(tasks_file: Path, out: Path, args: argparse.Namespace) -> float:
         legato, "rl", "collect", "--backend", "local", "--policy-url", "embedded", "--tasks", str(tasks_file),
         "--osworld", str(args.osworld), "--out", str(out), "--group", "1", "--desktops", str(args.desktops),
         "--max-steps", str(args.max_steps), "--rollout-timeout", str(args.rollout_timeout), "--grader",
-        args.grader, "--quiet",
+        args.grader, "--session", args.session, "--quiet",
     ]  # fmt: skip
     start = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
@@ -154,6 +155,7 @@ def main() -> None:
     parser.add_argument("--rollout-timeout", type=float, default=900.0)
     parser.add_argument("--grader", choices=("auto", "osworld", "local"), default="auto")
     parser.add_argument("--domain", action="append", help="only these domains (repeat); default: all")
+    parser.add_argument("--session", choices=("openbox", "gnome"), default="openbox", help="the desktops' session")
     parser.add_argument("--readme", action="store_true", help="write the figures into README.md")
     args = parser.parse_args()
 

@@ -8,7 +8,9 @@ Each setting of the action runner is run in turn:
 * ``before``: legato up to 2f52d08 (``pyautogui.PAUSE = 0``, no wait for the app between calls);
 * ``osworld-pause``: pyautogui's own 0.1 s pause (OSWorld's semantics) and no wait for the app;
 * ``default``: the pause and the wait until the focused app took each call's input (``sync_input``);
-* ``fast``: ``pyautogui.PAUSE = 0`` with that wait.
+* ``fast``: ``pyautogui.PAUSE = 0`` with that wait;
+* ``frames``: the default, with the ready signal after each action read by comparing frames on the host
+  (``screen_watch="frames"``, as before X DAMAGE) instead of from X DAMAGE in the desktop.
 
 Run: ``python benchmarks/keys_in_order.py [--runs 20] [--load 2] [--apps calc,writer,impress,chrome]
 [--settings before,default]``. Needs desktop-env's interpreter (``legato osworld setup``) and the local
@@ -33,6 +35,7 @@ SETTINGS = {
     "osworld-pause": {"pyautogui_pause": None, "sync_input": False},
     "default": {},
     "fast": {"pyautogui_pause": 0.0},
+    "frames": {"screen_watch": "frames"},
 }
 
 

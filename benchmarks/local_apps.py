@@ -193,14 +193,22 @@ def _attempt(desktop: LocalDesktop, task: Task, actions: Sequence[str], think_s:
     return time.monotonic() - start, reward
 
 
+#: ``--before``: legato's loops with the wait after each action read by comparing frames, as before X DAMAGE.
+BEFORE_LOOPS: dict[str, dict[str, Any]] = {
+    f"{name}, frames (before)": {**loop, "options": {**loop["options"], "screen_watch": "frames"}}
+    for name, loop in LOOPS.items()
+    if name.startswith("legato")
+}
+
+
 def bench_rollout(
-    osworld: str, attempts: int, thinks: Sequence[float]
+    osworld: str, attempts: int, thinks: Sequence[float], loops: dict[str, dict[str, Any]] = LOOPS
 ) -> dict[tuple[str, float], tuple[list[float], list[float]]]:
-    """Whole attempts of the Impress task in both loops, in turns; (seconds, rewards) per (loop, think)."""
+    """Whole attempts of the Impress task in the loops, in turns; (seconds, rewards) per (loop, think)."""
     task = load_osworld_task("libreoffice_impress", IMPRESS_TASK, osworld_path=osworld)
     actions = [a for a in osworld_solution(IMPRESS_TASK) if a != "DONE"]
     results: dict[tuple[str, float], tuple[list[float], list[float]]] = {}
-    desktops = {name: LocalDesktop(_config(**overrides)) for name, overrides in LOOPS.items()}
+    desktops = {name: LocalDesktop(_config(**overrides)) for name, overrides in loops.items()}
     try:
         for desktop in desktops.values():  # a collection's desktops run many attempts: not their first two
             if desktop.config.fast_reset:
@@ -282,6 +290,10 @@ def main() -> None:
         default=os.environ.get("LEGATO_OSWORLD") or str(ROOT.parent / "shared" / "osworld"),
         help="OSWorld checkout holding evaluation_examples/ (default: $LEGATO_OSWORLD, else ../shared/osworld)",
     )
+    parser.add_argument("--thinks", default="0,2", help="rollout: policy latencies in seconds, comma-separated")
+    parser.add_argument(
+        "--before", action="store_true", help="rollout: also legato's loops comparing frames after each action"
+    )
     args = parser.parse_args()
     print("## Real apps on local desktops (benchmarks/local_apps.py)\n")
     print(f"Machine: {os.cpu_count()} cores, screen {SCREEN[0]}x{SCREEN[1]}, grader desktop-env.\n")
@@ -299,13 +311,15 @@ def main() -> None:
                     print(f"| {task_name} | {name} | {stats(seconds)} | {ratio:.2f}x | {memory[name] / 1024:.0f} MiB |")
             print()
         if args.only in (None, "rollout"):
-            results = bench_rollout(args.osworld, args.attempts, (0.0, 2.0))
+            loops = {**(BEFORE_LOOPS if args.before else {}), **LOOPS}
+            thinks = tuple(float(t) for t in args.thinks.split(","))
+            results = bench_rollout(args.osworld, args.attempts, thinks, loops)
             print(f"Whole attempts of libreoffice_impress/{IMPRESS_TASK}, scripted solution, {args.attempts}x:\n")
             print("| policy latency | loop | attempt, median (p90) | speed-up over the stock loop | rewards |")
             print("|---|---|---|---|---|")
-            for think in (0.0, 2.0):
+            for think in thinks:
                 stock = _median(results[("OSWorld stock loop", think)][0])
-                for loop in LOOPS:
+                for loop in loops:
                     seconds, rewards = results[(loop, think)]
                     latency = "instant" if think == 0 else f"{think:g} s per call"
                     ratio = stock / _median(seconds)

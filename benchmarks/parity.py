@@ -103,7 +103,7 @@ def _run(desktop: Any, task: Any, actions: list[str]) -> dict[str, Any]:
     return row
 
 
-def measure(keys: set[str] | None) -> list[dict[str, Any]]:
+def measure(keys: set[str] | None, session: str = "openbox") -> list[dict[str, Any]]:
     """Run the scripted tasks, right and wrong, and grade each end state with both graders."""
     from legato_gym import DesktopConfig, Task, Timeouts
     from legato_gym.backends.local import LocalDesktop, LocalOptions
@@ -118,7 +118,10 @@ def measure(keys: set[str] | None) -> list[dict[str, Any]]:
             python=sys.executable,
             timeouts=Timeouts(reset=180, ready=60),
             options=LocalOptions(
-                grader="osworld", download_cache=str(Path(tmp) / "downloads"), file_cache=str(files.root)
+                grader="osworld",
+                download_cache=str(Path(tmp) / "downloads"),
+                file_cache=str(files.root),
+                session=session,
             ),
         )
         with LocalDesktop(config) as desktop:
@@ -191,13 +194,14 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="store docs/parity.json and the table in backends.md")
     parser.add_argument("--only", nargs="+", metavar="KEY", help="only these tasks (keys as in the table)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON, not markdown")
+    parser.add_argument("--session", choices=("openbox", "gnome"), default="openbox", help="the desktop's session")
     args = parser.parse_args()
     _in_desktop_env()
     import desktop_env
 
     from legato_gym.desktopenv.venv import DESKTOP_ENV_VERSION
 
-    rows = measure(set(args.only) if args.only else None)
+    rows = measure(set(args.only) if args.only else None, args.session)
     version = getattr(desktop_env, "__version__", DESKTOP_ENV_VERSION)
     data = {"generated": time.strftime("%Y-%m-%d", time.gmtime()), "desktop_env": version, "rows": rows}
     if args.write:

@@ -17,10 +17,12 @@ import gc
 import importlib
 import json
 import logging
+import mmap
 import os
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -30,6 +32,7 @@ import types
 from pathlib import Path
 from typing import Any
 
+from .damage import work_ticks
 from .input_sync import install_on_import
 
 __all__ = ["ACTION_OUTPUT_LIMIT", "SERVER_FOLDER", "ActionRunner", "fork_server"]
@@ -43,6 +46,22 @@ SERVER_FOLDER = os.path.dirname(os.path.abspath(__file__))
 ACTION_OUTPUT_LIMIT = 4 * 1024 * 1024
 _REAP_S = 2.0
 _PR_SET_CHILD_SUBREAPER = 36
+
+#: Where an action's process records when the focused app last took its input, and the apps' clock ticks
+#: then (:func:`_mark_taken`): a page shared by the fork server and its children (``MAP_SHARED``, not an fd, so
+#: it survives the child's closing of every descriptor). The fork server reads it once the child exited.
+_TAKEN = struct.Struct("=dq")
+_taken_page: mmap.mmap | None = None
+#: The in-desktop server's pid (the fork server's parent): its work is not an app's.
+_server_pid = 0
+
+
+def _mark_taken() -> None:
+    """In an action's process, after an input wait: the time, and the apps' ticks (this process, the fork
+    server and the server left out), for the ready signal that follows the action (:mod:`.damage`)."""
+    if _taken_page is not None:
+        ticks = work_ticks((os.getpid(), os.getppid(), _server_pid))
+        _taken_page[: _TAKEN.size] = _TAKEN.pack(time.monotonic(), ticks)
 
 
 def _is_x_connection(value: object) -> bool:
@@ -129,7 +148,7 @@ def _run_child(source: str, out_w: int, err_w: int, sync_input: bool) -> None:
         sys.modules["__main__"] = main
         atexit._clear()
         if sync_input:
-            install_on_import()
+            install_on_import(_mark_taken)
         try:
             exec(compile(source, "<string>", "exec"), main.__dict__)
             code = 0
@@ -248,6 +267,9 @@ def _run_action(source: str, timeout: float, sync_input: bool = True) -> dict[st
     sys.stderr.flush()
     table = _process_table()
     before = {p: table[p][1] for p in _descendants(table, os.getpid())}
+    if _taken_page is not None:
+        _taken_page[: _TAKEN.size] = bytes(_TAKEN.size)
+    started = time.monotonic()
     pid = os.fork()
     if pid == 0:
         _run_child(source, out_w, err_w, sync_input)
@@ -291,12 +313,27 @@ def _run_action(source: str, timeout: float, sync_input: bool = True) -> dict[st
                 _LEFTOVERS.append(fd)
             else:
                 os.close(fd)
+    ended = time.monotonic()
     return {
         "returncode": os.waitstatus_to_exitcode(status),
         "output": streams[out_r].decode(errors="replace"),
         "error": streams[err_r].decode(errors="replace"),
         "timed_out": timed_out,
+        "started": started,
+        "ended": ended,
+        "input_taken": _input_taken(started, ended),
     }
+
+
+def _input_taken(started: float, ended: float) -> list[float] | None:
+    """``[monotonic time, apps' ticks]`` of the action's last input wait, or ``None`` (no pyautogui call
+    waited). The time is held within the action's run: it is written by agent-run code."""
+    if _taken_page is None:
+        return None
+    at, ticks = _TAKEN.unpack(_taken_page[: _TAKEN.size])
+    if not at:
+        return None
+    return [min(max(at, started), ended), ticks]
 
 
 class _Lines:
@@ -333,7 +370,10 @@ def fork_server(control_fd: int) -> None:
     starts warm yet shares nothing mutable with the next one (the child's memory is a copy, its X
     connection its own, and this process never runs agent code itself).
     """
+    global _taken_page, _server_pid
     _become_subreaper()
+    _taken_page = mmap.mmap(-1, mmap.PAGESIZE)  # anonymous and shared with the children forked from here
+    _server_pid = os.getppid()
     control = _Lines(socket.socket(fileno=control_fd))
     control.send({"ready": True, "warm_error": _warm_up()})
     while True:

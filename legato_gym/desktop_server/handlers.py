@@ -24,6 +24,7 @@ from typing import Any
 
 from .actions import ACTION_OUTPUT_LIMIT, SERVER_FOLDER, ActionRunner
 from .atspi import ATSPI_PYTHON, ATSPI_TIMEOUT, ATSPI_UNAVAILABLE
+from .damage import ScreenWatch, work_ticks
 from .image import Framebuffer
 from .pointer import read_pointer
 
@@ -167,6 +168,7 @@ class Handlers:
         atspi_timeout: float = ATSPI_TIMEOUT,
         mode: str = "legato",
         pointer: bool = True,
+        watch: ScreenWatch | None = None,
     ) -> None:
         if mode not in SERVER_MODES:
             raise ValueError(f"server mode {mode!r}: choose one of {', '.join(SERVER_MODES)}")
@@ -179,6 +181,9 @@ class Handlers:
         self.runner = runner
         self.atspi_python = atspi_python
         self.atspi_timeout = atspi_timeout
+        #: The screen's changes (X DAMAGE) for the wait after an action; ``None`` or not running: the host
+        #: compares frames instead.
+        self.watch = watch
         self._children: list[subprocess.Popen[bytes]] = []
         self._lock = threading.Lock()
 
@@ -204,9 +209,16 @@ class Handlers:
     def action(self, data: dict[str, Any]) -> Response:
         """legato's own route: run pyautogui code in a child of the warm fork server (see :class:`ActionRunner`).
 
-        Body ``{"code": str, "timeout": seconds, "sync_input": bool}`` (``sync_input``, default true: each
-        pyautogui call waits until the focused app took its input); answers ``/execute``'s fields plus
-        ``timed_out``.
+        Body ``{"code": str, "timeout": seconds, "sync_input": bool, "still": {...}}`` (``sync_input``, default
+        true: each pyautogui call waits until the focused app took its input); answers ``/execute``'s fields
+        plus ``timed_out``.
+
+        With ``"still": {"quiet": s, "timeout": s, "poll": s, "allowance": ticks}``, the answer comes once the
+        screen has had no change (X DAMAGE, :mod:`.damage`) and the apps have used at most ``allowance``
+        clock ticks for ``quiet`` s since the focused app took the action's last input (or since the action
+        ended, when no pyautogui call waited for input), or once ``timeout`` s of waiting passed; it then
+        holds ``"still": {"ready", "seconds", "quiet_for", "how": "damage"}``, or ``{"how": "none",
+        "why": ...}`` when this server cannot watch the screen (the caller compares frames itself).
         """
         code, timeout, sync_input = data.get("code"), data.get("timeout", 120), data.get("sync_input", True)
         if not isinstance(code, str) or not code:
@@ -215,11 +227,44 @@ class Handlers:
             return json_reply({"status": "error", "message": f"timeout={timeout!r}: give a positive number"}, 400)
         if self.runner is None:
             return json_reply({"status": "error", "message": "this server runs no action fork server"}, 500)
+        still = data.get("still")
+        if still is not None and not _valid_still(still):
+            message = f"still={still!r}: give {{quiet, timeout, poll}} in positive seconds and allowance >= 0 ticks"
+            return json_reply({"status": "error", "message": message}, 400)
         try:
             result = self.runner.run(code, float(timeout), bool(sync_input))
         except (OSError, ValueError) as exc:
             return json_reply({"status": "error", "message": f"the action fork server failed: {exc}"}, 500)
+        result.pop("started", None)
+        ended = result.pop("ended", None)
+        taken = result.pop("input_taken", None)
+        if still is not None and not result.get("timed_out"):
+            result["still"] = self._wait_still(still, ended, taken)
         return json_reply({"status": "success", **result})
+
+    def _wait_still(self, still: dict[str, Any], ended: float | None, taken: list[float] | None) -> dict[str, Any]:
+        """The wait of :meth:`action`'s ``still``: from the action's last input taken, else from its end."""
+        watch = self.watch
+        if watch is None or not watch.running:
+            return {"how": "none", "why": watch.unavailable if watch is not None else "no screen watch"}
+        runner_pid = self.runner.pid if self.runner is not None else None
+        skip = (os.getpid(), *([runner_pid] if runner_pid else []))
+
+        def ticks() -> int:
+            return work_ticks(skip)
+
+        now = time.monotonic()
+        since, base = (taken[0], int(taken[1])) if taken else (ended or now, None)
+        waited = watch.wait_still(
+            since=min(since, now),
+            quiet=float(still["quiet"]),
+            deadline=now + float(still["timeout"]),
+            poll=float(still["poll"]),
+            work=ticks,
+            work_since=base,
+            allowance=int(still.get("allowance", 0)),
+        )
+        return {"how": "damage", "ready": waited.ready, "seconds": waited.seconds, "quiet_for": waited.quiet_for}
 
     def execute_with_verification(self, data: dict[str, Any]) -> Response:
         command, shell = _expand_command(data)
@@ -588,6 +633,16 @@ class Handlers:
         flags = "-{}{}c".format("x" if data.get("by_class") else "", "F" if data.get("strict") else "")
         _wmctrl(flags, data["window_name"])
         return text_reply("Window closed successfully.")
+
+
+def _valid_still(still: object) -> bool:
+    if not isinstance(still, dict):
+        return False
+    seconds = [still.get(name) for name in ("quiet", "timeout", "poll")]
+    allowance = still.get("allowance", 0)
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in seconds) and (
+        isinstance(allowance, int) and not isinstance(allowance, bool) and allowance >= 0
+    )
 
 
 def _opener(path: Path) -> list[str]:

@@ -19,6 +19,7 @@ from urllib.parse import parse_qs
 
 from .actions import ActionRunner
 from .atspi import ATSPI_PYTHON
+from .damage import ScreenWatch
 from .handlers import OPEN_FILE_TIMEOUT, Handlers, Response, flask_error, json_reply, text_reply
 from .image import Framebuffer
 
@@ -192,7 +193,10 @@ def serve(
     fb = Framebuffer(fb_path) if fb_path else None
     runner = ActionRunner()
     runner.start()  # warms up while the host runs the task's setup
-    handlers = Handlers(fb, open_file_timeout, runner, atspi_python, mode=mode, pointer=pointer)
+    watch = ScreenWatch()
+    if not watch.start():  # the host compares frames after each action instead
+        logger.info("no X DAMAGE watch of the screen: %s", watch.unavailable)
+    handlers = Handlers(fb, open_file_timeout, runner, atspi_python, mode=mode, pointer=pointer, watch=watch)
     handler = type("BoundHandler", (RequestHandler,), {"handlers": handlers})
     server: socketserver.BaseServer
     kind, _, address = listen.partition(":")

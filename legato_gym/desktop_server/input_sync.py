@@ -135,12 +135,18 @@ def is_text(key: str, held: frozenset[str] | set[str]) -> bool:
     return len(key) == 1 and key.isprintable() and not (held & COMMAND_MODIFIERS)
 
 
-def install(pyautogui: types.ModuleType, connect: Callable[[], Any] | None = None) -> None:
+def install(
+    pyautogui: types.ModuleType,
+    connect: Callable[[], Any] | None = None,
+    on_taken: Callable[[], None] | None = None,
+) -> None:
     """Make this ``pyautogui`` module wait until the focused app took the input of every call and command key.
 
     After each public call (before its ``PAUSE`` sleep), and after each command key is released (see
     :func:`is_text`), the focused app is pinged (:func:`wait_input_taken`). ``connect`` opens the X
     connection the pings go on (default: a new python-xlib ``Display``, opened at the first wait).
+    ``on_taken`` is called after each of those waits (answered or not): the ready signal after the action
+    counts its quiet period from the last one (:mod:`.damage`).
     """
     original_pause = pyautogui._handlePause  # type: ignore[attr-defined]
     platform = getattr(pyautogui, "platformModule", None)
@@ -154,6 +160,9 @@ def install(pyautogui: types.ModuleType, connect: Callable[[], Any] | None = Non
             if "display" not in state:
                 state["display"] = (connect or _connect)()
             wait_input_taken(state["display"])
+        if on_taken is not None:
+            with contextlib.suppress(Exception):
+                on_taken()
 
     def handle_pause(_pause: bool) -> None:
         if _pause:
@@ -214,10 +223,14 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-def install_on_import() -> None:
+def install_on_import(on_taken: Callable[[], None] | None = None) -> None:
     """Install :func:`install` on ``pyautogui`` when this process imports it (or now, if it already has)."""
+
+    def hook(module: types.ModuleType) -> None:
+        install(module, on_taken=on_taken)
+
     module = sys.modules.get("pyautogui")
     if module is not None:
-        install(module)
+        hook(module)
         return
-    sys.meta_path.insert(0, _AfterImport("pyautogui", install))
+    sys.meta_path.insert(0, _AfterImport("pyautogui", hook))

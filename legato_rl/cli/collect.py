@@ -40,6 +40,7 @@ BACKEND_FLAG_DEFAULTS: dict[str, Any] = {
     "--prestart": LocalOptions.prestart,
     "--pyautogui-pause": LocalOptions.pyautogui_pause,
     "--file-cache": None,
+    "--session": LocalOptions.session,
 }
 
 #: ``--policy-url embedded`` starts legato's reference policy server on loopback (scripted solver).
@@ -196,6 +197,15 @@ def collect_command(
             "call, as OSWorld runs them; 0 is faster but unlike OSWorld's VM).",
         ),
     ] = LocalOptions.pyautogui_pause,
+    session: Annotated[
+        str,
+        typer.Option(
+            "--session",
+            help="--backend local: the desktops' session: lookalike (the default: openbox with a top bar and a dock "
+            "drawn as on OSWorld's VM), gnome (GNOME Shell with the Ubuntu dock, as on the VM; 2-3x the memory) or "
+            "openbox (a window manager on a black root).",
+        ),
+    ] = LocalOptions.session,
 ) -> None:
     """Collect one batch: every task × (group + oversample) attempts, graded, in legato.rollout/v0.
 
@@ -216,7 +226,7 @@ def collect_command(
         )
         resolved = resolve_backend(backend)  # once, here; collect() gets the resolved backend
         flags = {"--grader": grader, "--prestart": prestart, "--pyautogui-pause": pyautogui_pause,
-                 "--file-cache": file_cache}  # fmt: skip
+                 "--file-cache": file_cache, "--session": session}  # fmt: skip
         try:  # the backend's own flags, as its unit declares them
             config = resolved.with_cli(config, flags, BACKEND_FLAG_DEFAULTS)
         except ConfigError as exc:

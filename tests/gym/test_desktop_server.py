@@ -155,12 +155,22 @@ def test_the_folder_serves_the_framebuffer_as_png(served: httpx.Client, screen: 
 def test_actions_cannot_import_the_servers_modules_as_their_own(served: httpx.Client, folder: Path) -> None:
     code = (
         "import importlib.util, sys\n"
-        "print([m for m in ('handlers', 'image', 'actions', 'cli', 'httpd') if importlib.util.find_spec(m)])\n"
+        "mods = ('handlers', 'image', 'actions', 'cli', 'httpd', 'damage')\n"
+        "print([m for m in mods if importlib.util.find_spec(m)])\n"
         f"print(any(p.rstrip('/') == {str(folder)!r} for p in sys.path), 'legato_gym' in sys.modules)\n"
     )
     reply = served.post("/legato/action", json={"code": code, "timeout": 30}).json()
     assert reply["status"] == "success" and reply["returncode"] == 0, reply
     assert reply["output"].splitlines() == ["[]", "False False"]
+
+
+def test_without_x_the_server_says_it_cannot_watch_the_screen(served: httpx.Client) -> None:
+    still = {"quiet": 0.1, "timeout": 1, "poll": 0.02}
+    reply = served.post("/legato/action", json={"code": "pass", "timeout": 30, "still": still}).json()
+    assert reply["status"] == "success" and reply["still"]["how"] == "none", reply  # the host compares frames
+    assert reply["still"]["why"]
+    bad = served.post("/legato/action", json={"code": "pass", "timeout": 30, "still": {**still, "allowance": -1}})
+    assert bad.status_code == 400 and "allowance >= 0" in bad.json()["message"]
 
 
 def test_a_commands_output_is_kept_up_to_its_limit(served: httpx.Client) -> None:

@@ -128,6 +128,46 @@ def test_a_hung_action_is_killed_with_what_it_started_and_earlier_apps_stay(desk
     assert probe(desktop, "after-hang")["pid"]  # the fork server still runs actions
 
 
+#: An action that draws after its last pyautogui call and pyautogui's pause: a window of its own, mapped and
+#: filled (and gone again when the action's X connection closes), as an app's late redraw would.
+DRAW_LATE = (
+    "import pyautogui; pyautogui.FAILSAFE = False; pyautogui.moveTo(5, 5)\n"
+    "from Xlib import display\n"
+    "d = display.Display(); s = d.screen()\n"
+    "w = s.root.create_window(0, 0, 60, 60, 0, s.root_depth, background_pixel=s.white_pixel); w.map(); d.sync()\n"
+    "w.fill_rectangle(w.create_gc(foreground=s.black_pixel), 0, 0, 20, 20); d.sync()\n"
+)
+CALM = "import pyautogui; pyautogui.FAILSAFE = False; pyautogui.moveTo({x}, 9)"
+
+
+def test_the_wait_after_an_action_counts_from_its_last_input_through_x_damage(desktop: LocalDesktop) -> None:
+    def still_after(code: str, timeout: float) -> dict[str, object]:
+        still = {"quiet": 0.1, "timeout": timeout, "poll": 0.02, "allowance": 2}
+        reply = desktop.client.post_json("/legato/action", {"code": code, "timeout": ACT_TIMEOUT, "still": still})
+        assert reply.status_code == 200, reply.text
+        result = reply.json()["still"]
+        assert isinstance(result, dict) and result["how"] == "damage", result
+        return result
+
+    assert still_after(CALM.format(x=8), 30)["ready"]  # whatever earlier tests left drawing has settled
+    # a wait whose deadline is over at once: what it reports is what happened before it began
+    calm = still_after(CALM.format(x=9), 0.001)  # pyautogui's 0.1 s pause after the input, nothing drawn
+    assert calm["ready"] and float(str(calm["quiet_for"])) >= 0.1, calm
+    late = still_after(DRAW_LATE, 0.001)  # drawn after the input was taken and the pause was over
+    assert not late["ready"] and float(str(late["quiet_for"])) < 0.1, late
+    waited = still_after(DRAW_LATE, 30)
+    assert waited["ready"] and float(str(waited["quiet_for"])) >= 0.1, waited
+    plain = desktop.client.post_json("/legato/action", {"code": CALM.format(x=10), "timeout": ACT_TIMEOUT}).json()
+    assert "still" not in plain and "input_taken" not in plain  # asked for no wait: none, and no internals
+    bad = {"code": "pass", "timeout": ACT_TIMEOUT, "still": {"quiet": 0, "timeout": 1, "poll": 0.02}}
+    assert desktop.client.post_json("/legato/action", bad).status_code == 400
+
+
+def test_screen_watch_is_damage_or_frames() -> None:
+    with pytest.raises(ConfigError, match=r"screen_watch='pixels'.*'damage'.*'frames'"):
+        LocalDesktop(DesktopConfig(screen=(640, 480), options={"screen_watch": "pixels"}))
+
+
 def test_the_exec_runner_keeps_osworlds_python_c_and_pause() -> None:
     config = DesktopConfig(screen=(640, 480), options={"action_runner": "exec", "pyautogui_pause": None})
     with LocalDesktop(config) as d:

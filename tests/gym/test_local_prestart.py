@@ -117,6 +117,29 @@ def test_pyautogui_pause_is_the_local_backends_flag_and_osworlds_by_default(tmp_
         LocalOptions(pyautogui_pause=-1)
 
 
+def test_session_is_the_local_backends_flag(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from typer.testing import CliRunner
+
+    from legato_gym.backends.local import LocalOptions
+    from legato_rl.cli.app import app
+    from legato_rl.cli.collect import _session_config
+
+    plain = DesktopConfig(options=LocalOptions(grader="local"))
+    gnome = _session_config("gnome", "local", plain)
+    assert gnome.options == replace(LocalOptions(grader="local"), session="gnome")  # the other options kept
+    assert _session_config("openbox", "local", plain) is plain
+    argv = ["rl", "collect", "--out", str(tmp_path / "x"), "--policy-url", "embedded", "--backend", "fake"]
+    fake = CliRunner().invoke(app, [*argv, "--session", "gnome"])
+    said = " ".join(fake.output.replace("│", " ").split())
+    assert fake.exit_code == 2 and "--session applies to --backend local only, not 'fake'" in said, said
+    local = CliRunner().invoke(app, [*argv[:-1], "local", "--session", "kde"])
+    said = " ".join(local.output.replace("│", " ").split())
+    assert local.exit_code == 2 and "--session 'kde'" in said and "'openbox', 'gnome'" in said, said
+    assert not (tmp_path / "x").exists()
+
+
 class _Desks:
     """Fake builds for :class:`Prestarter`: records what was built and destroyed; a build may hang or fail."""
 

@@ -101,6 +101,35 @@ def test_top_bar_and_dock_take_the_vms_rows_and_columns(desktop: LocalDesktop) -
     assert (screen[500:700, 70].sum(axis=1) > screen[500:700, 69].sum(axis=1)).all()
 
 
+def test_the_wait_after_an_action_sees_what_the_compositor_draws(desktop: LocalDesktop) -> None:
+    """GNOME Shell composites: apps draw off screen and the shell paints the screen. X DAMAGE on the root sees
+    the shell's painting, so a window drawn after the action's last input keeps the wait open."""
+    prefix = "import pyautogui; pyautogui.FAILSAFE = False; pyautogui.press('shift')\n"
+    late = prefix + (
+        "import time\n"
+        "from Xlib import display\n"
+        "d = display.Display(); s = d.screen()\n"
+        "w = s.root.create_window(300, 300, 200, 200, 0, s.root_depth, background_pixel=s.white_pixel)\n"
+        "w.map(); d.sync(); time.sleep(0.3)\n"
+        "w.fill_rectangle(w.create_gc(foreground=s.black_pixel), 0, 0, 50, 50); d.sync()\n"
+    )
+
+    def still_after(code: str, timeout: float) -> dict[str, object]:
+        still = {"quiet": 0.1, "timeout": timeout, "poll": 0.02, "allowance": 2}
+        reply = desktop.client.post_json("/legato/action", {"code": code, "timeout": 30, "still": still}).json()
+        assert reply["returncode"] == 0, reply
+        result = reply["still"]
+        assert isinstance(result, dict) and result["how"] == "damage", result
+        return result
+
+    assert still_after(prefix, 30)["ready"]
+    # the clock may tick in one of them: not in three in a row
+    assert any(still_after(prefix, 0.001)["ready"] for _ in range(3))  # nothing drawn after the input
+    drawn = still_after(late, 0.001)
+    assert not drawn["ready"] and float(str(drawn["quiet_for"])) < 0.1, drawn
+    assert still_after(prefix, 30)["ready"]
+
+
 def test_a_maximized_window_fills_the_vms_work_area(desktop: LocalDesktop) -> None:
     desktop.reset(EMPTY)
     desktop.client.post_json("/setup/launch", {"command": ["xterm", "-T", "to-maximize"]})

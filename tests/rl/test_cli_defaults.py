@@ -62,6 +62,7 @@ OWNERS: dict[tuple[str, str], Callable[[], object]] = {
     **{("rl collect", name): _field(DesktopConfig, name) for name in ("ready_signal", "fixed_wait", "fast_reset")},
     ("rl collect", "grader"): _field(LocalOptions, "grader"),
     ("rl collect", "prestart"): _field(LocalOptions, "prestart"),
+    ("rl collect", "session"): _field(LocalOptions, "session"),
     **{("rl collect", name): _field(FollowOptions, name) for name in (
         "order", "max_ready", "max_staleness", "stale", "partial",
     )},

@@ -50,6 +50,7 @@ BACKEND = Backend(
         "--prestart": flags.prestart_flag,
         "--pyautogui-pause": flags.pause_flag,
         "--file-cache": flags.file_cache_flag,
+        "--session": flags.session_flag,
     },
     solution=_solution,
     grader=_grader,

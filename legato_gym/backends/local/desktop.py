@@ -22,7 +22,7 @@ from legato_gym.backends.local.lifecycle import DesktopProcesses
 from legato_gym.backends.local.limits import BoundHits
 from legato_gym.backends.local.options import LocalOptions, resolve_grader
 from legato_gym.backends.local.prestart import Desk, Prepared, opens_office_first, task_key
-from legato_gym.backends.local.waits import ReadySignals, fixed_wait
+from legato_gym.backends.local.waits import IDLE_TICKS, ReadySignals, fixed_wait
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import SPECIAL_ACTIONS, ActResult, Observation, Task, Waited
 from legato_gym.episode import UNKNOWN, Unknown
@@ -338,6 +338,7 @@ class LocalDesktop:
 
     def _act(self, action: str) -> ActResult:
         start = time.monotonic()
+        still: dict[str, Any] = {}
         if action not in SPECIAL_ACTIONS:
             prefix = ACTION_PREFIX
             if self.options.pyautogui_pause is not None:
@@ -349,6 +350,7 @@ class LocalDesktop:
                 raise DesktopCrashed(f"the desktop could not run the action: {result.get('message')}")
             if result.get("returncode"):
                 logger.info("action exited with %s: %s", result.get("returncode"), (result.get("error") or "")[-300:])
+            still = result.get("still") or {}
         act_s = time.monotonic() - start
         self._last_input = time.monotonic()
         if not self.config.ready_signal:
@@ -356,7 +358,10 @@ class LocalDesktop:
             return ActResult(act_s=act_s, wait_s=fixed_wait(pause).seconds)
         if action in ("DONE", "FAIL"):
             return ActResult(act_s=act_s)
-        settle_start = time.monotonic()
+        if still.get("how") == "damage":  # the server waited, in the same call: its time is the wait's
+            waited = float(still.get("seconds") or 0.0)
+            return ActResult(act_s=max(0.0, act_s - waited), ready_s=waited)
+        settle_start = time.monotonic()  # the server cannot watch the screen: compare frames here
         self._waits.wait_quiet(self._waits.busy_deadline(settle_start + self.config.timeouts.ready))
         return ActResult(act_s=act_s, ready_s=time.monotonic() - settle_start)
 
@@ -378,8 +383,17 @@ class LocalDesktop:
         if self.options.action_runner == "exec":
             return self.client.execute(["python", "-c", command], timeout=timeout)
         # the server kills the action at `timeout`; the margin lets its answer arrive
-        body = {"code": command, "timeout": timeout, "sync_input": self.options.sync_input}
-        response = self.client.post_json("/legato/action", body, timeout=timeout + 15)
+        body: dict[str, Any] = {"code": command, "timeout": timeout, "sync_input": self.options.sync_input}
+        ready = 0.0
+        if self.config.ready_signal and self.options.screen_watch == "damage":  # the wait after it (:meth:`_act`)
+            ready = min(self.config.timeouts.ready, self.options.busy_s)
+            body["still"] = {
+                "quiet": max(self.options.settle_s, 0.1),
+                "timeout": ready,
+                "poll": self.options.poll_s,
+                "allowance": IDLE_TICKS,
+            }
+        response = self.client.post_json("/legato/action", body, timeout=timeout + ready + 15)
         result = response.json()
         if not isinstance(result, dict):
             return {"status": "error", "message": repr(result)}

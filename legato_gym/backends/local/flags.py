@@ -15,7 +15,7 @@ from legato_gym.config import DesktopConfig
 from legato_gym.errors import ConfigError
 from legato_gym.options import typed_options
 
-__all__ = ["file_cache_flag", "grader_flag", "pause_flag", "prestart_flag", "scripted_solution"]
+__all__ = ["file_cache_flag", "grader_flag", "pause_flag", "prestart_flag", "scripted_solution", "session_flag"]
 
 
 def _options(config: DesktopConfig) -> LocalOptions:
@@ -59,6 +59,18 @@ def pause_flag(config: DesktopConfig, pause: float | None) -> DesktopConfig:
     if pause is not None and not pause >= 0:
         raise ConfigError(f"--pyautogui-pause {pause}: give seconds >= 0")
     return replace(config, options=replace(_options(config), pyautogui_pause=pause))
+
+
+def session_flag(config: DesktopConfig, session: str) -> DesktopConfig:
+    """``--session NAME``: the desktops' session (``LocalOptions.session``).
+
+    Raises:
+        ConfigError: an unknown session, naming the ones there are.
+    """
+    try:
+        return replace(config, options=replace(_options(config), session=session))
+    except ConfigError as exc:
+        raise ConfigError(f"--session {session!r}: {exc}") from exc
 
 
 def file_cache_flag(config: DesktopConfig, folder: Path | None) -> DesktopConfig:

@@ -71,6 +71,13 @@ class LocalOptions(BackendOptions):
             system folders, not ``/opt``, ``/srv``, ``/home``, ``/root`` or a folder of your own).
         extra_paths: more host folders bound read-only at the same place (apps installed under ``/opt``).
         settle_s: the screen counts as settled after this long without a change.
+        screen_watch: how the ready signal after an action sees the screen change. ``"damage"`` (the
+            default): the desktop's server reads X DAMAGE events (:mod:`legato_gym.desktop_server.damage`)
+            and counts the quiet period from when the focused app took the action's last input, so a screen
+            that stayed still costs no wait beyond the action's own pause; where the server cannot (no
+            DAMAGE extension, no python-xlib, the ``"exec"`` runner) the host compares frames instead.
+            ``"frames"``: the host compares frames from the action's end on, as before (a 0.1 s wait at
+            least). Both mean the same: no change, and the apps idle, for ``max(settle_s, 0.1)`` s.
         busy_s: the longest a ready signal waits for a screen, or apps, that keep changing (a playing video,
             an animation): after that the desktop is taken as it is, and the wait is reported not ready.
         poll_s: interval between screen checks.
@@ -143,6 +150,7 @@ class LocalOptions(BackendOptions):
     system_paths: tuple[str, ...] = SYSTEM_PATHS
     extra_paths: tuple[str, ...] = ()
     settle_s: float = 0.1
+    screen_watch: str = "damage"
     busy_s: float = 3.0
     poll_s: float = 0.02
     window_timeout: float = 10.0
@@ -171,6 +179,8 @@ class LocalOptions(BackendOptions):
             invalid(self, "action_runner", "choose 'fork' or 'exec'")
         if self.server_mode not in ("legato", "osworld"):
             invalid(self, "server_mode", "choose 'legato' or 'osworld' (OSWorld's real server, faults included)")
+        if self.screen_watch not in ("damage", "frames"):
+            invalid(self, "screen_watch", "choose 'damage' (X DAMAGE in the desktop) or 'frames' (compare frames)")
         if self.session not in SESSIONS:
             invalid(self, "session", f"choose {', '.join(map(repr, SESSIONS))}")
         if self.grader not in GRADERS:
