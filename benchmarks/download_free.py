@@ -26,6 +26,7 @@ from typing import Any
 
 from legato_gym.backends.local.coverage import Capabilities, Verdict, assess, needs_no_download
 from legato_gym.backends.local.file_cache import FileCache
+from legato_gym.backends.local.sandbox.shell import SESSIONS
 from legato_gym.config import OSWORLD_ENV_VAR, DesktopConfig
 from legato_gym.contract import Task
 from legato_rl.cli.collect import local_solution
@@ -155,7 +156,7 @@ def main() -> None:
     parser.add_argument("--rollout-timeout", type=float, default=900.0)
     parser.add_argument("--grader", choices=("auto", "osworld", "local"), default="auto")
     parser.add_argument("--domain", action="append", help="only these domains (repeat); default: all")
-    parser.add_argument("--session", choices=("openbox", "gnome"), default="openbox", help="the desktops' session")
+    parser.add_argument("--session", choices=SESSIONS, default="openbox", help="the desktops' session")
     parser.add_argument("--readme", action="store_true", help="write the figures into README.md")
     args = parser.parse_args()
 

@@ -194,7 +194,9 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="store docs/parity.json and the table in backends.md")
     parser.add_argument("--only", nargs="+", metavar="KEY", help="only these tasks (keys as in the table)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON, not markdown")
-    parser.add_argument("--session", choices=("openbox", "gnome"), default="openbox", help="the desktop's session")
+    parser.add_argument(
+        "--session", choices=("openbox", "gnome", "lookalike"), default="openbox", help="the desktop's session"
+    )
     args = parser.parse_args()
     _in_desktop_env()
     import desktop_env
