@@ -188,6 +188,15 @@ def collect_command(
             "call, as OSWorld runs them; 0 is faster but unlike OSWorld's VM).",
         ),
     ] = LocalOptions.pyautogui_pause,
+    provider: Annotated[
+        str | None,
+        typer.Option(
+            "--provider",
+            help="--backend osworld: the VM provider: docker (default), aws, azure, gcp, vmware, virtualbox, aliyun, "
+            "volcengine (desktop-env's own provider classes), local, or package.module:Class (desktop-env's "
+            "Provider interface). Region, image and credentials come from the environment (docs/osworld.md).",
+        ),
+    ] = None,
 ) -> None:
     """Collect one batch: every task × (group + oversample) attempts, graded, in legato.rollout/v0.
 
@@ -209,6 +218,7 @@ def collect_command(
         config, grader_name = _grader_config(grader, backend, resolved.configure(config))
         config = _prestart_config(prestart, backend, config)
         config = _pause_config(pyautogui_pause, backend, config)
+        config = _provider_config(provider, backend, config)
         task_list: list[Task]
         if tasks is not None:
             task_list = load_tasks(tasks, osworld_path=config.osworld_path)
@@ -331,6 +341,18 @@ def _prestart_config(prestart: bool, backend: str, config: DesktopConfig) -> Des
     return replace(config, options=replace(options, prestart=prestart))
 
 
+def _provider_config(provider: str | None, backend: str, config: DesktopConfig) -> DesktopConfig:
+    """The desktops' config for ``--provider`` (the osworld backend's VM provider)."""
+    if provider is None:
+        return config
+    if backend != "osworld":
+        raise typer.BadParameter(f"--provider applies to --backend osworld only, not {backend!r}")
+    from legato_gym.backends.osworld.options import OSWorldOptions
+
+    options = config.options if isinstance(config.options, OSWorldOptions) else OSWorldOptions()
+    return replace(config, options=replace(options, provider=provider))
+
+
 def _pause_config(pause: float | None, backend: str, config: DesktopConfig) -> DesktopConfig:
     """The desktops' config for ``--pyautogui-pause`` (the local backend's; others run OSWorld's own)."""
     if pause == LocalOptions.pyautogui_pause:
@@ -380,10 +402,10 @@ def _scripted_solution(backend: str) -> Any:
         from legato_gym.backends.fake import fake_solution
 
         return fake_solution
-    if backend == "local":
+    if backend in ("local", "osworld"):  # OSWorld's task ids: the scripted solutions of real tasks, else DONE
         return local_solution
     raise typer.BadParameter(
-        f"--policy-url embedded knows the solutions of the fake and local task suites only, not of backend "
+        f"--policy-url embedded knows the solutions of the fake, local and OSWorld tasks only, not of backend "
         f"{backend!r}; point --policy-url at your model server"
     )
 
