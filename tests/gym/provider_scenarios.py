@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import sys
+import tempfile
 from typing import Any
 
 from legato_gym import DesktopConfig, Task
@@ -128,6 +129,7 @@ def refusals(args: dict[str, Any]) -> dict[str, Any]:
     from legato_gym.backends.osworld.providers import load_provider
     from legato_gym.errors import LegatoError
 
+    os.chdir(tempfile.mkdtemp(prefix="legato-providers-"))  # vmware's and virtualbox's managers write here
     out = {}
     for name in args["providers"]:
         try:
