@@ -117,3 +117,25 @@ def test_gnome_helpers_cause_no_fallback_and_every_fast_reset_is_clean(tmp_path:
     assert out["kinds"] == ["fast"] * 4
     assert out["scores"] == [1.0] * 3
     assert out["audited"] == 4 and out["audits"] == []
+
+
+def test_collect_takes_a_provider_for_the_osworld_backend_only(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from legato_gym import DesktopConfig
+    from legato_rl.cli.app import app
+    from legato_rl.cli.collect import _provider_config
+
+    plain = DesktopConfig(options=OSWorldOptions(client_password="pw"))
+    chosen = _provider_config(STANDIN, "osworld", plain)
+    assert chosen.options == OSWorldOptions(provider=STANDIN, client_password="pw")  # the other options kept
+    assert _provider_config("aws", "osworld", DesktopConfig()).options == OSWorldOptions(provider="aws")
+    assert _provider_config(None, "osworld", plain) is plain
+    argv = ["rl", "collect", "--out", str(tmp_path / "x"), "--policy-url", "embedded"]
+    fake = CliRunner().invoke(app, [*argv, "--backend", "fake", "--provider", "aws"])
+    said = " ".join(fake.output.replace("│", " ").split())
+    assert fake.exit_code == 2 and "--provider applies to --backend osworld only, not 'fake'" in said, said
+    wrong = CliRunner().invoke(app, [*argv, "--backend", "osworld", "--provider", "kvm", "--tasks", str(tmp_path)])
+    said = " ".join(wrong.output.replace("│", " ").split())
+    assert wrong.exit_code != 0 and "is not a provider" in said, said
+    assert not (tmp_path / "x").exists()
