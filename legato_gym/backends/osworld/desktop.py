@@ -304,9 +304,12 @@ class _VMDesktop:
         Raises:
             DesktopCrashed: ``wmctrl`` failed (X full, no window manager): no listing is not "no windows".
         """
-        for _ in range(5):  # a window destroyed while wmctrl reads it (BadWindow) is a race, not a failure
+        race_deadline = time.monotonic() + self.options.kill_timeout
+        while True:  # a window destroyed while wmctrl reads it (BadWindow: a killed app's) is a race, not a failure
             result = self._execute(["wmctrl", "-l"], timeout=30)
             if result.get("returncode") == 0 or "BadWindow" not in str(result.get("error") or ""):
+                break
+            if time.monotonic() >= race_deadline:
                 break
             time.sleep(0.05)
         if result.get("returncode") != 0:
