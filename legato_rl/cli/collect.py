@@ -41,6 +41,7 @@ BACKEND_FLAG_DEFAULTS: dict[str, Any] = {
     "--pyautogui-pause": LocalOptions.pyautogui_pause,
     "--file-cache": None,
     "--session": LocalOptions.session,
+    "--provider": None,
 }
 
 #: ``--policy-url embedded`` starts legato's reference policy server on loopback (scripted solver).
@@ -206,6 +207,15 @@ def collect_command(
             "openbox (a window manager on a black root).",
         ),
     ] = LocalOptions.session,
+    provider: Annotated[
+        str | None,
+        typer.Option(
+            "--provider",
+            help="--backend osworld: the VM provider: docker (default), aws, azure, gcp, vmware, virtualbox, aliyun, "
+            "volcengine (desktop-env's own provider classes), local, or package.module:Class (desktop-env's "
+            "Provider interface). Region, image and credentials come from the environment (docs/osworld.md).",
+        ),
+    ] = None,
 ) -> None:
     """Collect one batch: every task × (group + oversample) attempts, graded, in legato.rollout/v0.
 
@@ -226,7 +236,7 @@ def collect_command(
         )
         resolved = resolve_backend(backend)  # once, here; collect() gets the resolved backend
         flags = {"--grader": grader, "--prestart": prestart, "--pyautogui-pause": pyautogui_pause,
-                 "--file-cache": file_cache, "--session": session}  # fmt: skip
+                 "--file-cache": file_cache, "--session": session, "--provider": provider}  # fmt: skip
         try:  # the backend's own flags, as its unit declares them
             config = resolved.with_cli(config, flags, BACKEND_FLAG_DEFAULTS)
         except ConfigError as exc:

@@ -99,10 +99,10 @@ def test_options_built_in_code_are_checked_as_mapped_ones_are() -> None:
         Latency(-1)
     with pytest.raises(ConfigError, match=r"LocalOptions\.grader='vm': choose 'auto', 'osworld', 'local'"):
         LocalOptions(grader="vm")
-    with pytest.raises(ConfigError, match=r"OSWorldOptions\.provider='vmware': is not supported here; use 'docker'"):
-        OSWorldOptions(provider="vmware")
-    with pytest.raises(ConfigError, match=r"options\.provider='vmware': is not supported here"):
-        OSWorldOptions.from_mapping({"provider": "vmware"})
+    with pytest.raises(ConfigError, match=r"OSWorldOptions\.provider='kvm': is not a provider; use one of"):
+        OSWorldOptions(provider="kvm")
+    with pytest.raises(ConfigError, match=r"options\.provider='kvm': is not a provider"):
+        OSWorldOptions.from_mapping({"provider": "kvm"})
 
 
 def test_the_backend_specific_fields_left_desktop_config() -> None:

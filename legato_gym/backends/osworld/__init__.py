@@ -96,6 +96,28 @@ def _file_cache_flag(config: DesktopConfig, folder: Path | None) -> DesktopConfi
     return replace(config, options=replace(options, local=local))
 
 
+def _provider_flag(config: DesktopConfig, provider: str | None) -> DesktopConfig:
+    """``--provider NAME|package.module:Class``: the VM provider (``OSWorldOptions.provider``).
+
+    Raises:
+        ConfigError: a provider desktop-env does not have, naming the ones it has.
+    """
+    if provider is None:
+        return config
+    options = typed_options(config.options, OSWorldOptions, "osworld")
+    try:
+        return replace(config, options=replace(options, provider=provider))
+    except ConfigError as exc:
+        raise ConfigError(f"--provider {provider!r}: {exc}") from exc
+
+
+def _solution(task: Task, screen: tuple[int, int]) -> list[str] | None:
+    """The scripted solution of a real OSWorld task (the local backend's), for ``--policy-url embedded``."""
+    from legato_gym.backends.local.flags import scripted_solution
+
+    return scripted_solution(task.task_id, screen)
+
+
 #: The osworld backend, declared once (:class:`~legato_gym.backends.Backend`): what legato knows of it.
 BACKEND = Backend(
     name="osworld",
@@ -104,5 +126,6 @@ BACKEND = Backend(
     default_tasks=default_tasks,
     worker_python=_worker_python,
     ray_needs=RayNeeds(cpus=4.0, memory=4 * GiB, resources={"legato_kvm": 1.0, "legato_docker": 1.0}),
-    cli_options={"--file-cache": _file_cache_flag},
+    cli_options={"--file-cache": _file_cache_flag, "--provider": _provider_flag},
+    solution=_solution,
 )

@@ -46,6 +46,7 @@ from typing import Any
 import httpx
 
 from legato_gym.backends.osworld.options import REVERT_DOMAINS, OSWorldOptions
+from legato_gym.backends.osworld.session_helpers import PROCS_SCRIPT, SUDO_SCRIPT, TMP_SCRIPT
 from legato_gym.bounds import ReadCaps, read_capped, write_capped
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import SPECIAL_ACTIONS, ActResult, Observation, Task, Waited, task_path
@@ -67,52 +68,6 @@ BASELINE_TAR = "/tmp/.legato-home-baseline.tar"
 #: Interval between the process listings that must agree before the first-boot processes are taken.
 BASELINE_SETTLE_S = 0.2
 _ACTION_PREFIX = "import pyautogui; import time; pyautogui.FAILSAFE = False; {command}"
-
-#: Lists (or kills) the VM user's processes; ``keep`` pids, this process and its ancestors are spared.
-_PROCS_SCRIPT = r"""
-import json, os, signal, sys, time
-keep = set(json.loads(sys.argv[1])); kill = sys.argv[2] == "kill"; timeout = float(sys.argv[3])
-uid = os.getuid()
-spare = set()
-pid = os.getpid()
-while pid > 1:
-    spare.add(pid)
-    try:
-        pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
-    except Exception:
-        break
-def procs():
-    out = set()
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            if os.stat(f"/proc/{d}").st_uid != uid:
-                continue
-            state = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[0]
-        except Exception:
-            continue
-        if state not in "ZX":
-            out.add(int(d))
-    return out
-if not kill:
-    print(json.dumps({"pids": sorted(procs() - spare)}))
-    sys.exit(0)
-targets = procs() - keep - spare
-for p in targets:
-    try:
-        os.kill(p, signal.SIGKILL)
-    except Exception:
-        pass
-end = time.monotonic() + timeout
-while True:
-    now = procs()
-    left = sorted(now - keep - spare)
-    if not left or time.monotonic() > end:
-        break
-    time.sleep(0.02)
-print(json.dumps({"killed": len(targets), "survivors": left, "missing": sorted(keep - now)}))
-"""
 
 
 #: Waits in the VM, with the VM's python, until two frames ``settle_s`` apart are equal or ``timeout`` passed;
@@ -197,6 +152,10 @@ class _VMDesktop:
         self._task: Task | None = None
         self._expected_windows = 0
         self._baseline_pids: list[int] = []
+        #: First-boot processes D-Bus/systemd started (pid -> command line): the session's, may exit or restart.
+        self._baseline_helpers: dict[str, str] = {}
+        self._baseline_tmp = ""  # the VM user's entries of /tmp at first boot, one a line
+        self._baseline_sudo = ""  # "cached", "none" or "absent" at first boot (session_helpers.SUDO_SCRIPT)
         self._baseline_windows: set[str] = set()
         self._baseline_hash = ""
         self._baseline_copy = self.work_dir / "home-baseline.tar"
@@ -205,6 +164,10 @@ class _VMDesktop:
         self.screenshots_since_start = 0
         #: How many times the server was recycled (:meth:`_recycle_server`).
         self.server_recycles = 0
+        #: The session's helpers a fast reset found restarted (adopted) or exited when idle (session_helpers).
+        self.helpers_adopted = 0
+        self.helpers_exited = 0
+        self._listed_helpers: dict[str, str] = {}
         #: How the last reset went: ``"fast"``, ``"revert"`` (asked for / domain) or ``"fallback"``.
         self.last_reset_kind = ""
         try:
@@ -289,8 +252,9 @@ class _VMDesktop:
 
     def _procs(self, keep: list[int], kill: bool) -> dict[str, Any]:
         timeout = self.options.kill_timeout
+        helpers = json.dumps(self._baseline_helpers)
         result = self._execute(
-            ["python3", "-c", _PROCS_SCRIPT, json.dumps(keep), "kill" if kill else "list", str(timeout)],
+            ["python3", "-c", PROCS_SCRIPT, json.dumps(keep), "kill" if kill else "list", str(timeout), helpers],
             timeout=timeout + 30,
         )
         try:
@@ -310,7 +274,14 @@ class _VMDesktop:
         Raises:
             DesktopCrashed: ``wmctrl`` failed (X full, no window manager): no listing is not "no windows".
         """
-        result = self._execute(["wmctrl", "-l"], timeout=30)
+        race_deadline = time.monotonic() + self.options.kill_timeout
+        while True:  # a window destroyed while wmctrl reads it (BadWindow: a killed app's) is a race, not a failure
+            result = self._execute(["wmctrl", "-l"], timeout=30)
+            if result.get("returncode") == 0 or "BadWindow" not in str(result.get("error") or ""):
+                break
+            if time.monotonic() >= race_deadline:
+                break
+            time.sleep(0.05)
         if result.get("returncode") != 0:
             raise DesktopCrashed(
                 f"wmctrl -l failed in the VM (exit {result.get('returncode')}): {(result.get('error') or '')[-300:]}"
@@ -323,19 +294,21 @@ class _VMDesktop:
         A helper that runs for a moment as the desktop comes up (a ``which`` run by an import, say) would
         otherwise count as a first-boot process, and its exit would make the next fast reset unverifiable.
         """
-        pids = list(self._procs([], kill=False)["pids"])
+        listing = self._procs([], kill=False)
         settle_deadline = min(deadline, time.monotonic() + self.options.kill_timeout)
         while time.monotonic() < settle_deadline:
             time.sleep(BASELINE_SETTLE_S)
-            again = list(self._procs([], kill=False)["pids"])
-            if again == pids:
+            again = self._procs([], kill=False)
+            if again["pids"] == listing["pids"]:
                 break
-            pids = again
-        return pids
+            listing = again
+        self._listed_helpers = {str(pid): str(cmd) for pid, cmd in dict(listing.get("helpers") or {}).items()}
+        return list(listing["pids"])
 
     def _capture_baseline(self, deadline: float) -> None:
         """Record the first-boot processes, windows and /home/user (a tar in the VM plus a host copy)."""
         self._baseline_pids = self._settled_pids(deadline)
+        self._baseline_helpers = dict(self._listed_helpers)
         while True:  # at first boot the window manager may come up after the server: wait for its listing
             try:
                 self._baseline_windows = self._windows()
@@ -361,6 +334,8 @@ class _VMDesktop:
             while chunk := copy.read(1 << 20):
                 digest.update(chunk)
         self._baseline_hash = digest.hexdigest()
+        self._baseline_tmp = str(self._execute(["sh", "-c", TMP_SCRIPT, "tmp", "list"], timeout=60).get("output") or "")
+        self._baseline_sudo = str(self._execute(SUDO_SCRIPT, shell=True, timeout=60).get("output") or "").strip()
 
     def _fast_reset(self, deadline: float) -> bool:
         """Kill the task's apps, verify, restore the home baseline; False when the reset is not verifiable.
@@ -385,6 +360,13 @@ class _VMDesktop:
                 result["missing"],
             )
             return False
+        # the session's helpers that exited when idle, or that it restarted at once (session_helpers)
+        adopted = {str(pid): str(cmd) for pid, cmd in dict(result.get("adopted") or {}).items()}
+        exited = {int(pid) for pid in result.get("exited") or []}
+        self._baseline_pids = sorted((set(self._baseline_pids) - exited) | {int(pid) for pid in adopted})
+        self._baseline_helpers = {k: v for k, v in self._baseline_helpers.items() if int(k) not in exited} | adopted
+        self.helpers_adopted += len(adopted)
+        self.helpers_exited += len(exited)
         window_deadline = min(deadline, time.monotonic() + self.options.kill_timeout)
         while (windows := self._windows()) != self._baseline_windows:
             if time.monotonic() >= window_deadline:
@@ -410,6 +392,16 @@ class _VMDesktop:
             done = self._execute(restore, shell=True, timeout=300)
         if done.get("returncode") != 0:
             logger.warning("home restore failed (%s); reverting", (done.get("error") or "")[-300:])
+            return False
+        tmp = self._execute(["sh", "-c", TMP_SCRIPT, "tmp", "reset", self._baseline_tmp], timeout=120)
+        if tmp.get("returncode") != 0:
+            logger.warning("/tmp restore left %s; reverting", (tmp.get("output") or "").split())
+            return False
+        sudo = str(self._execute(SUDO_SCRIPT, shell=True, timeout=60).get("output") or "").strip()
+        if sudo not in ("absent", self._baseline_sudo):
+            logger.warning(
+                "sudo was used during the episode (%s at first boot, %s now); reverting", self._baseline_sudo, sudo
+            )
             return False
         budget = self.options.screenshot_budget
         if budget and self.screenshots_since_start >= budget // 2:  # recycle while nothing runs
@@ -462,7 +454,7 @@ class _VMDesktop:
 
         inner = (
             "sleep 0.3; if systemctl cat osworld_server >/dev/null 2>&1; then "
-            f"echo {shlex.quote(self.options.client_password)} | sudo -S systemctl restart osworld_server; "
+            f"echo {shlex.quote(self.options.client_password)} | sudo -S systemctl restart osworld_server; sudo -K; "
             'else kill -9 "$1"; fi'
         )
         result = self._execute(

@@ -17,13 +17,18 @@ from typing import ClassVar
 from legato_gym.backends.local.options import LocalOptions
 from legato_gym.options import BackendOptions, invalid, seconds
 
-__all__ = ["PROVIDERS", "REVERT_DOMAINS", "DockerSettings", "OSWorldOptions"]
+__all__ = ["DESKTOP_ENV_PROVIDERS", "PROVIDERS", "REVERT_DOMAINS", "DockerSettings", "OSWorldOptions", "VMSettings"]
 
 #: Domains whose tasks change system state that a home restore does not undo: snapshot revert.
 REVERT_DOMAINS = frozenset({"os", "multi_apps"})
 
-#: The VM providers: OSWorld's docker image, or a local desktop standing in for a VM.
-PROVIDERS = ("docker", "local")
+#: desktop-env's providers (``desktop_env.providers``), driven through its own provider classes
+#: (:mod:`.providers`); ``docker`` runs legato's own container lifecycle unless ``VMSettings.provider_class``
+#: names desktop-env's.
+DESKTOP_ENV_PROVIDERS = ("aws", "azure", "gcp", "vmware", "virtualbox", "aliyun", "volcengine", "docker")
+#: The VM providers: desktop-env's, or ``local`` (a local desktop standing in for a VM). ``provider`` may
+#: also be ``package.module:Class``, a class implementing desktop-env's ``Provider`` interface.
+PROVIDERS = (*DESKTOP_ENV_PROVIDERS, "local")
 
 
 @dataclass(frozen=True)
@@ -62,13 +67,59 @@ class DockerSettings:
 
 
 @dataclass(frozen=True)
+class VMSettings:
+    """Where and what a desktop-env provider starts (``OSWorldOptions.vm``; desktop-env's ``DesktopEnv``
+    arguments of the same names). Credentials are never options: each provider reads them from the
+    environment (``docs/osworld.md`` lists its variables).
+
+    Attributes:
+        region: the cloud region (aws ``us-east-1``; default: the provider's variable, e.g. ``$AWS_REGION``).
+        path_to_vm: the machine: a ``.vmx``/VirtualBox VM path, ``RESOURCE_GROUP/VM_NAME`` on azure, an
+            instance id on a cloud (default: the provider's ``VMManager.get_vm_path``, which may create one).
+        snapshot_name: what a revert returns to: a snapshot name (vmware, virtualbox: ``init_state``), an image
+            id (aws: the AMI, default desktop-env's ``IMAGE_ID_MAP[region][screen]``).
+        provider_class: ``package.module:Class`` implementing desktop-env's ``Provider`` interface, used
+            instead of desktop-env's class for ``provider`` (e.g. a provider of your own, or
+            ``desktop_env.providers.docker.provider:DockerProvider`` for desktop-env's docker lifecycle).
+        manager_class: ``package.module:Class`` implementing desktop-env's ``VMManager`` (default:
+            desktop-env's for ``provider``, else the provider class's ``vm_manager_class`` attribute).
+        headless: passed to ``start_emulator`` (vmware, virtualbox: no window on the host).
+        os_type: passed to ``start_emulator`` and ``get_vm_path`` (desktop-env: ``Ubuntu``).
+    """
+
+    region: str | None = None
+    path_to_vm: str | None = None
+    snapshot_name: str | None = None
+    provider_class: str | None = None
+    manager_class: str | None = None
+    headless: bool = True
+    os_type: str = "Ubuntu"
+
+    def __post_init__(self) -> None:
+        for name in ("provider_class", "manager_class"):
+            value = getattr(self, name)
+            if value is not None and not _is_import_path(value):
+                invalid(self, name, "must be 'package.module:Class'")
+
+
+def _is_import_path(value: str) -> bool:
+    module, _, name = value.partition(":")
+    return bool(module) and bool(name) and all(part.isidentifier() for part in [*module.split("."), name])
+
+
+@dataclass(frozen=True)
 class OSWorldOptions(BackendOptions):
     """Options of the osworld backend (``DesktopConfig.options``).
 
     Attributes:
-        provider: the machines: ``"docker"`` (OSWorld's image, KVM host) or ``"local"`` (a local desktop
-            standing in for a VM).
+        provider: the machines: one of desktop-env's providers (``aws``, ``azure``, ``gcp``, ``vmware``,
+            ``virtualbox``, ``aliyun``, ``volcengine``, ``docker``), ``"local"`` (a local desktop standing in
+            for a VM), or ``package.module:Class`` (a class implementing desktop-env's ``Provider``).
+            ``docker`` runs legato's own container lifecycle; the others go through desktop-env's provider
+            classes for start, IP, snapshot revert and stop (:mod:`.providers`), in its interpreter.
         docker: the docker provider's settings (default: ``DockerSettings()``).
+        vm: what a desktop-env provider starts and reverts to (region, machine, snapshot; default:
+            ``VMSettings()``, the provider's own defaults).
         local: the local stand-in's options (provider ``local``; default: ``LocalOptions()``).
         download_cache: host cache for setup downloads, shared by all desktops, kept across runs.
         settle_s: the screen counts as settled when two frames this far apart are equal.
@@ -85,6 +136,7 @@ class OSWorldOptions(BackendOptions):
 
     provider: str = "docker"
     docker: DockerSettings | None = None
+    vm: VMSettings | None = None
     local: LocalOptions | None = None
     download_cache: str = "~/.cache/legato/osworld-downloads"
     settle_s: float = 0.2
@@ -95,12 +147,12 @@ class OSWorldOptions(BackendOptions):
     screenshot_budget: int = 150
 
     def __post_init__(self) -> None:
-        if self.provider not in PROVIDERS:
+        if self.provider not in PROVIDERS and not _is_import_path(self.provider):
             invalid(
                 self,
                 "provider",
-                "is not supported here; use 'docker' (OSWorld's image, KVM host) or 'local' (a local desktop "
-                "standing in for a VM)",
+                f"is not a provider; use one of desktop-env's ({', '.join(DESKTOP_ENV_PROVIDERS)}), 'local' (a "
+                "local desktop standing in for a VM), or 'package.module:Class' (desktop-env's Provider interface)",
             )
         seconds(self, "settle_s", "window_timeout", "kill_timeout", positive=True)
         budget = self.screenshot_budget

@@ -281,7 +281,12 @@ class DockerVM:
 
 
 def make_vm(options: OSWorldOptions, config: DesktopConfig, deadline: float) -> VM:
-    """The VM of ``options.provider`` (``docker`` or ``local``, checked by :class:`OSWorldOptions`)."""
+    """The VM of ``options.provider``: legato's docker lifecycle, the local stand-in, or a desktop-env
+    provider class (:class:`~legato_gym.backends.osworld.providers.ProviderVM`)."""
+    from legato_gym.backends.osworld.providers import ProviderVM, uses_desktop_env_provider
+
+    if uses_desktop_env_provider(options):
+        return ProviderVM(options, config, deadline)
     if options.provider == "local":
         return LocalStandInVM(config, options.local or LocalOptions())
     return DockerVM(options.docker or DockerSettings(), deadline)
