@@ -1,7 +1,7 @@
 """OSWorld's download-free tasks on local desktops, each run to a graded record with ``legato rl collect``.
 
 Run: ``python benchmarks/download_free.py [--osworld DIR] [--out runs/download-free] [--desktops 2]
-[--grader auto] [--session openbox|gnome] [--readme]``. Picks the tasks of ``test_all.json`` that download
+[--grader auto] [--session lookalike|openbox|gnome] [--readme]``. Picks the tasks of ``test_all.json`` that download
 no file and need neither the live web nor a Google account
 (:func:`legato_gym.backends.local.coverage.needs_no_download`), asks this machine which of them its local
 desktop accepts (the load check), runs those with ``legato rl collect
@@ -156,7 +156,9 @@ def main() -> None:
     parser.add_argument("--rollout-timeout", type=float, default=900.0)
     parser.add_argument("--grader", choices=("auto", "osworld", "local"), default="auto")
     parser.add_argument("--domain", action="append", help="only these domains (repeat); default: all")
-    parser.add_argument("--session", choices=SESSIONS, default="openbox", help="the desktops' session")
+    parser.add_argument(
+        "--session", choices=SESSIONS, default="lookalike", help="the desktops' session (the backend's default)"
+    )
     parser.add_argument("--readme", action="store_true", help="write the figures into README.md")
     args = parser.parse_args()
 

@@ -103,7 +103,7 @@ def _run(desktop: Any, task: Any, actions: list[str]) -> dict[str, Any]:
     return row
 
 
-def measure(keys: set[str] | None, session: str = "openbox") -> list[dict[str, Any]]:
+def measure(keys: set[str] | None, session: str = "lookalike") -> list[dict[str, Any]]:
     """Run the scripted tasks, right and wrong, and grade each end state with both graders."""
     from legato_gym import DesktopConfig, Task, Timeouts
     from legato_gym.backends.local import LocalDesktop, LocalOptions
@@ -195,7 +195,10 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", metavar="KEY", help="only these tasks (keys as in the table)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON, not markdown")
     parser.add_argument(
-        "--session", choices=("openbox", "gnome", "lookalike"), default="openbox", help="the desktop's session"
+        "--session",
+        choices=("openbox", "gnome", "lookalike"),
+        default="lookalike",
+        help="the desktop's session (default: the local backend's default, the VM's top bar and dock)",
     )
     args = parser.parse_args()
     _in_desktop_env()

@@ -63,6 +63,7 @@ def test_a_gsettings_task_scores_only_when_the_setting_is_made() -> None:
 @pytest.mark.desktop
 @pytest.mark.osworld_venv
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # the parity run's own bound below: 30 desktops' episodes, slow on a loaded machine
 def test_scripted_download_free_tasks_score_as_the_parity_table_says() -> None:
     """The real download-free tasks with a short scripted solution: 1 right, 0 wrong, under both graders."""
     needs_local_tools()
