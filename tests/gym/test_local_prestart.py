@@ -122,18 +122,19 @@ def test_session_is_the_local_backends_flag(tmp_path: Path) -> None:
 
     from typer.testing import CliRunner
 
+    from legato_gym.backends import resolve_backend
     from legato_gym.backends.local import LocalOptions
     from legato_rl.cli.app import app
-    from legato_rl.cli.collect import _session_config
 
+    session_flag = resolve_backend("local").cli_options["--session"]  # as the backend's unit declares it
     plain = DesktopConfig(options=LocalOptions(grader="local"))
-    gnome = _session_config("gnome", "local", plain)
+    gnome = session_flag(plain, "gnome")
     assert gnome.options == replace(LocalOptions(grader="local"), session="gnome")  # the other options kept
-    assert _session_config("openbox", "local", plain) is plain
+    assert LocalOptions().session == "lookalike"  # the default: openbox with the VM's top bar and dock
     argv = ["rl", "collect", "--out", str(tmp_path / "x"), "--policy-url", "embedded", "--backend", "fake"]
     fake = CliRunner().invoke(app, [*argv, "--session", "gnome"])
     said = " ".join(fake.output.replace("│", " ").split())
-    assert fake.exit_code == 2 and "--session applies to --backend local only, not 'fake'" in said, said
+    assert fake.exit_code == 2 and "--session gnome applies to --backend local only, not 'fake'" in said, said
     local = CliRunner().invoke(app, [*argv[:-1], "local", "--session", "kde"])
     said = " ".join(local.output.replace("│", " ").split())
     assert local.exit_code == 2 and "--session 'kde'" in said and "'openbox', 'gnome'" in said, said
