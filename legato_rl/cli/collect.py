@@ -202,9 +202,9 @@ def collect_command(
         str,
         typer.Option(
             "--session",
-            help="--backend local: the desktops' session: lookalike (the default: openbox with a top bar and a dock "
-            "drawn as on OSWorld's VM), gnome (GNOME Shell with the Ubuntu dock, as on the VM; 2-3x the memory) or "
-            "openbox (a window manager on a black root).",
+            help="--backend local: the desktops' session: openbox (the default: a window manager on a black root), "
+            "lookalike (openbox with a top bar and a dock drawn as on OSWorld's VM; 1.4x the memory) or gnome "
+            "(GNOME Shell with the Ubuntu dock, as on the VM; 2-3x the memory).",
         ),
     ] = LocalOptions.session,
     provider: Annotated[
