@@ -328,6 +328,7 @@ def _scenario(python: str, args: dict[str, Any], timeout: float = 900) -> Any:
 @pytest.mark.osworld_venv
 @needs_gimp
 @needs_vlc
+@pytest.mark.timeout(900)  # the scenario's own bound: eight GIMP and VLC episodes, minutes on a loaded 2-core machine
 def test_gimp_and_vlc_tasks_score_one_for_the_right_solution_and_zero_for_the_wrong(tmp_path: Path) -> None:
     needs_local_tools()
     python = desktop_env_python()
