@@ -186,6 +186,7 @@ def check_fit(ray: Any, placement: RayPlacement, backend: str | Backend, num_env
             than ``num_envs``; the message names the resources missing and how to advertise them.
     """
     needs = desktop_needs(placement, backend)
+    backend_name = backend if isinstance(backend, str) else backend.name
     if not needs:
         return Fit(None, None)
     try:
@@ -219,14 +220,14 @@ def check_fit(ray: Any, placement: RayPlacement, backend: str | Backend, num_env
             "; missing: " + ", ".join(short) if short else "; each is offered somewhere, but no node offers all of them"
         )
         raise ConfigError(
-            f"no node of the Ray cluster ({len(nodes)} alive) can host a {backend!r} desktop, which needs {each}"
+            f"no node of the Ray cluster ({len(nodes)} alive) can host a {backend_name!r} desktop, which needs {each}"
             f"{missing}; {advertise}"
         )
     total = sum(hosting)
     if total < num_envs:
         where = ", ".join(f"{name}: {count}" for name, count in per_node.items())
         message = (
-            f"the Ray cluster has room for {total} of the {num_envs} {backend!r} desktops asked for (each needs "
+            f"the Ray cluster has room for {total} of the {num_envs} {backend_name!r} desktops asked for (each needs "
             f"{each}; room by node: {where}); add hosts ({advertise}), or ask for {total} desktops (--desktops {total})"
         )
         if placement.require_fit:
