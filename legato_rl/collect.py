@@ -199,6 +199,7 @@ class Collector:
 
     def manifest(self) -> RunManifest:
         """The arguments that define this batch (checked on resume)."""
+        settings = self.backend.run_settings
         return RunManifest(
             tasks_sha256=tasks_sha256(self.tasks),
             n_tasks=len(self.tasks),
@@ -218,6 +219,7 @@ class Collector:
             top_p=self.policy_config.sampling.top_p,
             max_tokens=self.policy_config.sampling.max_tokens,
             extra_body=dict(self.policy_config.sampling.extra_body),
+            desktop=None if settings is None else dict(settings(self.desktop_config)),
         )
 
     async def run(self) -> Summary:

@@ -144,6 +144,9 @@ class Backend:
             ``FakeStep`` values.
         grader: ``grader(config) -> str``: the name of what grades the attempts (recorded in every graded
             record); default: the backend's name.
+        run_settings: ``run_settings(config) -> {name: JSON value}``: the backend's settings that change what an
+            attempt sees or does (the local backend's session and pyautogui pause, the osworld backend's
+            provider). A run records them and a resume refuses a change (default: none).
     """
 
     name: str
@@ -158,6 +161,7 @@ class Backend:
     cli_options: Mapping[str, Callable[[DesktopConfig, Any], DesktopConfig]] = field(default_factory=dict)
     solution: Callable[[Task, tuple[int, int]], Sequence[Any] | None] | None = None
     grader: Callable[[DesktopConfig], str] | None = None
+    run_settings: Callable[[DesktopConfig], Mapping[str, Any]] | None = None
 
     @property
     def gym_id(self) -> str | None:

@@ -134,6 +134,9 @@ class RunManifest:
         rollout_timeout: ``--rollout-timeout`` (``None``: no cap).
         screen: the desktops' screen size ``[width, height]`` (``DesktopConfig.screen``).
         extra_body: the request fields sent as they are (``Sampling.extra_body``).
+        desktop: the backend's settings that change what an attempt sees or does
+            (:attr:`legato_gym.backends.Backend.run_settings`: the local backend's ``session`` and
+            ``pyautogui_pause``, the osworld backend's ``provider``); ``None``: it declares none.
         follow: a continuous run's task stream (``{"order", "seed"}``, :mod:`legato_rl.follow`); ``None`` for a
             batch.
         absent: the compared fields that the stored ``run.json`` does not have (it was written before they
@@ -162,6 +165,7 @@ class RunManifest:
     screen: tuple[int, int] | None = None
     extra_body: Mapping[str, Any] | None = None
     follow: Mapping[str, Any] | None = None
+    desktop: Mapping[str, Any] | None = None
     absent: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     #: The fields a resume compares, with the option that sets each (the tasks are compared task by task).
@@ -184,6 +188,7 @@ class RunManifest:
         "max_tokens": "--max-tokens",
         "extra_body": "the extra request fields (Sampling.extra_body)",
         "follow": "--follow and its --order and --seed",
+        "desktop": "the desktops' settings (--session, --pyautogui-pause, --provider)",
     }
     #: Compared fields that a caller may leave ``None`` (and that older manifests hold as ``None``): compared only
     #: when both sides have a value.
@@ -195,6 +200,7 @@ class RunManifest:
         data["screen"] = None if self.screen is None else list(self.screen)
         data["extra_body"] = None if self.extra_body is None else dict(self.extra_body)
         data["follow"] = None if self.follow is None else dict(self.follow)
+        data["desktop"] = None if self.desktop is None else dict(self.desktop)
         return {"schema": MANIFEST_SCHEMA, **data}
 
     @classmethod

@@ -568,13 +568,17 @@ def test_a_resume_names_each_task_that_differs_by_position_id_and_part(
                                 "gives [1280, 720]"),
         ("extra_body", {"chat_template_kwargs": {"enable_thinking": True}},
          "the extra request fields (Sampling.extra_body): the run has {}, this command gives"),
+        ("desktop", {"session": "lookalike", "pyautogui_pause": 0.1},
+         "the desktops' settings (--session, --pyautogui-pause, --provider): the run has {'session': 'openbox', "
+         "'pyautogui_pause': 0.1}, this command gives {'session': 'lookalike', 'pyautogui_pause': 0.1}"),
     ],
 )  # fmt: skip
 def test_a_resume_with_another_grader_or_setting_that_changes_rewards_is_refused(
     tmp_path: Path, field: str, value: Any, said: str
 ) -> None:
     """A resume with another --grader was accepted: one batch held the rewards of two graders."""
-    run = {"backend": "local", "grader": "osworld", "screen": (1920, 1080), "extra_body": {}}
+    run = {"backend": "local", "grader": "osworld", "screen": (1920, 1080), "extra_body": {},
+           "desktop": {"session": "openbox", "pyautogui_pause": 0.1}}  # fmt: skip
     open_run(tmp_path, manifest(**run))
     written = (tmp_path / "run.json").read_bytes()
     assert open_run(tmp_path, manifest(**run)) is True  # a tuple read back as a JSON list is the same screen
@@ -583,6 +587,24 @@ def test_a_resume_with_another_grader_or_setting_that_changes_rewards_is_refused
     assert said in str(info.value), str(info.value)
     assert "give the run's own values above; or give another --out for a new batch" in str(info.value)
     assert (tmp_path / "run.json").read_bytes() == written
+
+
+def test_the_backends_own_settings_that_change_an_attempt_are_the_runs() -> None:
+    """--session and --pyautogui-pause were not recorded: a resume could mix two desktops' looks in one batch."""
+    from legato_gym import DesktopConfig
+    from legato_gym.backends import resolve_backend
+    from legato_gym.backends.local import LocalOptions
+    from legato_gym.backends.osworld import OSWorldOptions
+
+    local = resolve_backend("local").run_settings
+    assert local is not None
+    assert local(DesktopConfig(options=LocalOptions(session="gnome", pyautogui_pause=0.0))) == {
+        "session": "gnome",
+        "pyautogui_pause": 0.0,
+    }
+    osworld = resolve_backend("osworld").run_settings
+    assert osworld is not None and osworld(DesktopConfig(options=OSWorldOptions(provider="aws"))) == {"provider": "aws"}
+    assert resolve_backend("fake").run_settings is None
 
 
 def test_another_backend_is_named_once_not_as_a_grader_too() -> None:
@@ -601,7 +623,7 @@ def test_a_run_made_before_a_setting_was_recorded_resumes_with_any_value_and_kee
     """run.json files without tasks, grader, rollout_timeout, screen or extra_body: compared by what they hold."""
     open_run(tmp_path, manifest(tasks_sha256=tasks_sha256(TASKS)))
     data = json.loads((tmp_path / "run.json").read_text())
-    for key in ("tasks", "grader", "rollout_timeout", "screen", "extra_body"):
+    for key in ("tasks", "grader", "rollout_timeout", "screen", "extra_body", "desktop"):
         del data[key]
     (tmp_path / "run.json").write_text(json.dumps(data))
     old = read_manifest(tmp_path)

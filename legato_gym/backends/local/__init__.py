@@ -9,6 +9,7 @@ protocol over a unix socket. Needs the Debian packages ``xvfb openbox bubblewrap
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from legato_gym.backends import Backend, GiB, RayNeeds
 from legato_gym.backends.local import flags
@@ -29,6 +30,12 @@ def _check_tasks(tasks: Sequence[Task], config: DesktopConfig) -> list[Verdict]:
 def _grader(config: DesktopConfig) -> str:
     """``osworld`` (desktop-env's getters and metrics) or ``local`` (built in), as the desktops will grade."""
     return resolve_grader(typed_options(config.options, LocalOptions, "local").grader, config.worker_python)
+
+
+def _run_settings(config: DesktopConfig) -> dict[str, Any]:
+    """What a resume must not change: the session an agent sees and the pause its actions run with."""
+    options = typed_options(config.options, LocalOptions, "local")
+    return {"session": options.session, "pyautogui_pause": options.pyautogui_pause}
 
 
 def _solution(task: Task, screen: tuple[int, int]) -> list[str] | None:
@@ -54,6 +61,7 @@ BACKEND = Backend(
     },
     solution=_solution,
     grader=_grader,
+    run_settings=_run_settings,
 )
 
 __all__ = ["BACKEND", "LocalDesktop", "LocalOptions", "default_tasks", "osworld_tasks", "solution"]

@@ -20,6 +20,7 @@ import json
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from legato_gym.backends import Backend, GiB, RayNeeds
 from legato_gym.backends.osworld.desktop import OSWorldDesktop
@@ -111,6 +112,11 @@ def _provider_flag(config: DesktopConfig, provider: str | None) -> DesktopConfig
         raise ConfigError(f"--provider {provider!r}: {exc}") from exc
 
 
+def _run_settings(config: DesktopConfig) -> dict[str, Any]:
+    """What a resume must not change: the kind of VM the attempts run on."""
+    return {"provider": typed_options(config.options, OSWorldOptions, "osworld").provider}
+
+
 def _solution(task: Task, screen: tuple[int, int]) -> list[str] | None:
     """The scripted solution of a real OSWorld task (the local backend's), for ``--policy-url embedded``."""
     from legato_gym.backends.local.flags import scripted_solution
@@ -128,4 +134,5 @@ BACKEND = Backend(
     ray_needs=RayNeeds(cpus=4.0, memory=4 * GiB, resources={"legato_kvm": 1.0, "legato_docker": 1.0}),
     cli_options={"--file-cache": _file_cache_flag, "--provider": _provider_flag},
     solution=_solution,
+    run_settings=_run_settings,
 )
