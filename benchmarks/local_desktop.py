@@ -28,8 +28,8 @@ from legato_gym.backends.local import LocalDesktop, default_tasks, solution
 from legato_gym.backends.local.waits import cpu_ticks
 
 
-def pss_kib(pids: Sequence[int]) -> int:
-    """Summed PSS of the given processes and all their descendants, in KiB."""
+def descendants(pids: Sequence[int]) -> list[int]:
+    """The given processes and all their descendants (those alive now), sorted."""
     children: dict[int, list[int]] = {}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
@@ -38,13 +38,19 @@ def pss_kib(pids: Sequence[int]) -> int:
             except (OSError, IndexError, ValueError):
                 continue
             children.setdefault(ppid, []).append(int(entry.name))
-    seen, stack, total = set(), list(pids), 0
+    seen, stack = set(), list(pids)
     while stack:
         pid = stack.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        stack += children.get(pid, [])
+        if pid not in seen:
+            seen.add(pid)
+            stack += children.get(pid, [])
+    return sorted(seen)
+
+
+def pss_kib(pids: Sequence[int]) -> int:
+    """Summed PSS of the given processes and all their descendants, in KiB."""
+    total = 0
+    for pid in descendants(pids):
         try:
             for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
                 if line.startswith("Pss:"):
@@ -178,21 +184,7 @@ BARE = Task("bench-bare", "Nothing.", {"config": [], "evaluator": {"func": "infe
 
 def tree_ticks(pids: Sequence[int]) -> int:
     """User plus system clock ticks of the given processes and all their descendants."""
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                ppid = int(Path(f"/proc/{entry.name}/stat").read_text().rsplit(") ", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    seen, stack = set(), list(pids)
-    while stack:
-        pid = stack.pop()
-        if pid not in seen:
-            seen.add(pid)
-            stack += children.get(pid, [])
-    return cpu_ticks(sorted(seen))
+    return cpu_ticks(descendants(pids))
 
 
 class CostSide:

@@ -20,42 +20,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.local_desktop import pss_kib, stats
+from benchmarks.local_desktop import descendants, pss_kib, stats
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, LocalOptions
 from legato_gym.backends.local.sandbox.shell import gnome_installed
+from legato_gym.backends.local.waits import cpu_ticks
 
 EMPTY = Task("bench-session", "Nothing.", {"config": [], "evaluator": {"func": "infeasible"}})
-
-
-def descendants(pids: list[int]) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                ppid = int(Path(f"/proc/{entry.name}/stat").read_text().rsplit(") ", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    seen: list[int] = []
-    stack = list(pids)
-    while stack:
-        pid = stack.pop()
-        if pid not in seen:
-            seen.append(pid)
-            stack.extend(children.get(pid, []))
-    return seen
-
-
-def ticks(pids: list[int]) -> int:
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total
 
 
 def by_command(pids: list[int]) -> Counter[str]:
@@ -107,9 +78,9 @@ def measure(session: str, idle: float, resets: int) -> Result:
         pids = descendants(desktop.pids)
         pss = pss_kib(desktop.pids) / 1024
         top = by_command(pids).most_common(4)
-        before, began = ticks(pids), time.monotonic()
+        before, began = cpu_ticks(pids), time.monotonic()
         time.sleep(idle)
-        spent = (ticks(pids) - before) / os.sysconf("SC_CLK_TCK")
+        spent = (cpu_ticks(pids) - before) / os.sysconf("SC_CLK_TCK")
         cpu = 100 * spent / (time.monotonic() - began)
     return Result(up, first, times, pss, top, cpu)
 
