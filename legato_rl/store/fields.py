@@ -115,13 +115,11 @@ class Layout:
     Attributes:
         first: the keys written first, in this order; the other fields follow in field order.
         computed: keys written that are no field, each with how it is computed (ignored on reading).
-        closed: reading refuses keys that are not fields.
         check: called with the JSON object (and its name) before it is read: the class's own checks.
     """
 
     first: tuple[str, ...] = ()
     computed: Mapping[str, Callable[[Any], Any]] = dataclasses.field(default_factory=dict)
-    closed: bool = False
     check: Callable[[Mapping[str, Any], str], None] | None = None
 
 
@@ -190,8 +188,9 @@ def decode(cls: type, data: Any, what: str) -> Any:
     """The record object ``cls`` from its JSON object; ``what`` names it in errors (``steps[2].model``).
 
     Raises:
-        RecordError: ``data`` is not an object, lacks a required key, has a key a closed class does not
-            know, or a value fails a check of its field.
+        RecordError: ``data`` is not an object, lacks a required key, or a value fails a check of its field.
+            A key that is no field is ignored: records gain optional keys within ``legato.rollout/v0``, and a
+            reader of today must read tomorrow's.
     """
     return _decoder_of(cls)(data, what)
 
@@ -247,12 +246,6 @@ def build(cls: Any, data: Any, what: str) -> Any:
 
 def tuple_or_none(value: Sequence[Any] | None) -> tuple[Any, ...] | None:
     return None if value is None else tuple(value)
-
-
-def _unknown(data: Mapping[str, Any], known: frozenset[str], what: str) -> None:
-    unknown = set(data) - known
-    if unknown:
-        raise RecordError(f"{what} has unknown field(s) {', '.join(sorted(unknown))}")
 
 
 def _at_least(value: Any, minimum: int, what: str) -> Any:
@@ -361,10 +354,8 @@ def _compile_decoder(cls: type) -> Callable[[Any, str], Any]:
         "Mapping": Mapping,
         "RecordError": RecordError,
         "clip": clip,
-        "unknown": _unknown,
         "at_least": _at_least,
         "matching": _matching,
-        "known": frozenset(slot.key for slot in all_slots) | frozenset(own.computed),
         "required": tuple(slot.key for slot in all_slots if slot.required),
         "check": own.check,
     }
@@ -373,8 +364,6 @@ def _compile_decoder(cls: type) -> Callable[[Any, str], Any]:
         "    if not isinstance(d, Mapping):",
         "        raise RecordError(f'{what} must be a JSON object, got {clip(d)}')",
     ]
-    if own.closed:
-        lines.append("    unknown(d, known, what)")
     if env["required"]:
         lines += [
             "    missing = [key for key in required if key not in d]",

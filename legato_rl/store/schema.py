@@ -120,8 +120,6 @@ class PolicyStamp:
     model: str
     version: str | None
 
-    JSON: ClassVar[Layout] = Layout(closed=True)
-
 
 @dataclass(frozen=True)
 class ErrorInfo:
@@ -139,8 +137,6 @@ class ErrorInfo:
     kind: str = field(metadata=info(choices=ERROR_KINDS))
     type: str
     message: str
-
-    JSON: ClassVar[Layout] = Layout(closed=True)
 
     def __post_init__(self) -> None:
         if self.kind not in ERROR_KINDS:
@@ -170,7 +166,6 @@ class Timing:
     eval_s: float = 0.0
     total_s: float = 0.0
 
-    JSON: ClassVar[Layout] = Layout(closed=True)
     #: The phases whose seconds add up to the desktop's busy time (``total_s`` excluded).
     PHASES: ClassVar[tuple[str, ...]] = (
         "reset_s",
@@ -193,8 +188,6 @@ class ActionRecord:
     wait_s: float | None = None
     ready_s: float | None = None
     obs_s: float | None = None
-
-    JSON: ClassVar[Layout] = Layout(closed=True)
 
     @classmethod
     def from_timings(cls, action: str, timings: Mapping[str, Any]) -> ActionRecord:
@@ -257,8 +250,6 @@ class ModelStats:
         default=None, metadata=info(optional=True, column=Column("weight_version", "string"))
     )
     policy_version: str | None = field(default=None, metadata=info(optional=True))
-
-    JSON: ClassVar[Layout] = Layout(closed=True)
 
     @classmethod
     def from_chat(cls, result: ChatResult, policy_version: str | None = None) -> ModelStats:

@@ -195,6 +195,36 @@ def test_a_record_written_before_grader_was_recorded_validates(run: Path) -> Non
     assert RolloutRecord.from_json(record).grader is None
 
 
+def _json_objects(cls: type, data: dict[str, Any]) -> Iterator[tuple[type, dict[str, Any]]]:
+    """``data`` (a record object as JSON) and every record object's JSON in it, with its class."""
+    yield cls, data
+    for slot in slots(cls):
+        inner = data.get(slot.key)
+        if slot.kind == "obj" and isinstance(inner, dict):
+            yield from _json_objects(slot.item, inner)
+        elif slot.kind == "objs":
+            for item in inner or ():
+                yield from _json_objects(slot.item, item)
+
+
+def test_a_key_added_later_to_any_record_object_is_read_past_and_validates(run: Path, collected: Path) -> None:
+    """Within ``legato.rollout/v0`` records gain optional keys, nested objects too: today's reader reads them."""
+    import jsonschema
+
+    published = json.loads((ROOT / "docs" / "schema" / "legato.rollout-v0.json").read_text())
+    validator = jsonschema.Draft202012Validator(published)
+    touched: set[str] = set()
+    for record in [*read_record_dicts(collected), *read_record_dicts(run)]:
+        before = RolloutRecord.from_json(record)
+        for cls, obj in list(_json_objects(RolloutRecord, record)):
+            obj["added_in_a_later_release"] = {"nested": [1, 2]}
+            touched.add(cls.__name__)
+        assert list(validator.iter_errors(record)) == []
+        assert RolloutRecord.from_json(record) == before
+    # Every kind of object a record holds was given the key, not only the record's top level.
+    assert touched >= {"RolloutRecord", "StepRecord", "PolicyStamp", "Timing", "ErrorInfo", "ModelStats", "Response"}
+
+
 def _section(page: str, title: str) -> str:
     text = (ROOT / page).read_text()
     return text.split(f"\n## {title}", 1)[1].split("\n## ", 1)[0]
