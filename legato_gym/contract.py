@@ -233,8 +233,14 @@ class Desktop(Protocol):
     declares in its unit (:class:`legato_gym.backends.Backend`: options class, task checks, ``expect_next``).
     """
 
-    def reset(self, task: Task) -> None:
-        """Bring the desktop to the task's starting state and run its setup."""
+    def reset(self, task: Task) -> str | None:
+        """Bring the desktop to the task's starting state and run its setup.
+
+        Returns:
+            How the desktop got there, in the backend's own word (the local backend's ``fast``, ``ahead``,
+            ``prepared``, ``restart``, ``fallback``; the osworld backend's ``fast``, ``revert``, ``fallback``),
+            or ``None`` when the backend does not say. It reaches ``info["reset_kind"]`` and the record.
+        """
         ...
 
     def wait_after_reset(self) -> Waited:

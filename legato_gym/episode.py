@@ -82,7 +82,7 @@ class Episode:
 
         Returns:
             The first observation and ``info = {"task_id", "timings": {"reset_s", "wait_after_reset_s",
-            "obs_s"}, "ready"}``.
+            "obs_s"}, "ready", "reset_kind"}`` (how the desktop was reset, in its backend's word, or ``None``).
         """
         self.task = None
         self.done = False
@@ -91,7 +91,7 @@ class Episode:
         if next_task is not UNKNOWN and self._expect_next is not None:
             self._expect_next(next_task)
         t0 = time.perf_counter()
-        self.desktop.reset(task)
+        kind = self.desktop.reset(task)
         t1 = time.perf_counter()
         waited = self.desktop.wait_after_reset()
         t2 = time.perf_counter()
@@ -104,6 +104,7 @@ class Episode:
             "task_id": task.task_id,
             "timings": {"reset_s": t1 - t0, "wait_after_reset_s": t2 - t1, "obs_s": t3 - t2},
             "ready": bool(waited.ready),
+            "reset_kind": kind if isinstance(kind, str) and kind else None,
         }
         self.last_info = info
         return obs, info

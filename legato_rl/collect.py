@@ -123,6 +123,7 @@ class _Playing:
             grader=self.grader if graded and episode.reward is not None else None,
             error=error,
             timing=episode.timing(ended),
+            reset_kind=episode.reset_kind,
             steps=tuple(self.steps),
             started_at=episode.started_at,
             ended_at=ended,

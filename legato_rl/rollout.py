@@ -127,6 +127,8 @@ class Try:
         status: how it ended; ``None`` while it runs or when it raised.
         agent_fault: ``{"cause", "message"}`` when the agent's own actions destroyed or exhausted the desktop
             (:class:`~legato_gym.errors.AgentFault`): the episode then ended there, graded 0.
+        reset_kind: how the desktop was reset for it (its reset's ``info["reset_kind"]``), ``None`` until then
+            or when the backend does not say.
     """
 
     task: Task
@@ -138,6 +140,7 @@ class Try:
     reward: float | None = None
     status: Status | None = None
     agent_fault: dict[str, str] | None = None
+    reset_kind: str | None = None
 
     def add_timings(self, timings: Mapping[str, float]) -> None:
         """Add a desktop call's ``info["timings"]`` (ready-signal waits count as ``wait_s``)."""
@@ -269,6 +272,8 @@ async def _play(
     obs, info = await env.areset(env_id, task, next_task=next_task)
     png: bytes | None = info.get("screenshot_png")
     ep.add_timings(info.get("timings", {}))
+    kind = info.get("reset_kind")
+    ep.reset_kind = kind if isinstance(kind, str) else None
     deadline = None if rollout_timeout is None else time.monotonic() + rollout_timeout
     conversation = harness.start(task.instruction, screen)
     for index in range(max_steps):

@@ -29,7 +29,8 @@ __all__ = [
 #: The schema of ``profile.json`` and of ``legato rl profile --json``.
 PROFILE_SCHEMA = "legato.profile/v0"
 #: Latency distributions: ``model`` per policy call, ``act``/``wait`` per step (its actions summed),
-#: ``reset`` (``reset_s + wait_after_reset_s``) and ``eval`` (``wait_before_eval_s + eval_s``) per try.
+#: ``reset`` (``reset_s + wait_after_reset_s``) and ``eval`` (``wait_before_eval_s + eval_s``) per try. The
+#: resets are also split by the record's ``reset_kind``, as ``reset fast``, ``reset revert``, ... after these.
 LATENCY_KINDS = ("model", "act", "wait", "reset", "eval")
 
 
@@ -177,6 +178,8 @@ def add_samples(samples: dict[str, list[float]], record: RolloutRecord) -> None:
     timing = record.timing
     if timing.reset_s or timing.wait_after_reset_s:
         samples["reset"].append(timing.reset_s + timing.wait_after_reset_s)
+        if record.reset_kind:
+            samples.setdefault(f"reset {record.reset_kind}", []).append(timing.reset_s + timing.wait_after_reset_s)
     if timing.wait_before_eval_s or timing.eval_s:
         samples["eval"].append(timing.wait_before_eval_s + timing.eval_s)
 

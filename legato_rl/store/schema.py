@@ -389,6 +389,9 @@ class RolloutRecord:
         grader: the grader that scored ``reward`` (``osworld``: desktop-env's getters and metrics, ``local``:
             the local backend's built-in one, ``fake``: the fake suite's, else the backend's own name), or
             ``None`` when the try was not graded (or was written before records named their grader).
+        reset_kind: how its desktop was reset for it, in the backend's word (local: ``fast``, ``ahead``,
+            ``prepared``, ``restart``, ``fallback``; osworld: ``fast``, ``revert``, ``fallback``; fake: ``fast``),
+            or ``None`` (no reset completed, the backend does not say, or written before records said).
         error: why the try failed (``status`` ``error`` or ``retried``; or, of kind ``agent``, a completed try
             whose desktop the agent's actions destroyed, graded 0), else ``None``.
         timing: seconds by phase.
@@ -416,10 +419,12 @@ class RolloutRecord:
     started_at: float | None = None
     ended_at: float | None = None
     grader: str | None = field(default=None, metadata=info(optional=True, column=Column("grader", "string")))
+    reset_kind: str | None = field(default=None, metadata=info(optional=True, column=Column("reset_kind", "string")))
 
     JSON: ClassVar[Layout] = Layout(
         first=("schema", "rollout_id", "task_id", "domain", "group_id", "attempt", "try", "desktop", "policy",
-               "status", "reward", "grader", "error", "n_steps", "timing", "started_at", "ended_at"),
+               "status", "reward", "grader", "error", "n_steps", "reset_kind", "timing", "started_at",
+               "ended_at"),
         computed={"schema": lambda record: SCHEMA, "n_steps": lambda record: record.n_steps},
     )  # fmt: skip
 

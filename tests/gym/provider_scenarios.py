@@ -106,16 +106,14 @@ def gnome_episodes(args: dict[str, Any]) -> dict[str, Any]:
         out["session"] = impl._execute("pgrep -x gnome-shell >/dev/null && echo gnome", shell=True)["output"].strip()
         for n, task_id in enumerate(plan):
             task = tasks[task_id]
-            desktop.reset(task)
-            out["kinds"].append(desktop.last_reset_kind)
+            out["kinds"].append(desktop.reset(task))  # what reset says it did: the records' reset_kind
             desktop.wait_after_reset()
             for action in solution(task_id, config.screen):
                 desktop.act(action)
             desktop.act(f"open('/tmp/agent-{n}', 'w').close()")  # left in /tmp: the next reset removes it
             desktop.wait_before_eval()
             out["scores"].append(float(desktop.evaluate()))
-        desktop.reset(tasks[plan[0]])
-        out["kinds"].append(desktop.last_reset_kind)
+        out["kinds"].append(desktop.reset(tasks[plan[0]]))
         out["helpers"] = [impl.helpers_adopted, impl.helpers_exited]
     out["audits"] = [dataclasses.asdict(a) for a in auditor.audits if not a.clean]
     out["audited"] = len(auditor.audits)

@@ -48,6 +48,7 @@ def test_scripted_episode_through_gym_make() -> None:
         obs, info = env.reset(options={"task": task.task_id})
         assert info["task_id"] == task.task_id
         assert set(info["timings"]) == {"reset_s", "wait_after_reset_s", "obs_s"}
+        assert info["reset_kind"] == "fast"  # the fake desktop redraws its window in place
         assert obs["instruction"] == task.instruction
         steps = fake_solution(task, SMALL.screen)
         for i, step in enumerate(steps):

@@ -138,8 +138,7 @@ def test_keyboard_layout_set_by_setxkbmap_is_back(desktop: LocalDesktop) -> None
         keymap, names = host.keymap(), host.root_property("_XKB_RULES_NAMES")
         desktop.act("import subprocess; subprocess.run(['setxkbmap', '-layout', 'de', '-option', 'ctrl:nocaps'])")
         wait_for(lambda: host.keymap() != keymap, "setxkbmap de")
-        desktop.reset(TASK)
-        assert desktop.last_reset_kind == "fast"  # put back, no restart needed
+        assert desktop.reset(TASK) == desktop.last_reset_kind == "fast"  # put back, no restart needed
         assert host.keymap() == keymap
         assert host.root_property("_XKB_RULES_NAMES") == names
 

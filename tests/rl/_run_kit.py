@@ -61,6 +61,7 @@ class Try:
     token_ids: bool = True
     error: ErrorInfo | None = None
     failed_call_s: float = 0.0
+    reset_kind: str | None = None
 
 
 def write_run(
@@ -148,6 +149,7 @@ def write_run(
                 reward=spec.reward,
                 error=error,
                 desktop=spec.desktop,
+                reset_kind=spec.reset_kind,
                 timing=Timing(
                     reset_s=0.75,
                     wait_after_reset_s=0.25,

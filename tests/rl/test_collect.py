@@ -35,7 +35,7 @@ from legato_rl.testing import Faults, ReferencePolicyServer, ScriptedSolver
 SCREEN = (320, 240)
 RECORD_KEYS = {
     "schema", "rollout_id", "task_id", "domain", "group_id", "attempt", "try", "desktop", "policy", "status",
-    "reward", "grader", "error", "n_steps", "timing", "started_at", "ended_at", "steps",
+    "reward", "grader", "error", "n_steps", "reset_kind", "timing", "started_at", "ended_at", "steps",
 }  # fmt: skip
 TIMING_KEYS = {
     "reset_s", "wait_after_reset_s", "model_s", "act_s", "wait_s", "obs_s", "wait_before_eval_s", "eval_s",
@@ -89,6 +89,7 @@ def test_happy_path_every_field(tmp_path: Path, server: ReferencePolicyServer) -
         assert record["schema"] == "legato.rollout/v0"
         assert record["policy"] == {"model": server.model, "version": "step-7"}
         assert record["status"] == "ok" and record["reward"] == 1.0 and record["error"] is None
+        assert record["reset_kind"] == "fast"  # the fake desktop's word for its reset
         assert record["n_steps"] == len(record["steps"]) >= 1
         for step in record["steps"]:
             assert set(step) == STEP_KEYS
@@ -129,6 +130,7 @@ def test_group_closes_and_later_attempts_are_skipped(tmp_path: Path, server: Ref
     skipped = [r for r in records if r["status"] == "skipped"]
     assert all(r["steps"] == [] and r["reward"] is None and r["desktop"] is None for r in skipped)
     assert {r["grader"] for r in skipped} == {None}  # not graded
+    assert {r["reset_kind"] for r in skipped} == {None}  # no desktop was reset for them
     assert {r["grader"] for r in records if r["status"] == "ok"} == {"fake"}
 
 

@@ -40,6 +40,7 @@ FIELDS = [
     "rollout_id", "task_id", "group_id", "step_index", "status", "messages", "prompt_token_ids",
     "prompt_continues", "response_text", "response_reasoning", "response_token_ids", "response_logprobs",
     "response_tokens", "finish_reason", "reward", "advantage", "policy_version", "weight_version", "grader",
+    "reset_kind",
 ]  # fmt: skip
 
 

@@ -94,6 +94,16 @@ def test_profile_figures_per_desktop_and_latency(tmp_path: Path) -> None:
     assert profile.latency_s["reset"]["n"] == 2
 
 
+def test_profile_splits_reset_times_by_the_records_reset_kind(tmp_path: Path) -> None:
+    kinds = ["fast", "revert", None, "fast"]  # None: a record of a backend that does not say, or an older one
+    write_run(tmp_path / "run", [Try(f"g{i // 2}", "ok", 1.0, reset_kind=kind) for i, kind in enumerate(kinds)])
+    profile = profile_run(tmp_path / "run", plots=False)
+    assert profile.latency_s["reset"]["n"] == 4  # every reset, said or not
+    assert profile.latency_s["reset fast"]["n"] == 2 and profile.latency_s["reset revert"]["n"] == 1
+    assert profile.latency_s["reset fast"]["p50"] == pytest.approx(1.0)  # reset_s + wait_after_reset_s
+    assert list(profile.latency_s)[: len(LATENCY_KINDS)] == list(LATENCY_KINDS)
+
+
 # --- pictures and report ----------------------------------------------------------------------------------
 
 

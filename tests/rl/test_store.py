@@ -310,7 +310,7 @@ def test_record_round_trip_has_every_field(tmp_path: Path) -> None:
     data = json.loads(line)
     assert list(data) == [
         "schema", "rollout_id", "task_id", "domain", "group_id", "attempt", "try", "desktop", "policy", "status",
-        "reward", "grader", "error", "n_steps", "timing", "started_at", "ended_at", "steps",
+        "reward", "grader", "error", "n_steps", "reset_kind", "timing", "started_at", "ended_at", "steps",
     ]  # fmt: skip
     assert data["schema"] == SCHEMA
     assert data["n_steps"] == 1 and data["error"] is None and data["policy"] == {"model": "m", "version": "step-1"}

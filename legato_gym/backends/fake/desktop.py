@@ -62,8 +62,11 @@ class FakeDesktop:
         check_task(task)
         layout_for(task, self.screen_size)
 
-    def reset(self, task: Task) -> None:
-        """Show the task's window in its starting state (setup steps other than ``fake_window`` are no-ops)."""
+    def reset(self, task: Task) -> str:
+        """Show the task's window in its starting state (setup steps other than ``fake_window`` are no-ops).
+
+        Returns ``fast``: the window is redrawn in place.
+        """
         self._check_open("reset")
         if not isinstance(task, Task):
             raise TypeError(f"reset() takes a legato_gym.Task, not {type(task).__name__}")
@@ -81,6 +84,7 @@ class FakeDesktop:
         window = Window(layout_for(task, self.screen_size), self.screen_size)
         self._task, self._window, self._frame = task, window, render(window)
         self._actions, self._last_special = 0, None
+        return "fast"
 
     def wait_after_reset(self) -> Waited:
         """The ready-signal wait (settle latency), or ``30 * fixed_wait`` without ready signals."""

@@ -222,8 +222,13 @@ class LocalDesktop:
         """
         self._next_hint = task
 
-    def reset(self, task: Task) -> None:
-        """Kill the last episode's apps, restore the home baseline, then run the task's setup."""
+    def reset(self, task: Task) -> str:
+        """Kill the last episode's apps, restore the home baseline, then run the task's setup.
+
+        Returns:
+            ``fast`` (in place), ``ahead`` (switched to the desktop started ahead), ``prepared`` (to one set up
+            ahead for this task), ``restart`` or ``fallback`` (the whole desktop restarted).
+        """
         if self._closed:
             raise StateError("reset() called after close(); create a new LocalDesktop")
         self._hint, self._next_hint = self._next_hint, UNKNOWN
@@ -248,6 +253,7 @@ class LocalDesktop:
         self._task = task
         self._episode_hits = self._hits_seen = self._processes.bound_hits()  # the agent's phase starts here
         self._episode_overflows = self._processes.overflows()
+        return self.last_reset_kind
 
     def wait_after_reset(self) -> Waited:
         """Ready signal: the setup's windows mapped and the screen settled (else OSWorld's scaled sleep)."""

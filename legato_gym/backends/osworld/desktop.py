@@ -409,7 +409,8 @@ class _VMDesktop:
         return True
 
     # ------------------------------------------------------------------ the contract
-    def reset(self, task: Task) -> None:
+    def reset(self, task: Task) -> str:
+        """Fast reset (or a snapshot revert) and the task's setup; returns ``fast``, ``revert`` or ``fallback``."""
         if self._closed:
             raise StateError("reset() called after close(); create a new OSWorldDesktop")
         deadline = time.monotonic() + self.config.timeouts.reset
@@ -440,6 +441,7 @@ class _VMDesktop:
         self._session.setup(task.setup)
         self._expected_windows = expected_windows(task.setup)
         self._task = task
+        return self.last_reset_kind
 
     def _recycle_server(self, deadline: float) -> None:
         """Restart the VM's server, freeing the X connections its screenshots leaked.
@@ -692,8 +694,8 @@ class OSWorldDesktop:
         """``"fast"``, ``"revert"`` or ``"fallback"``: how the last reset went."""
         return str(self._impl.last_reset_kind)
 
-    def reset(self, task: Task | Mapping[str, Any]) -> None:
-        self._impl.reset(task if isinstance(task, Task) else Task.from_json(task))
+    def reset(self, task: Task | Mapping[str, Any]) -> str:
+        return str(self._impl.reset(task if isinstance(task, Task) else Task.from_json(task)))
 
     def wait_after_reset(self) -> Waited:
         result: Waited = self._impl.wait_after_reset()
@@ -719,8 +721,7 @@ class OSWorldDesktop:
 
     # --- JSON-friendly calls for a parent in another interpreter (see .remote)
     def remote_reset(self, task: Mapping[str, Any]) -> str:
-        self.reset(task)
-        return self.last_reset_kind
+        return self.reset(task)
 
     def remote_wait_after_reset(self) -> list[Any]:
         w = self.wait_after_reset()

@@ -109,8 +109,9 @@ class RemoteDesktop:
     def _call(self, name: str, *args: Any, timeout: float) -> Any:
         return self._request("call", {"name": name, "args": list(args), "kwargs": {}}, timeout)
 
-    def reset(self, task: Task) -> None:
+    def reset(self, task: Task) -> str:
         self.last_reset_kind = str(self._call("remote_reset", task.to_json(), timeout=self.config.timeouts.reset + 30))
+        return self.last_reset_kind
 
     def wait_after_reset(self) -> Waited:
         seconds, ready = self._call("remote_wait_after_reset", timeout=self.config.timeouts.ready + 60)
