@@ -15,10 +15,11 @@ Per rollout:
   ``os`` and ``multi_apps`` tasks (they change system state a home restore does not undo), any reset that
   cannot be verified clean, a VM that stopped answering, and every reset with ``fast_reset=False`` use a
   snapshot revert instead (docker: a new container from the image, cold boot).
-* **ready signals.** After reset: the server answers, the windows the setup launched are mapped (``wmctrl
-  -l`` over ``/execute``; a launch of a program that opens no window, such as ``socat``, is not counted),
-  and the screen is still: one wait in the VM through ``/execute`` that compares frames itself, so a ready
-  signal costs OSWorld's server no ``/screenshot`` (each leaks an X connection there). After each action:
+* **ready signals.** After reset: the server answers, the windows the setup launched are mapped (the window
+  manager's client list, read over ``/execute``; a launch of a program that opens no window, such as
+  ``socat``, is not counted), and the screen is still: one wait in the VM through ``/execute`` that compares
+  frames itself, so a ready signal costs OSWorld's server no ``/screenshot`` (each leaks an X connection
+  there). After each action:
   the screen is still. The server is recycled during fast reset and before ``screenshot_budget``
   screenshots (:meth:`_VMDesktop._recycle_server`). Before grading: the post-config has run and the screen
   is still. Each wait has a deadline (``Timeouts.ready``). ``ready_signal=False`` sleeps as OSWorld does
@@ -34,6 +35,7 @@ import hashlib
 import importlib.util
 import json
 import logging
+import re
 import shlex
 import shutil
 import tempfile
@@ -67,6 +69,8 @@ logger = logging.getLogger(__name__)
 BASELINE_TAR = "/tmp/.legato-home-baseline.tar"
 #: Interval between the process listings that must agree before the first-boot processes are taken.
 BASELINE_SETTLE_S = 0.2
+#: The window manager's client list, read from the root (``xprop``), else with ``wmctrl -l`` (see ``_windows``).
+WINDOWS_SCRIPT = "if command -v xprop >/dev/null 2>&1; then xprop -root _NET_CLIENT_LIST; else wmctrl -l; fi"
 _ACTION_PREFIX = "import pyautogui; import time; pyautogui.FAILSAFE = False; {command}"
 
 
@@ -269,24 +273,33 @@ class _VMDesktop:
         return dict(data)
 
     def _windows(self) -> set[str]:
-        """The VM's managed windows (``wmctrl -l``).
+        """The VM's managed windows: the window manager's ``_NET_CLIENT_LIST``, as ``wmctrl -l`` names them.
+
+        Read from the root window with ``xprop`` (one property, so a window destroyed meanwhile cannot fail
+        it), or with ``wmctrl -l`` where the VM has no ``xprop``; ``wmctrl`` reads each window too, and a
+        killed app's window that vanishes as it reads (BadWindow) is a race retried until ``kill_timeout``.
 
         Raises:
-            DesktopCrashed: ``wmctrl`` failed (X full, no window manager): no listing is not "no windows".
+            DesktopCrashed: the listing failed (X full, no window manager): no listing is not "no windows".
         """
         race_deadline = time.monotonic() + self.options.kill_timeout
-        while True:  # a window destroyed while wmctrl reads it (BadWindow: a killed app's) is a race, not a failure
-            result = self._execute(["wmctrl", "-l"], timeout=30)
+        while True:
+            result = self._execute(WINDOWS_SCRIPT, shell=True, timeout=30)
+            output = str(result.get("output") or "")
+            if result.get("returncode") == 0 and output.startswith("_NET_CLIENT_LIST"):
+                head, _, ids = output.partition("#")
+                if "not found" in head or "(WINDOW)" not in head:  # no window manager keeps the list
+                    raise DesktopCrashed(f"the VM's window manager keeps no client list: {output.strip()[:200]}")
+                return {f"0x{int(word, 16):08x}" for word in re.findall(r"0x[0-9a-fA-F]+", ids)}
             if result.get("returncode") == 0 or "BadWindow" not in str(result.get("error") or ""):
                 break
             if time.monotonic() >= race_deadline:
                 break
             time.sleep(0.05)
         if result.get("returncode") != 0:
-            raise DesktopCrashed(
-                f"wmctrl -l failed in the VM (exit {result.get('returncode')}): {(result.get('error') or '')[-300:]}"
-            )
-        return {line.split()[0] for line in (result.get("output") or "").splitlines() if line.strip()}
+            error = str(result.get("error") or "")[-300:]
+            raise DesktopCrashed(f"listing the VM's windows failed (exit {result.get('returncode')}): {error}")
+        return {line.split()[0] for line in output.splitlines() if line.strip()}
 
     def _settled_pids(self, deadline: float) -> list[int]:
         """The VM's processes once two listings in a row agree.
@@ -340,7 +353,7 @@ class _VMDesktop:
     def _fast_reset(self, deadline: float) -> bool:
         """Kill the task's apps, verify, restore the home baseline; False when the reset is not verifiable.
 
-        Every probe must answer: a process listing, ``wmctrl`` or home restore that fails or answers nothing
+        Every probe must answer: a process listing, the window listing or home restore that fails or answers nothing
         makes the reset unverified (then a snapshot revert), never clean.
         """
         try:
