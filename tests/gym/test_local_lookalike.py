@@ -6,10 +6,14 @@ One 1920x1080 desktop is shared by the tests; one more at 1280x720 checks anothe
 
 from __future__ import annotations
 
+import io
 import shutil
+import struct
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -296,3 +300,92 @@ def test_another_screen_size_keeps_the_bar_and_dock_sizes() -> None:
         assert (screen[500:600, 70].sum(axis=1) > screen[500:600, 69].sum(axis=1) + 10).all()
         spot = layout((1280, 720))
         assert spot.launcher_centre(len(LAUNCHERS)) + spot.cell // 2 < spot.show_apps_centre - spot.cell // 2
+
+
+# ------------------------------------------------------------------------------------------- the pointer
+
+#: Where the VM's cursor theme keeps its arrow (Yaru's, as Ubuntu 22.04's GNOME shows it, at GNOME's 24 px).
+YARU_LEFT_PTR = Path("/usr/share/icons/Yaru/cursors/left_ptr")
+
+
+def xcursor_image(path: Path, size: int) -> tuple[int, int, int, int, list[int]]:
+    """``(width, height, xhot, yhot, ARGB pixels)`` of the ``size`` image in an Xcursor file (libXcursor's
+    format: a table of chunks; an image chunk is 9 32-bit words, then its premultiplied ARGB pixels)."""
+    data = path.read_bytes()
+    assert data[:4] == b"Xcur", path
+    (count,) = struct.unpack_from("<I", data, 12)
+    for k in range(count):
+        kind, subtype, position = struct.unpack_from("<III", data, 16 + 12 * k)
+        if kind == 0xFFFD0002 and subtype == size:
+            width, height, xhot, yhot = struct.unpack_from("<4I", data, position + 16)
+            return width, height, xhot, yhot, list(struct.unpack_from(f"<{width * height}I", data, position + 36))
+    raise AssertionError(f"{path} has no {size} px image")
+
+
+def osworlds_screenshot(desktop: LocalDesktop) -> tuple[np.ndarray, np.ndarray, Any]:
+    """``(plain screen, the screen as OSWorld's server makes it, the X cursor image)``: the pointer read with
+    XFixes through python-xlib (not legato's reader), each pixel's 4 bytes in memory order taken as R, G, B,
+    A as pyxcursor takes them, pasted by PIL at the pointer's position through its own alpha, as the
+    server's ``/screenshot`` does (``screenshot.paste(cursor, (x, y), cursor)``)."""
+    from PIL import Image
+
+    plain = np.ascontiguousarray(desktop.display._framebuffer()[:, :, 2::-1])
+    screen = open_display(desktop.display.name)
+    try:
+        screen.xfixes_query_version()
+        cursor = screen.xfixes_get_cursor_image(screen.screen().root)
+    finally:
+        screen.close()
+    raw = struct.pack(f"<{len(cursor.cursor_image)}I", *cursor.cursor_image)
+    image = Image.frombytes("RGBA", (cursor.width, cursor.height), raw)
+    shot = Image.fromarray(plain)
+    shot.paste(image, (cursor.x, cursor.y), image)
+    return plain, np.asarray(shot), cursor
+
+
+def still_screenshots(desktop: LocalDesktop) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
+    """The agent's screenshot (``observe()``) and :func:`osworlds_screenshot` of one unchanged screen (the
+    bar's clock may tick between them: then once more)."""
+    for _ in range(3):
+        before = desktop.display._framebuffer().copy()
+        agents = desktop.observe().screenshot
+        plain, osworlds, cursor = osworlds_screenshot(desktop)
+        if np.array_equal(before, desktop.display._framebuffer()):
+            return agents, plain, osworlds, cursor
+    raise AssertionError("the screen kept changing")
+
+
+def test_the_pointer_is_pasted_into_the_screenshot_as_osworlds_server_pastes_it(desktop: LocalDesktop) -> None:
+    """Over the bar's flat colour: the agent's screenshot is the screen with the X cursor's image (Yaru's
+    arrow at 24 px, as the VM's) pasted with its top-left corner at the pointer, hotspot not subtracted,
+    blended by its alpha; nowhere else a pixel differs (the X server draws no pointer of its own into the
+    screen: Xvfb's ``-nocursor``); it follows the pointer; ``/screenshot`` agrees."""
+    from PIL import Image
+
+    desktop.reset(EMPTY)
+    spots = [(500, 2), (1300, 2)]
+    taken = []
+    for x, y in spots:
+        desktop.act(f"pyautogui.moveTo({x}, {y})")
+        agents, plain, osworlds, cursor = still_screenshots(desktop)
+        assert (cursor.x, cursor.y) == (x, y)
+        under = plain[y : y + cursor.height, x : x + cursor.width]
+        assert (under == under[0, 0]).all() and tuple(under[0, 0]) == BAR_COLOUR  # a flat background
+        changed = np.argwhere((osworlds != plain).any(axis=2))  # the arrow's pixels
+        assert len(changed) > 100 and (changed.min(axis=0) >= (y, x)).all(), changed.min(axis=0)
+        assert (changed.max(axis=0) < (y + cursor.height, x + cursor.width)).all()
+        np.testing.assert_array_equal(agents, osworlds)  # every pixel: there as pasted, and nothing elsewhere
+        taken.append((agents, plain, cursor))
+    (first, plain, cursor), (second, _, _) = taken
+    x, y = spots[0]
+    box = (slice(y, y + cursor.height), slice(x, x + cursor.width))
+    np.testing.assert_array_equal(second[box], plain[box])  # gone from where it was
+    assert (first[box] != plain[box]).any(axis=2).sum() > 100
+    served = desktop.client.request("GET", "/screenshot")  # what an OSWorld client of the desktop's server gets
+    np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(served.content)).convert("RGB")), second)
+    # the VM's arrow: Yaru's left_ptr at 24 px (the session's XCURSOR_THEME/XCURSOR_SIZE), not X's own cursor
+    if not YARU_LEFT_PTR.exists():
+        pytest.skip(f"no {YARU_LEFT_PTR} (apt: yaru-theme-icon): the session shows the default theme's arrow")
+    width, height, xhot, yhot, pixels_ = xcursor_image(YARU_LEFT_PTR, 24)
+    assert (cursor.width, cursor.height, cursor.xhot, cursor.yhot) == (width, height, xhot, yhot)
+    assert list(cursor.cursor_image) == pixels_
