@@ -1,6 +1,7 @@
 """The lookalike session (``LocalOptions(session="lookalike")``): openbox with legato's own top bar and dock that
 look and act as OSWorld's VM's GNOME Shell (reference/osworld-vm-look.md): its rows and columns, its work
-area, each app's window as the one table says, the launchers, the overview and a launcher's menu.
+area, every app's window as the one table says (each of its classes), the launchers, the overview, a launcher's
+menu, and the pointer in screenshots as OSWorld's server pastes it (Yaru's arrow, as the VM's).
 
 One 1920x1080 desktop is shared by the tests; one more at 1280x720 checks another screen size."""
 
