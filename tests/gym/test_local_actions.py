@@ -129,12 +129,15 @@ def test_a_hung_action_is_killed_with_what_it_started_and_earlier_apps_stay(desk
 
 
 #: An action that draws after its last pyautogui call and pyautogui's pause: a window of its own, mapped and
-#: filled (and gone again when the action's X connection closes), as an app's late redraw would.
+#: filled (and gone again when the action's X connection closes), as an app's late redraw would. Not managed
+#: (override-redirect), so it is on the screen at once: a managed one waits for the window manager to map it,
+#: and may be gone before it is (then nothing was drawn, and the X server draws no pointer that would count).
 DRAW_LATE = (
     "import pyautogui; pyautogui.FAILSAFE = False; pyautogui.moveTo(5, 5)\n"
     "from Xlib import display\n"
     "d = display.Display(); s = d.screen()\n"
-    "w = s.root.create_window(0, 0, 60, 60, 0, s.root_depth, background_pixel=s.white_pixel); w.map(); d.sync()\n"
+    "w = s.root.create_window(0, 0, 60, 60, 0, s.root_depth, background_pixel=s.white_pixel, override_redirect=True)\n"
+    "w.map(); d.sync()\n"
     "w.fill_rectangle(w.create_gc(foreground=s.black_pixel), 0, 0, 20, 20); d.sync()\n"
 )
 CALM = "import pyautogui; pyautogui.FAILSAFE = False; pyautogui.moveTo({x}, 9)"

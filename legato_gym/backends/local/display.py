@@ -160,6 +160,9 @@ class Display:
             "-nolisten",
             "tcp",
             "-noreset",  # else the server resets when its last client leaves (races the WM)
+            # no pointer drawn into the framebuffer (Xvfb's software cursor, at the position less the hotspot):
+            # screenshots paste it as OSWorld's server does (XFixes still reports its image), else it shows twice
+            "-nocursor",
             "-fbdir",
             str(self.state_dir / "fb"),
         ]

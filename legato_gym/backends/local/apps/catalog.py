@@ -392,10 +392,12 @@ APPS: tuple[App, ...] = (
         related=("terminal",),
         window=WindowRule(("XTerm", "Gnome-terminal"), maximized=False),
     ),
+    # GNOME Videos: the VM's default for most video types. It maximizes its own window when its state file
+    # (~/.config/totem/state.ini) is missing, as on a first start on the VM (totem_setup_window)
     App(
-        "video player",  # GNOME Videos: the VM's default for most video types
+        "video player",
         ("totem",),
-        window=WindowRule(("Totem",), maximized=False),
+        window=WindowRule(("Totem",), maximized=True),
     ),
 )
 
