@@ -285,8 +285,9 @@ def test_a_launchers_right_click_menu_opens_a_new_window_and_quits(desktop: Loca
     assert wait_for(lambda: bool(np.abs(pixels(desktop)[FILES, 150] - before[FILES, 150]).sum() > 30), 10)
     desktop.act(f"pyautogui.click(150, {FILES} - 16 + 6 + 16)")  # the menu's first item: New Window
     assert wait_for(lambda: frame_of(desktop, "org.gnome.Nautilus") is not None), frames(desktop)
+    before = pixels(desktop)
     desktop.act(f"pyautogui.rightClick(35, {FILES})")  # now with Quit as its second item
-    time.sleep(0.5)
+    assert wait_for(lambda: bool(np.abs(pixels(desktop)[FILES, 150] - before[FILES, 150]).sum() > 30), 10)
     desktop.act(f"pyautogui.click(150, {FILES} - 32 + 6 + 32 + 16)")
     assert wait_for(lambda: frame_of(desktop, "org.gnome.Nautilus") is None), frames(desktop)
 
