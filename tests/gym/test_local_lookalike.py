@@ -16,7 +16,15 @@ import pytest
 
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, LocalOptions
-from legato_gym.backends.local.sandbox.lookalike import BAR_COLOUR, DOT_COLOUR, LAUNCHERS, layout
+from legato_gym.backends.local.sandbox.lookalike import (
+    BAR_COLOUR,
+    DOT_COLOUR,
+    LAUNCHERS,
+    MENU_COLOUR,
+    SUBMENU_COLOUR,
+    layout,
+)
+from legato_gym.backends.local.sandbox.panel import GAP, PAD, ROW, SEPARATOR
 from legato_gym.backends.local.sandbox.shell import APP_WINDOWS, opens_as
 from legato_gym.backends.local.xstate import open_display
 
@@ -238,3 +246,77 @@ def test_another_screen_size_keeps_the_bar_and_dock_sizes() -> None:
         assert (screen[500:600, 70].sum(axis=1) > screen[500:600, 69].sum(axis=1) + 10).all()
         spot = layout((1280, 720))
         assert spot.launcher_centre(len(LAUNCHERS)) + spot.cell // 2 < spot.show_apps_centre - spot.cell // 2
+
+
+# the top bar's menus (GNOME Shell 42's: the app menu, the calendar, the system menu and its end-session dialogs)
+
+#: A menu's first row (under the bar, its gap and its padding), and the system menu's rows (panel.SYSTEM_MENU).
+FIRST_ROW = 27 + GAP + PAD
+POWER_ROW = FIRST_ROW + 4 * ROW + 2 * SEPARATOR + ROW // 2  # "Power Off / Log Out", under volume, network, ...
+POWER_OFF_ROW = POWER_ROW + 3 * ROW  # its submenu: Suspend, Restart…, Power Off…, a separator, Log Out
+LOG_OUT_ROW = POWER_ROW + 4 * ROW + SEPARATOR
+STATUS = (1860, 13)
+CLOCK = (960, 13)
+
+
+def is_menu(desktop: LocalDesktop, x: int, y: int, colour: tuple[int, int, int] = MENU_COLOUR) -> bool:
+    """Whether the screen at ``(x, y)`` is a menu's background (Yaru's dark popover; a submenu's ``colour``)."""
+    return bool(np.abs(pixels(desktop)[y, x] - np.array(colour)).sum() <= 6)
+
+
+def app_name_shown(desktop: LocalDesktop) -> bool:
+    return bool((pixels(desktop)[3:24, 100:160] > 200).any())
+
+
+def test_the_top_bars_menus_open_under_it_and_close_on_escape_or_a_click_beside(desktop: LocalDesktop) -> None:
+    desktop.reset(EMPTY)
+    spots = {"calendar": (CLOCK, (700, 200)), "system": (STATUS, (1700, FIRST_ROW + 60))}
+    for name, ((bx, by), (x, y)) in spots.items():
+        assert not is_menu(desktop, x, y), name  # the wallpaper there
+        desktop.act(f"pyautogui.click({bx}, {by})")
+        assert wait_for(lambda: is_menu(desktop, x, y), 10), name  # noqa: B023
+        desktop.act("pyautogui.press('escape')")
+        assert wait_for(lambda: not is_menu(desktop, x, y), 10), name  # noqa: B023
+    desktop.act(f"pyautogui.click({CLOCK[0]}, {CLOCK[1]})")  # the calendar, then the status icons: their menu
+    assert wait_for(lambda: is_menu(desktop, 700, 200), 10)
+    desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")
+    assert wait_for(lambda: is_menu(desktop, 1700, FIRST_ROW + 60) and not is_menu(desktop, 700, 200), 10)
+    desktop.act("pyautogui.click(900, 700)")  # a click beside it closes it, and only that
+    assert wait_for(lambda: not is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+    desktop.act(f"pyautogui.click({CLOCK[0]}, {CLOCK[1]})")
+    assert wait_for(lambda: is_menu(desktop, 700, 200), 10)
+    desktop.act(f"pyautogui.click({CLOCK[0]}, {CLOCK[1]})")  # its own button again: closed
+    assert wait_for(lambda: not is_menu(desktop, 700, 200), 10)
+
+
+def test_the_app_menu_quits_the_focused_app(desktop: LocalDesktop) -> None:
+    desktop.reset(EMPTY)
+    desktop.client.post_json("/setup/launch", {"command": ["xterm", "-T", "to-quit"]})
+    assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
+    assert wait_for(lambda: app_name_shown(desktop), 10)  # "XTerm" after Activities: its menu's button
+    desktop.act("pyautogui.click(125, 13)")
+    assert wait_for(lambda: is_menu(desktop, 250, FIRST_ROW + ROW // 2), 10)  # under the name: Quit
+    desktop.act(f"pyautogui.click(150, {FIRST_ROW + ROW // 2})")
+    assert wait_for(lambda: frame_of(desktop, "XTerm") is None), frames(desktop)
+    assert wait_for(lambda: not is_menu(desktop, 250, FIRST_ROW + ROW // 2), 10)
+
+
+def test_power_off_and_log_out_ask_and_end_nothing(desktop: LocalDesktop) -> None:
+    """The system menu's Power Off… and Log Out bring GNOME's dialog; answering it leaves the desktop as it was."""
+    desktop.reset(EMPTY)
+    desktop.client.post_json("/setup/launch", {"command": ["xterm", "-T", "stays"]})
+    assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
+    for row, answer in ((POWER_OFF_ROW, "pyautogui.press('enter')"), (LOG_OUT_ROW, "pyautogui.press('escape')")):
+        desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")
+        assert wait_for(lambda: is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+        desktop.act(f"pyautogui.click(1700, {POWER_ROW})")  # its submenu opens under it
+        assert wait_for(lambda: is_menu(desktop, 1890, row, SUBMENU_COLOUR), 10)  # noqa: B023
+        desktop.act(f"pyautogui.click(1700, {row})")
+        assert wait_for(lambda: is_menu(desktop, 760, 470) and not is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+        desktop.act(answer)  # "Power Off" (the focused answer) / Escape
+        assert wait_for(lambda: not is_menu(desktop, 760, 470), 10)
+    assert desktop.display.alive()
+    assert frame_of(desktop, "XTerm") is not None  # the session and its apps go on
+    desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")  # and so does the top bar
+    assert wait_for(lambda: is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+    desktop.act("pyautogui.press('escape')")
