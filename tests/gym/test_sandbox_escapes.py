@@ -768,3 +768,81 @@ def test_lookalike_panel_and_what_it_launches_run_inside_the_sandbox(lookalike: 
     code, out = agent(lookalike, "ps -eo args")
     assert "nautilus" in out and "mousepad" in out, out  # what the panel started is in the sandbox's processes
     assert lookalike.display.alive()
+
+
+def _dialog_buttons(desktop: LocalDesktop, count: int) -> list[tuple[int, int]]:
+    """The centres of the end-session dialog's ``count`` buttons, found by their colour under the screen's centre."""
+    import numpy as np
+
+    from legato_gym.backends.local.sandbox.lookalike import BUTTON_COLOUR
+
+    screen = desktop.display.screenshot().astype(int)
+    is_button = np.abs(screen - np.array(BUTTON_COLOUR)).sum(axis=2) <= 3
+    rows = np.nonzero(is_button[540:, 960])[0] + 540
+    assert rows.size, "no dialog under the screen's centre"
+    top, bottom = int(rows.min()), int(rows.max())
+    columns = np.nonzero(is_button[top + 2])[0]
+    left, right = int(columns.min()), int(columns.max())
+    span = (right - left + 1) / count
+    return [(round(left + span * (i + 0.5)), (top + bottom) // 2) for i in range(count)]
+
+
+def test_lookalike_top_bar_menus_end_nothing_and_run_nothing_outside(lookalike: LocalDesktop) -> None:
+    """Every entry of the system menu (Power Off / Log Out's submenu and each button of its dialogs, Lock,
+    Settings, the network's) and the app menu's New Window and Quit: the session, its panel and the X server
+    go on, and nothing runs outside the sandbox."""
+    from legato_gym.backends.local.sandbox.panel import GAP, PAD, ROW, SEPARATOR
+
+    lookalike.reset(TASK)
+    first = 27 + GAP + PAD + ROW // 2  # a menu's first row
+    power = first + 4 * ROW + 2 * SEPARATOR  # the system menu's "Power Off / Log Out"
+    wired = first + ROW + SEPARATOR
+
+    def session() -> list[str]:  # the panel's and the window manager's processes, as the sandbox lists them
+        code, out = agent(lookalike, "ps -eo pid=,args=")
+        assert code == 0, out
+        lines = [line.split(None, 1) for line in out.splitlines() if len(line.split(None, 1)) == 2]
+        panel = [f"{pid} {args}" for pid, args in lines if args.split()[1:2] == ["/run/legato-lookalike/panel.py"]]
+        return panel + [f"{pid} {args}" for pid, args in lines if args.startswith("openbox ")]
+
+    before = session()
+    assert len(before) == 2, before  # control: the panel and the window manager, inside
+
+    def system(*rows: int) -> None:
+        lookalike.act("pyautogui.click(1860, 13)")
+        time.sleep(0.3)
+        for y in rows:
+            lookalike.act(f"pyautogui.click(1700, {y})")
+            time.sleep(0.3)
+
+    dialogs = 0
+    for row, buttons in ((power + 2 * ROW, 2), (power + 3 * ROW, 3), (power + 4 * ROW + SEPARATOR, 2)):
+        for button in range(buttons):  # Restart…, Power Off…, Log Out: each button of their dialog
+            system(power, row)
+            spots = _dialog_buttons(lookalike, buttons)
+            dialogs += 1
+            lookalike.act(f"pyautogui.click{spots[button]}")
+            time.sleep(0.3)
+    assert dialogs == 7  # control: each dialog was found, with its buttons
+    system(power, power + ROW)  # Suspend
+    system(power - 2 * ROW)  # Settings
+    system(power - ROW)  # Lock
+    system(wired, wired + ROW)  # the network's Turn Off
+    system(wired, wired + 2 * ROW)  # and Wired Settings
+    lookalike.act("pyautogui.press('escape')")
+    files = 65 + 68 * 8
+    lookalike.act(f"pyautogui.click(35, {files})")  # Files, focused: its app menu has New Window, then Quit
+
+    def nautilus() -> int:
+        return sum(w.wm_class.startswith("org.gnome.Nautilus.") for w in lookalike.display.windows())
+
+    assert wait_for(lambda: nautilus() == 1)
+    time.sleep(0.5)
+    lookalike.act(f"pyautogui.click(120, 13); time.sleep(0.3); pyautogui.click(150, {first})")
+    assert wait_for(lambda: nautilus() == 2)  # control: the app menu's New Window, inside
+    lookalike.act(f"pyautogui.click(120, 13); time.sleep(0.3); pyautogui.click(150, {first + ROW + SEPARATOR})")
+    assert wait_for(lambda: nautilus() == 0)  # control: Quit closed both
+    time.sleep(0.5)
+    assert outside_sandbox(lookalike) == []
+    assert lookalike.display.alive()
+    assert session() == before  # the same panel and window manager: nothing ended or restarted
