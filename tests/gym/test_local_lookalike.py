@@ -22,6 +22,8 @@ from legato_gym.backends.local.sandbox.lookalike import (
     LAUNCHERS,
     MENU_COLOUR,
     SUBMENU_COLOUR,
+    TITLE_BAR_COLOURS,
+    TITLE_BAR_HEIGHT,
     layout,
 )
 from legato_gym.backends.local.sandbox.panel import GAP, PAD, ROW, SEPARATOR
@@ -129,6 +131,44 @@ def test_top_bar_and_dock_take_the_vms_rows_and_columns(desktop: LocalDesktop) -
         cell = screen[65 + 68 * k - 20 : 65 + 68 * k + 20, 15:55]
         assert np.abs(cell - screen[65 + 68 * k, 66]).sum(axis=2).max() > 100, k
     assert (screen[SHOW_APPS - 16 : SHOW_APPS + 16, 19:51] > 200).any()  # Show Applications' dots
+
+
+def extents(desktop: LocalDesktop, cls: str) -> list[int]:
+    """``_NET_FRAME_EXTENTS`` (left, right, top, bottom) of the window of WM_CLASS class ``cls``."""
+    from Xlib import X
+
+    screen = open_display(desktop.display.name)
+    try:
+        root = screen.screen().root
+        for wid in root.get_full_property(screen.intern_atom("_NET_CLIENT_LIST"), X.AnyPropertyType).value:
+            window = screen.create_resource_object("window", wid)
+            if (window.get_wm_class() or ("", ""))[1] == cls:
+                prop = window.get_full_property(screen.intern_atom("_NET_FRAME_EXTENTS"), X.AnyPropertyType)
+                return list(prop.value) if prop is not None else []
+        return []
+    finally:
+        screen.close()
+
+
+def test_a_windows_title_bar_is_yarus(desktop: LocalDesktop) -> None:
+    """openbox draws mutter's title bar under Yaru: 37 px, no border, its colours, the title centred and the
+    minimize, maximize and close symbols at the right (the theme shipped in the package)."""
+    desktop.reset(EMPTY)
+    desktop.client.post_json("/setup/launch", {"command": ["xterm", "-geometry", "80x20+400+300"]})
+    assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
+    assert wait_for(lambda: extents(desktop, "XTerm")[:3] == [0, 0, TITLE_BAR_HEIGHT], 10), extents(desktop, "XTerm")
+    x, y, width, _ = frame_of(desktop, "XTerm") or (0, 0, 0, 0)
+    time.sleep(0.5)  # drawn
+    bar = pixels(desktop)[y : y + TITLE_BAR_HEIGHT, x : x + width]
+    colours = {name: np.array(rgb) for name, rgb in TITLE_BAR_COLOURS.items()}
+    assert (np.abs(bar[0, 20:-20] - colours["top"]) <= 2).all()  # its first row, lighter
+    assert (np.abs(bar[1:-1, 2:30] - colours["bar"]) <= 2).all()  # the bar, left of the title
+    assert (np.abs(bar[-1, :] - colours["line"]) <= 2).all()  # and the line under it
+    dark = np.abs(bar[1:-1] - colours["symbol"]).sum(axis=2) <= 30
+    assert dark[:, width - 110 :].sum() > 20  # the buttons' symbols, at the right
+    text = (bar[1:-1].sum(axis=2) < 3 * 150).any(axis=0).nonzero()[0]
+    text = text[text < width - 110]
+    assert text.size and abs((text.min() + text.max()) / 2 - width / 2) <= 8  # the title, centred on the bar
 
 
 def test_a_maximized_window_fills_the_vms_work_area(desktop: LocalDesktop) -> None:

@@ -29,10 +29,12 @@ __all__ = [
     "APPS",
     "LAUNCHERS",
     "LOOKALIKE_DIR",
+    "TITLE_BAR_HEIGHT",
     "AppEntry",
     "Layout",
     "layout",
     "lookalike_margins",
+    "lookalike_theme",
     "write_lookalike_files",
 ]
 
@@ -551,6 +553,31 @@ def lookalike_margins() -> str:
     return f"  <margins><top>{BAR_HEIGHT}</top><bottom>0</bottom><left>{DOCK_WIDTH}</left><right>0</right></margins>\n"
 
 
+#: The lookalike's openbox theme (data of the package: ``themerc`` and its buttons' symbols), copied into the
+#: desktop's lookalike folder and named there by its path (openbox takes a theme's absolute path as its name).
+THEME_DIR = Path(__file__).with_name("themes") / "Yaru-lookalike"
+#: The title bar's height under it, as mutter's under Yaru (``headerbar.default-decoration``: 28 px, 4 px of
+#: padding above and below, a 1 px line): the top of ``_NET_FRAME_EXTENTS``; no border left, right or below.
+TITLE_BAR_HEIGHT = 37
+#: Its colours, measured from the VM's screenshot: the bar, its top row, the line under it, the buttons' symbols.
+TITLE_BAR_COLOURS = {"bar": (241, 241, 241), "top": (252, 252, 252), "line": (201, 201, 201), "symbol": (85, 85, 85)}
+#: GNOME's title bar font is Ubuntu Bold 11 on the VM; Cantarell Bold 11 stands in (the Ubuntu font is not in Debian).
+TITLE_FONT = ("Cantarell", 11, "Bold")
+
+
+def lookalike_theme() -> str:
+    """openbox's ``<theme>``: :data:`THEME_DIR` as copied into the sandbox, the title alone at the left of
+    minimize, maximize and close (``LIMC``; the theme centres it), in :data:`TITLE_FONT`, as mutter's title bars
+    under Yaru are."""
+    name, size, weight = TITLE_FONT
+    fonts = "".join(
+        f'<font place="{place}"><name>{name}</name><size>{size}</size><weight>{weight}</weight>'
+        "<slant>Normal</slant></font>"
+        for place in ("ActiveWindow", "InactiveWindow")
+    )
+    return f"  <theme><name>{LOOKALIKE_DIR}/theme</name><titleLayout>LIMC</titleLayout>{fonts}</theme>\n"
+
+
 @functools.lru_cache(maxsize=4)
 def _rendered(screen: tuple[int, int]) -> tuple[tuple[tuple[str, bytes], ...], str]:
     files, manifest = _render(screen)
@@ -568,3 +595,4 @@ def write_lookalike_files(folder: Path, screen: tuple[int, int]) -> None:
         (folder / name).write_bytes(data)
     (folder / "panel.json").write_text(manifest)
     shutil.copyfile(PANEL_FILE, folder / "panel.py")
+    shutil.copytree(THEME_DIR, folder / "theme", dirs_exist_ok=True)
