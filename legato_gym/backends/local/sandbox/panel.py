@@ -6,7 +6,9 @@ the window manager does not manage (as GNOME Shell's: no window list shows them;
 keep maximized windows right of the dock and under the bar), and creates ``MARKER`` once the window manager's
 work area says so. Then it sleeps in
 ``select`` and wakes for a click, a key, a change of the root's window list or active window (the dots, the
-app's name), or the minute (the clock). It draws only by copying pre-drawn pictures (server-side pixmaps,
+app's name), or the minute (the clock). The top bar's buttons open GNOME 42's menus (the app menu, the date
+menu, the system menu and its end-session dialogs, which end nothing: :data:`DIALOGS`), the dock's launchers a
+menu of their own, Activities and Show Applications the overview. It draws only by copying pre-drawn pictures (server-side pixmaps,
 text as glyphs copied from a strip): it imports neither Pillow nor numpy, and an idle desktop costs it nothing.
 
 Standalone on purpose (only the standard library and python-xlib): it runs from a file bound into the sandbox.
@@ -706,7 +708,13 @@ class Panel:
         self.popover.map()
         self.popover.clear_area(0, 0, *self.popover_size)
         self.popover.grab_pointer(
-            True, X.ButtonPressMask, X.GrabModeAsync, X.GrabModeAsync, X.NONE, X.NONE, X.CurrentTime
+            True,
+            X.ButtonPressMask | X.PointerMotionMask,
+            X.GrabModeAsync,
+            X.GrabModeAsync,
+            X.NONE,
+            X.NONE,
+            X.CurrentTime,
         )
         self.popover.grab_keyboard(True, X.GrabModeAsync, X.GrabModeAsync, X.CurrentTime)
 
@@ -766,6 +774,21 @@ class Panel:
             item = self.bar_item(event.event_x)
             if item != open_kind:  # another of the bar's buttons: its own menu (or the overview)
                 self._bar_click(item)
+
+    def _popover_motion(self, event: Any) -> None:
+        """The menu's row under the pointer is highlighted, as GNOME's hover (the keyboard's row goes with it)."""
+        if self.popover_kind not in ("app", "system") or event.window.id != self.popover.id:
+            return
+        x, y = event.event_x, event.event_y
+        width, height = self.popover_size
+        row = -1
+        if 0 <= x < width and 0 <= y < height:
+            row = next((i for i, r in enumerate(self.rows) if r["y"] <= y < r["y"] + r["h"]), -1)
+        if row != -1 and self.rows[row]["kind"] != "item":
+            row = -1
+        if row != self.focus:
+            self.focus = row
+            self._draw_menu()
 
     def _popover_key(self, event: Any) -> None:
         keysym = self.d.keycode_to_keysym(event.detail, 0)
@@ -865,6 +888,8 @@ class Panel:
     def handle(self, event: Any) -> None:
         if event.type == X.ButtonPress:
             self._click(event)
+        elif event.type == X.MotionNotify and self.popover_kind:
+            self._popover_motion(event)
         elif event.type == X.PropertyNotify and event.window.id == self.root.id:
             if event.atom == self.atoms["_NET_CLIENT_LIST"]:
                 self._dots()
