@@ -8,8 +8,9 @@ work area says so. Then it sleeps in
 ``select`` and wakes for a click, a key, a change of the root's window list or active window (the dots, the
 app's name), or the minute (the clock). The top bar's buttons open GNOME 42's menus (the app menu, the date
 menu, the system menu and its end-session dialogs, which end nothing: :data:`DIALOGS`), the dock's launchers a
-menu of their own, Activities and Show Applications the overview. It draws only by copying pre-drawn pictures (server-side pixmaps,
-text as glyphs copied from a strip): it imports neither Pillow nor numpy, and an idle desktop costs it nothing.
+menu of their own, Activities and Show Applications the overview. It draws only by copying pre-drawn pictures
+(server-side pixmaps, text as glyphs copied from a strip) and filling rectangles: it imports neither Pillow nor
+numpy, and an idle desktop costs it nothing.
 
 Standalone on purpose (only the standard library and python-xlib): it runs from a file bound into the sandbox.
 """
