@@ -21,7 +21,6 @@ from legato_gym.backends.local.sandbox.lookalike import (
     DOT_COLOUR,
     LAUNCHERS,
     MENU_COLOUR,
-    MENU_HIGHLIGHT,
     SUBMENU_COLOUR,
     TITLE_BAR_COLOURS,
     TITLE_BAR_HEIGHT,
@@ -322,10 +321,8 @@ def test_the_top_bars_menus_open_under_it_and_close_on_escape_or_a_click_beside(
     assert wait_for(lambda: is_menu(desktop, 700, 200), 10)
     desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")
     assert wait_for(lambda: is_menu(desktop, 1700, FIRST_ROW + 60) and not is_menu(desktop, 700, 200), 10)
-    settings = FIRST_ROW + 2 * ROW + 2 * SEPARATOR + ROW // 2
-    assert is_menu(desktop, 1628, settings)
-    desktop.act(f"pyautogui.moveTo(1700, {settings})")  # the row under the pointer lights up, as GNOME's hover
-    assert wait_for(lambda: is_menu(desktop, 1628, settings, MENU_HIGHLIGHT), 10)
+    desktop.act("pyautogui.press('down', presses=4); pyautogui.press('enter')")  # the keyboard: 4th row, opened
+    assert wait_for(lambda: is_menu(desktop, 1890, POWER_ROW + ROW, SUBMENU_COLOUR), 10)
     desktop.act("pyautogui.click(900, 700)")  # a click beside it closes it, and only that
     assert wait_for(lambda: not is_menu(desktop, 1700, FIRST_ROW + 60), 10)
     desktop.act(f"pyautogui.click({CLOCK[0]}, {CLOCK[1]})")

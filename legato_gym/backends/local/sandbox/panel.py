@@ -103,7 +103,7 @@ class Panel:
         self.width, self.height = geometry.width, geometry.height
         self.bar_h = int(self.m["bar_height"])
         self.dock_w = int(self.m["dock_width"])
-        self.gc = self.root.create_gc()
+        self.gc = self.root.create_gc(graphics_exposures=False)  # no NoExpose event per copy
         self.atoms = {
             name: self.d.intern_atom(name) for name in (*WATCHED, "_NET_WORKAREA", "_NET_CLIENT_LIST_STACKING")
         }
@@ -709,13 +709,7 @@ class Panel:
         self.popover.map()
         self.popover.clear_area(0, 0, *self.popover_size)
         self.popover.grab_pointer(
-            True,
-            X.ButtonPressMask | X.PointerMotionMask,
-            X.GrabModeAsync,
-            X.GrabModeAsync,
-            X.NONE,
-            X.NONE,
-            X.CurrentTime,
+            True, X.ButtonPressMask, X.GrabModeAsync, X.GrabModeAsync, X.NONE, X.NONE, X.CurrentTime
         )
         self.popover.grab_keyboard(True, X.GrabModeAsync, X.GrabModeAsync, X.CurrentTime)
 
@@ -775,21 +769,6 @@ class Panel:
             item = self.bar_item(event.event_x)
             if item != open_kind:  # another of the bar's buttons: its own menu (or the overview)
                 self._bar_click(item)
-
-    def _popover_motion(self, event: Any) -> None:
-        """The menu's row under the pointer is highlighted, as GNOME's hover (the keyboard's row goes with it)."""
-        if self.popover_kind not in ("app", "system") or event.window.id != self.popover.id:
-            return
-        x, y = event.event_x, event.event_y
-        width, height = self.popover_size
-        row = -1
-        if 0 <= x < width and 0 <= y < height:
-            row = next((i for i, r in enumerate(self.rows) if r["y"] <= y < r["y"] + r["h"]), -1)
-        if row != -1 and self.rows[row]["kind"] != "item":
-            row = -1
-        if row != self.focus:
-            self.focus = row
-            self._draw_menu()
 
     def _popover_key(self, event: Any) -> None:
         keysym = self.d.keycode_to_keysym(event.detail, 0)
@@ -889,8 +868,6 @@ class Panel:
     def handle(self, event: Any) -> None:
         if event.type == X.ButtonPress:
             self._click(event)
-        elif event.type == X.MotionNotify and self.popover_kind:
-            self._popover_motion(event)
         elif event.type == X.PropertyNotify and event.window.id == self.root.id:
             if event.atom == self.atoms["_NET_CLIENT_LIST"]:
                 self._dots()
