@@ -21,7 +21,17 @@ import pytest
 
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, LocalOptions, apps, vscode
-from legato_gym.backends.local.sandbox.lookalike import BAR_COLOUR, DOT_COLOUR, LAUNCHERS, layout
+from legato_gym.backends.local.sandbox.lookalike import (
+    BAR_COLOUR,
+    DOT_COLOUR,
+    LAUNCHERS,
+    MENU_COLOUR,
+    SUBMENU_COLOUR,
+    TITLE_BAR_COLOURS,
+    TITLE_BAR_HEIGHT,
+    layout,
+)
+from legato_gym.backends.local.sandbox.panel import GAP, PAD, ROW, SEPARATOR
 from legato_gym.backends.local.sandbox.shell import APP_WINDOWS
 from legato_gym.backends.local.xstate import open_display
 
@@ -126,6 +136,44 @@ def test_top_bar_and_dock_take_the_vms_rows_and_columns(desktop: LocalDesktop) -
         cell = screen[65 + 68 * k - 20 : 65 + 68 * k + 20, 15:55]
         assert np.abs(cell - screen[65 + 68 * k, 66]).sum(axis=2).max() > 100, k
     assert (screen[SHOW_APPS - 16 : SHOW_APPS + 16, 19:51] > 200).any()  # Show Applications' dots
+
+
+def extents(desktop: LocalDesktop, cls: str) -> list[int]:
+    """``_NET_FRAME_EXTENTS`` (left, right, top, bottom) of the window of WM_CLASS class ``cls``."""
+    from Xlib import X
+
+    screen = open_display(desktop.display.name)
+    try:
+        root = screen.screen().root
+        for wid in root.get_full_property(screen.intern_atom("_NET_CLIENT_LIST"), X.AnyPropertyType).value:
+            window = screen.create_resource_object("window", wid)
+            if (window.get_wm_class() or ("", ""))[1] == cls:
+                prop = window.get_full_property(screen.intern_atom("_NET_FRAME_EXTENTS"), X.AnyPropertyType)
+                return list(prop.value) if prop is not None else []
+        return []
+    finally:
+        screen.close()
+
+
+def test_a_windows_title_bar_is_yarus(desktop: LocalDesktop) -> None:
+    """openbox draws mutter's title bar under Yaru: 37 px, no border, its colours, the title centred and the
+    minimize, maximize and close symbols at the right (the theme shipped in the package)."""
+    desktop.reset(EMPTY)
+    desktop.client.post_json("/setup/launch", {"command": ["xterm", "-geometry", "80x20+400+300"]})
+    assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
+    assert wait_for(lambda: extents(desktop, "XTerm")[:3] == [0, 0, TITLE_BAR_HEIGHT], 10), extents(desktop, "XTerm")
+    x, y, width, _ = frame_of(desktop, "XTerm") or (0, 0, 0, 0)
+    time.sleep(0.5)  # drawn
+    bar = pixels(desktop)[y : y + TITLE_BAR_HEIGHT, x : x + width]
+    colours = {name: np.array(rgb) for name, rgb in TITLE_BAR_COLOURS.items()}
+    assert (np.abs(bar[0, 20:-20] - colours["top"]) <= 2).all()  # its first row, lighter
+    assert (np.abs(bar[1:-1, 2:30] - colours["bar"]) <= 2).all()  # the bar, left of the title
+    assert (np.abs(bar[-1, :] - colours["line"]) <= 2).all()  # and the line under it
+    dark = np.abs(bar[1:-1] - colours["symbol"]).sum(axis=2) <= 30
+    assert dark[:, width - 110 :].sum() > 20  # the buttons' symbols, at the right
+    text = (bar[1:-1].sum(axis=2) < 3 * 150).any(axis=0).nonzero()[0]
+    text = text[text < width - 110]
+    assert text.size and abs((text.min() + text.max()) / 2 - width / 2) <= 8  # the title, centred on the bar
 
 
 def test_a_maximized_window_fills_the_vms_work_area(desktop: LocalDesktop) -> None:
@@ -391,3 +439,79 @@ def test_the_pointer_is_pasted_into_the_screenshot_as_osworlds_server_pastes_it(
     width, height, xhot, yhot, pixels_ = xcursor_image(YARU_LEFT_PTR, 24)
     assert (cursor.width, cursor.height, cursor.xhot, cursor.yhot) == (width, height, xhot, yhot)
     assert list(cursor.cursor_image) == pixels_
+
+
+# the top bar's menus (GNOME Shell 42's: the app menu, the calendar, the system menu and its end-session dialogs)
+
+#: A menu's first row (under the bar, its gap and its padding), and the system menu's rows (panel.SYSTEM_MENU).
+FIRST_ROW = 27 + GAP + PAD
+POWER_ROW = FIRST_ROW + 4 * ROW + 2 * SEPARATOR + ROW // 2  # "Power Off / Log Out", under volume, network, ...
+POWER_OFF_ROW = POWER_ROW + 3 * ROW  # its submenu: Suspend, Restart…, Power Off…, a separator, Log Out
+LOG_OUT_ROW = POWER_ROW + 4 * ROW + SEPARATOR
+STATUS = (1860, 13)
+CLOCK = (960, 13)
+
+
+def is_menu(desktop: LocalDesktop, x: int, y: int, colour: tuple[int, int, int] = MENU_COLOUR) -> bool:
+    """Whether the screen at ``(x, y)`` is a menu's background (Yaru's dark popover; a submenu's ``colour``)."""
+    return bool(np.abs(pixels(desktop)[y, x] - np.array(colour)).sum() <= 6)
+
+
+def app_name_shown(desktop: LocalDesktop) -> bool:
+    return bool((pixels(desktop)[3:24, 100:160] > 200).any())
+
+
+def test_the_top_bars_menus_open_under_it_and_close_on_escape_or_a_click_beside(desktop: LocalDesktop) -> None:
+    desktop.reset(EMPTY)
+    spots = {"calendar": (CLOCK, (700, 200)), "system": (STATUS, (1700, FIRST_ROW + 60))}
+    for name, ((bx, by), (x, y)) in spots.items():
+        assert not is_menu(desktop, x, y), name  # the wallpaper there
+        desktop.act(f"pyautogui.click({bx}, {by})")
+        assert wait_for(lambda: is_menu(desktop, x, y), 10), name  # noqa: B023
+        desktop.act("pyautogui.press('escape')")
+        assert wait_for(lambda: not is_menu(desktop, x, y), 10), name  # noqa: B023
+    desktop.act(f"pyautogui.click({CLOCK[0]}, {CLOCK[1]})")  # the calendar, then the status icons: their menu
+    assert wait_for(lambda: is_menu(desktop, 700, 200), 10)
+    desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")
+    assert wait_for(lambda: is_menu(desktop, 1700, FIRST_ROW + 60) and not is_menu(desktop, 700, 200), 10)
+    desktop.act("pyautogui.press('down', presses=4); pyautogui.press('enter')")  # the keyboard: 4th row, opened
+    assert wait_for(lambda: is_menu(desktop, 1890, POWER_ROW + ROW, SUBMENU_COLOUR), 10)
+    desktop.act("pyautogui.click(900, 700)")  # a click beside it closes it, and only that
+    assert wait_for(lambda: not is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+    desktop.act(f"pyautogui.click({CLOCK[0]}, {CLOCK[1]})")
+    assert wait_for(lambda: is_menu(desktop, 700, 200), 10)
+    desktop.act(f"pyautogui.click({CLOCK[0]}, {CLOCK[1]})")  # its own button again: closed
+    assert wait_for(lambda: not is_menu(desktop, 700, 200), 10)
+
+
+def test_the_app_menu_quits_the_focused_app(desktop: LocalDesktop) -> None:
+    desktop.reset(EMPTY)
+    desktop.client.post_json("/setup/launch", {"command": ["xterm", "-T", "to-quit"]})
+    assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
+    assert wait_for(lambda: app_name_shown(desktop), 10)  # "XTerm" after Activities: its menu's button
+    desktop.act("pyautogui.click(125, 13)")
+    assert wait_for(lambda: is_menu(desktop, 250, FIRST_ROW + ROW // 2), 10)  # under the name: Quit
+    desktop.act(f"pyautogui.click(150, {FIRST_ROW + ROW // 2})")
+    assert wait_for(lambda: frame_of(desktop, "XTerm") is None), frames(desktop)
+    assert wait_for(lambda: not is_menu(desktop, 250, FIRST_ROW + ROW // 2), 10)
+
+
+def test_power_off_and_log_out_ask_and_end_nothing(desktop: LocalDesktop) -> None:
+    """The system menu's Power Off… and Log Out bring GNOME's dialog; answering it leaves the desktop as it was."""
+    desktop.reset(EMPTY)
+    desktop.client.post_json("/setup/launch", {"command": ["xterm", "-T", "stays"]})
+    assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
+    for row, answer in ((POWER_OFF_ROW, "pyautogui.press('enter')"), (LOG_OUT_ROW, "pyautogui.press('escape')")):
+        desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")
+        assert wait_for(lambda: is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+        desktop.act(f"pyautogui.click(1700, {POWER_ROW})")  # its submenu opens under it
+        assert wait_for(lambda: is_menu(desktop, 1890, row, SUBMENU_COLOUR), 10)  # noqa: B023
+        desktop.act(f"pyautogui.click(1700, {row})")
+        assert wait_for(lambda: is_menu(desktop, 760, 470) and not is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+        desktop.act(answer)  # "Power Off" (the focused answer) / Escape
+        assert wait_for(lambda: not is_menu(desktop, 760, 470), 10)
+    assert desktop.display.alive()
+    assert frame_of(desktop, "XTerm") is not None  # the session and its apps go on
+    desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")  # and so does the top bar
+    assert wait_for(lambda: is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+    desktop.act("pyautogui.press('escape')")

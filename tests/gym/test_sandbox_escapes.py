@@ -768,3 +768,111 @@ def test_lookalike_panel_and_what_it_launches_run_inside_the_sandbox(lookalike: 
     code, out = agent(lookalike, "ps -eo args")
     assert "nautilus" in out and "mousepad" in out, out  # what the panel started is in the sandbox's processes
     assert lookalike.display.alive()
+
+
+def _shown(desktop: LocalDesktop, x: int, y: int, colour: tuple[int, int, int]) -> bool:
+    """Whether the screen at ``(x, y)`` is ``colour`` (a menu's, a submenu's)."""
+    pixel = desktop.display.screenshot()[y, x].astype(int)
+    return sum(abs(int(a) - b) for a, b in zip(pixel, colour, strict=True)) <= 6
+
+
+def _dialog_buttons(desktop: LocalDesktop, count: int) -> list[tuple[int, int]]:
+    """The centres of the end-session dialog's ``count`` buttons, found by their colour under the screen's centre
+    (waited for: the dialog is drawn once the menu has closed)."""
+    import numpy as np
+
+    from legato_gym.backends.local.sandbox.lookalike import BUTTON_COLOUR
+
+    found: list[tuple[int, int]] = []
+
+    def look() -> bool:
+        screen = desktop.display.screenshot().astype(int)
+        is_button = np.abs(screen - np.array(BUTTON_COLOUR)).sum(axis=2) <= 3
+        rows = np.nonzero(is_button[540:].sum(axis=1) >= 200)[0] + 540  # the buttons' row, a dialog's width
+        if not rows.size:
+            return False
+        top, bottom = int(rows.min()), int(rows.max())
+        columns = np.nonzero(is_button[top])[0]
+        left, right = int(columns.min()), int(columns.max())
+        span = (right - left + 1) / count
+        found[:] = [(round(left + span * (i + 0.5)), (top + bottom) // 2) for i in range(count)]
+        return True
+
+    assert wait_for(look, 30), "no dialog under the screen's centre"
+    return found
+
+
+def test_lookalike_top_bar_menus_end_nothing_and_run_nothing_outside(lookalike: LocalDesktop) -> None:
+    """Every entry of the system menu (Power Off / Log Out's submenu and each button of its dialogs, Lock,
+    Settings, the network's) and the app menu's New Window and Quit: the session, its panel and the X server
+    go on, and nothing runs outside the sandbox."""
+    from legato_gym.backends.local.sandbox.panel import GAP, PAD, ROW, SEPARATOR
+
+    lookalike.reset(TASK)
+    first = 27 + GAP + PAD + ROW // 2  # a menu's first row
+    power = first + 4 * ROW + 2 * SEPARATOR  # the system menu's "Power Off / Log Out"
+    wired = first + ROW + SEPARATOR
+
+    def session() -> list[str]:  # the panel's and the window manager's processes, as the sandbox lists them
+        code, out = agent(lookalike, "ps -eo pid=,args=")
+        assert code == 0, out
+        lines = [line.split(None, 1) for line in out.splitlines() if len(line.split(None, 1)) == 2]
+        panel = [f"{pid} {args}" for pid, args in lines if args.split()[1:2] == ["/run/legato-lookalike/panel.py"]]
+        return panel + [f"{pid} {args}" for pid, args in lines if args.startswith("openbox ")]
+
+    before = session()
+    assert len(before) == 2, before  # control: the panel and the window manager, inside
+
+    from legato_gym.backends.local.sandbox.lookalike import BUTTON_COLOUR, MENU_COLOUR, SUBMENU_COLOUR
+
+    def menu_shown() -> bool:
+        return _shown(lookalike, 1628, first, MENU_COLOUR)  # left of the volume's icon
+
+    def system(*rows: int, submenu: int = 0, then: str = "closed") -> None:
+        """Open the system menu, click its rows (the first opening ``submenu``'s, if given), wait for ``then``."""
+        lookalike.act("pyautogui.click(1860, 13)")
+        assert wait_for(menu_shown, 30)
+        for y in rows:
+            lookalike.act(f"pyautogui.click(1700, {y})")
+            if y == submenu:
+                assert wait_for(lambda: _shown(lookalike, 1890, submenu + ROW, SUBMENU_COLOUR), 30)
+        if then == "closed":
+            assert wait_for(lambda: not menu_shown(), 30)
+
+    dialogs = 0
+    for row, buttons in ((power + 2 * ROW, 2), (power + 3 * ROW, 3), (power + 4 * ROW + SEPARATOR, 2)):
+        for button in range(buttons):  # Restart…, Power Off…, Log Out: each button of their dialog
+            system(power, row, submenu=power, then="dialog")
+            spots = _dialog_buttons(lookalike, buttons)
+            dialogs += 1
+            x, y = spots[0]
+            assert _shown(lookalike, x, y - 20, BUTTON_COLOUR)  # control: the spot is the dialog's Cancel
+            lookalike.act(f"pyautogui.click{spots[button]}")
+            assert wait_for(lambda: not _shown(lookalike, x, y - 20, BUTTON_COLOUR), 30)  # noqa: B023
+    assert dialogs == 7  # control: each dialog was found, with its buttons
+    system(power, power + ROW, submenu=power)  # Suspend
+    system(power - 2 * ROW)  # Settings
+    system(power - ROW)  # Lock
+    system(wired, wired + ROW, submenu=wired)  # the network's Turn Off
+    system(wired, wired + 2 * ROW, submenu=wired)  # and Wired Settings
+    files = 65 + 68 * 8
+    lookalike.act(f"pyautogui.click(35, {files})")  # Files, focused: its app menu has New Window, then Quit
+
+    def nautilus() -> int:
+        return sum(w.wm_class.startswith("org.gnome.Nautilus.") for w in lookalike.display.windows())
+
+    def app_menu(row: int) -> None:
+        lookalike.act("pyautogui.click(120, 13)")  # the focused app's name
+        assert wait_for(lambda: _shown(lookalike, 250, first, MENU_COLOUR), 30)
+        lookalike.act(f"pyautogui.click(150, {row})")
+
+    assert wait_for(lambda: nautilus() == 1)
+    assert wait_for(lambda: bool((lookalike.display.screenshot()[3:24, 100:150] > 200).any()), 30)  # "Files"
+    app_menu(first)
+    assert wait_for(lambda: nautilus() == 2)  # control: the app menu's New Window, inside
+    app_menu(first + ROW + SEPARATOR)
+    assert wait_for(lambda: nautilus() == 0)  # control: Quit closed both
+    time.sleep(0.5)
+    assert outside_sandbox(lookalike) == []
+    assert lookalike.display.alive()
+    assert session() == before  # the same panel and window manager: nothing ended or restarted

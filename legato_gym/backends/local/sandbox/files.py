@@ -7,11 +7,11 @@ import shlex
 from pathlib import Path
 
 from legato_gym.backends.local import apps
-from legato_gym.backends.local.sandbox.lookalike import lookalike_margins, write_lookalike_files
+from legato_gym.backends.local.sandbox.lookalike import lookalike_margins, lookalike_theme, write_lookalike_files
 from legato_gym.backends.local.sandbox.shell import openbox_applications, write_gnome_files
 from legato_gym.backends.local.sandbox.spec import SandboxLayout, SandboxSpec
 
-__all__ = ["OPENBOX_MENU", "OPENBOX_RC", "write_state_files"]
+__all__ = ["OPENBOX_MENU", "OPENBOX_RC", "OPENBOX_THEME", "write_state_files"]
 
 _SUDO_SHIM = r"""#!/bin/sh
 # legato: the sandbox has no privileges to give, so `sudo CMD` runs CMD as the desktop's user (as OSWorld's
@@ -37,8 +37,7 @@ OPENBOX_RC = """<?xml version="1.0" encoding="UTF-8"?>
   <resistance><strength>10</strength><screen_edge_strength>20</screen_edge_strength></resistance>
   <focus><focusNew>yes</focusNew><followMouse>no</followMouse></focus>
   <placement><policy>Smart</policy><center>yes</center></placement>
-  <theme><name>Clearlooks</name><titleLayout>NLIMC</titleLayout></theme>
-  <desktops><number>1</number></desktops>
+{theme}  <desktops><number>1</number></desktops>
 {margins}  <menu><file>/run/legato-openbox/menu.xml</file><hideDelay>200</hideDelay></menu>
   <keyboard>
     <keybind key="A-Tab"><action name="NextWindow"/></keybind>
@@ -74,6 +73,8 @@ OPENBOX_RC = """<?xml version="1.0" encoding="UTF-8"?>
   </mouse>
 {applications}</openbox_config>
 """
+#: openbox's title bars in the plain session: its stock Clearlooks theme (the lookalike's: :func:`.lookalike_theme`).
+OPENBOX_THEME = "  <theme><name>Clearlooks</name><titleLayout>NLIMC</titleLayout></theme>\n"
 OPENBOX_MENU = """<?xml version="1.0" encoding="UTF-8"?>
 <openbox_menu xmlns="http://openbox.org/3.4/menu"></openbox_menu>
 """
@@ -107,6 +108,7 @@ def write_state_files(spec: SandboxSpec, layout: SandboxLayout) -> None:
     layout.openbox_dir.mkdir(exist_ok=True)
     rc = OPENBOX_RC.replace("{applications}", openbox_applications())
     rc = rc.replace("{margins}", lookalike_margins() if spec.session == "lookalike" else "")
+    rc = rc.replace("{theme}", lookalike_theme() if spec.session == "lookalike" else OPENBOX_THEME)
     (layout.openbox_dir / "rc.xml").write_text(rc.replace("{keybinds}", apps.openbox_keybinds()))
     layout.system_dir.mkdir(exist_ok=True)  # system files shown changed inside (apps.system_files)
     for inside, text in apps.system_files().items():

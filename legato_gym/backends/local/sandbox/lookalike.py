@@ -29,10 +29,12 @@ __all__ = [
     "APPS",
     "LAUNCHERS",
     "LOOKALIKE_DIR",
+    "TITLE_BAR_HEIGHT",
     "AppEntry",
     "Layout",
     "layout",
     "lookalike_margins",
+    "lookalike_theme",
     "write_lookalike_files",
 ]
 
@@ -49,8 +51,21 @@ DOCK_OPACITY = 0.8
 #: The overview's background and its search field (GNOME 42's dark overview, Yaru).
 OVERVIEW_COLOUR = (36, 31, 35)
 SEARCH_COLOUR = (60, 56, 59)
-MENU_COLOUR = (48, 48, 48)
-MENU_HIGHLIGHT = (72, 72, 72)
+#: The top bar's menus, dialogs and the dock's menu: Yaru's dark shell theme (``gnome-shell.css`` of
+#: ``yaru-theme-gnome-shell``): ``.popup-menu-content`` #1d1d1d with a 15 % white border and 15 px corners, a
+#: hovered or focused item 10 % white over it, separators #464646, a submenu #343434, text #F7F7F7 (dimmed: 50 %),
+#: a modal dialog's buttons #2c2c2c, today in the calendar Ubuntu's orange.
+MENU_COLOUR = (29, 29, 29)
+MENU_HIGHLIGHT = (51, 51, 51)
+MENU_BORDER = (62, 62, 62)
+MENU_SEPARATOR = (70, 70, 70)
+SUBMENU_COLOUR = (52, 52, 52)
+BUTTON_COLOUR = (44, 44, 44)
+TEXT_COLOUR = (247, 247, 247)
+DIM_COLOUR = (138, 138, 138)
+#: The icons drawn for the system menu's rows (:func:`_menu_icons`), in this order, each ``MENU_ICON`` square.
+MENU_ICONS = ("network", "volume", "settings", "lock", "power", "right", "down")
+MENU_ICON = 16
 #: The wallpaper's colours, read from the VM's screenshot (Ubuntu 22.04's "Jammy Jellyfish", whose artwork
 #: is not in Debian): its dark purple left, its magenta middle and its orange-red bottom right.
 WALLPAPER_STOPS = ((0x2C, 0x00, 0x1E), (0x77, 0x23, 0x3F), (0xA2, 0x2C, 0x1B))
@@ -259,7 +274,7 @@ def _glyphs(kind: str, size: int, fg: tuple[int, int, int], bg: tuple[int, int, 
     font = _font(kind, size)
     ascent, descent = font.getmetrics()
     height = ascent + descent
-    chars = [chr(c) for c in range(32, 127)]
+    chars = [*(chr(c) for c in range(32, 127)), "…"]
     advances = [round(font.getlength(c)) for c in chars]
     strip = Image.new("RGB", (sum(advances) + 2 * len(chars), height), bg)
     draw = ImageDraw.Draw(strip)
@@ -274,6 +289,10 @@ def _glyphs(kind: str, size: int, fg: tuple[int, int, int], bg: tuple[int, int, 
 
 def _text_width(table: dict[str, Any], text: str) -> int:
     return sum(table["chars"].get(c, table["chars"]["?"])[1] for c in text)
+
+
+#: The status icons' button at the top bar's right (a click there opens the system menu).
+STATUS_WIDTH = 106
 
 
 def _status_icons(bar: Any, right: int) -> None:
@@ -301,6 +320,85 @@ def _status_icons(bar: Any, right: int) -> None:
     draw.line((x - 6, cy, x + 6, cy), fill=white, width=2)
     draw.line((x - 6, cy, x - 6, cy + 3), fill=white, width=2)
     draw.line((x + 6, cy, x + 6, cy + 3), fill=white, width=2)
+
+
+def _menu_icons(bg: tuple[int, int, int]) -> Any:
+    """The system menu's symbolic icons side by side (:data:`MENU_ICONS`), white over ``bg``, drawn four times as
+    large and scaled down (smooth edges as GNOME's symbolic icons)."""
+    import math
+
+    from PIL import Image, ImageDraw
+
+    k = 4
+    size = MENU_ICON * k
+    strip = Image.new("RGB", (size * len(MENU_ICONS), size), bg)
+    draw = ImageDraw.Draw(strip)
+    fg = TEXT_COLOUR
+    w = 2 * k
+    for i, name in enumerate(MENU_ICONS):
+        x0, c = i * size, size // 2
+        cx = x0 + c
+        if name == "network":  # three boxes joined, as the wired-network icon
+            draw.rectangle((cx - 3 * k, 1 * k, cx + 3 * k, 6 * k), fill=fg)
+            draw.rectangle((x0 + 1 * k, 10 * k, x0 + 7 * k, 15 * k), fill=fg)
+            draw.rectangle((x0 + 9 * k, 10 * k, x0 + 15 * k, 15 * k), fill=fg)
+            draw.rectangle((cx - k, 6 * k, cx + k, 8 * k), fill=fg)
+            draw.rectangle((x0 + 3 * k, 7 * k, x0 + 13 * k, 8 * k + k // 2), fill=fg)
+            draw.rectangle((x0 + 3 * k, 7 * k, x0 + 5 * k, 10 * k), fill=fg)
+            draw.rectangle((x0 + 11 * k, 7 * k, x0 + 13 * k, 10 * k), fill=fg)
+        elif name == "volume":  # a speaker and two waves
+            draw.polygon(
+                (
+                    (x0 + k, 5 * k),
+                    (x0 + 4 * k, 5 * k),
+                    (x0 + 8 * k, k),
+                    (x0 + 8 * k, 15 * k),
+                    (x0 + 4 * k, 11 * k),
+                    (x0 + k, 11 * k),
+                ),
+                fill=fg,
+            )
+            draw.arc((x0 + 5 * k, 4 * k, x0 + 12 * k, 12 * k), start=-55, end=55, fill=fg, width=w)
+            draw.arc((x0 + 5 * k, k, x0 + 15 * k, 15 * k), start=-55, end=55, fill=fg, width=w)
+        elif name == "settings":  # a cog: a ring with eight teeth
+            for t in range(8):
+                a = t * math.pi / 4
+                dx, dy = math.cos(a), math.sin(a)
+                draw.line((cx + dx * 4 * k, c + dy * 4 * k, cx + dx * 7 * k, c + dy * 7 * k), fill=fg, width=3 * k)
+            draw.ellipse((cx - 5 * k, c - 5 * k, cx + 5 * k, c + 5 * k), fill=fg)
+            draw.ellipse((cx - 2 * k, c - 2 * k, cx + 2 * k, c + 2 * k), fill=bg)
+        elif name == "lock":  # a shackle over a body
+            draw.arc((cx - 4 * k, k, cx + 4 * k, 11 * k), start=180, end=360, fill=fg, width=w)
+            draw.line((cx - 4 * k + k, 5 * k, cx - 4 * k + k, 8 * k), fill=fg, width=w)
+            draw.line((cx + 4 * k - k, 5 * k, cx + 4 * k - k, 8 * k), fill=fg, width=w)
+            draw.rounded_rectangle((cx - 6 * k, 7 * k, cx + 6 * k, 15 * k), radius=k, fill=fg)
+        elif name == "power":  # an open ring and its bar
+            draw.arc((cx - 6 * k, c - 6 * k, cx + 6 * k, c + 6 * k), start=-60, end=240, fill=fg, width=w)
+            draw.line((cx, c - 7 * k, cx, c), fill=fg, width=w)
+        elif name == "right":  # a submenu's chevron
+            draw.line(((cx - 2 * k, c - 4 * k), (cx + 2 * k, c), (cx - 2 * k, c + 4 * k)), fill=fg, width=w)
+        elif name == "down":  # an open submenu's chevron
+            draw.line(((cx - 4 * k, c - 2 * k), (cx, c + 2 * k), (cx + 4 * k, c - 2 * k)), fill=fg, width=w)
+    return strip.resize((MENU_ICON * len(MENU_ICONS), MENU_ICON), Image.Resampling.LANCZOS)
+
+
+def _bell(size: int) -> Any:
+    """The notification list's empty-state icon (a bell), dimmed, on the menu's colour."""
+    from PIL import Image, ImageDraw
+
+    k = 4
+    big = size * k
+    image = Image.new("RGB", (big, big), MENU_COLOUR)
+    draw = ImageDraw.Draw(image)
+    fg = DIM_COLOUR
+    draw.pieslice((big * 0.22, big * 0.12, big * 0.78, big * 0.7), start=180, end=360, fill=fg)
+    draw.rectangle((big * 0.22, big * 0.41, big * 0.78, big * 0.72), fill=fg)
+    draw.polygon(
+        ((big * 0.22, big * 0.7), (big * 0.12, big * 0.8), (big * 0.88, big * 0.8), (big * 0.78, big * 0.7)), fill=fg
+    )
+    draw.ellipse((big * 0.4, big * 0.8, big * 0.6, big * 0.95), fill=fg)
+    draw.ellipse((big * 0.45, big * 0.05, big * 0.55, big * 0.16), fill=fg)
+    return image.resize((size, size), Image.Resampling.LANCZOS)
 
 
 def _show_apps_icon(size: int) -> Any:
@@ -383,12 +481,29 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
     keep("tiles", tiles)
     search_glyphs, search_table = _glyphs("regular", 15, (238, 238, 236), SEARCH_COLOUR)
     hint_glyphs, _ = _glyphs("regular", 15, (154, 150, 152), SEARCH_COLOUR)
-    menu_glyphs, menu_table = _glyphs("regular", 15, (238, 238, 236), MENU_COLOUR)
-    menu_hot, _ = _glyphs("regular", 15, (238, 238, 236), MENU_HIGHLIGHT)
     keep("glyphs_search", search_glyphs)
     keep("glyphs_hint", hint_glyphs)
-    keep("glyphs_menu", menu_glyphs)
-    keep("glyphs_menu_hot", menu_hot)
+    # the menus' and dialogs' text: a style per (font, size, colour, background), as GNOME's stylesheet sets them
+    menu_styles = {
+        "menu": ("regular", 15, TEXT_COLOUR, MENU_COLOUR),
+        "menu_hot": ("regular", 15, TEXT_COLOUR, MENU_HIGHLIGHT),
+        "menu_dim": ("regular", 15, DIM_COLOUR, MENU_COLOUR),
+        "menu_bold": ("bold", 15, TEXT_COLOUR, MENU_COLOUR),
+        "submenu": ("regular", 15, TEXT_COLOUR, SUBMENU_COLOUR),
+        "title": ("bold", 20, TEXT_COLOUR, MENU_COLOUR),
+        "title_dim": ("bold", 20, DIM_COLOUR, MENU_COLOUR),
+        "small": ("regular", 12, TEXT_COLOUR, MENU_COLOUR),
+        "small_dim": ("regular", 12, DIM_COLOUR, MENU_COLOUR),
+        "today": ("bold", 12, (255, 255, 255), DOT_COLOUR),
+        "button": ("regular", 15, TEXT_COLOUR, BUTTON_COLOUR),
+    }
+    glyph_tables = {}
+    for style, (kind, size, fg, bg) in menu_styles.items():
+        strip, glyph_tables[style] = _glyphs(kind, size, fg, bg)
+        keep(f"glyphs_{style}", strip)
+    keep("menu_icons", _menu_icons(MENU_COLOUR))
+    keep("menu_icons_hot", _menu_icons(MENU_HIGHLIGHT))
+    keep("bell", _bell(48))
     manifest = {
         "screen": [width, height],
         "bar_height": BAR_HEIGHT,
@@ -400,6 +515,11 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
             "search": SEARCH_COLOUR,
             "menu": MENU_COLOUR,
             "menu_hot": MENU_HIGHLIGHT,
+            "menu_border": MENU_BORDER,
+            "separator": MENU_SEPARATOR,
+            "submenu": SUBMENU_COLOUR,
+            "button": BUTTON_COLOUR,
+            "today": DOT_COLOUR,
         },
         "images": images,
         "glyphs": {
@@ -407,12 +527,13 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
             "bold": bold_table,
             "search": search_table,
             "hint": search_table,
-            "menu": menu_table,
-            "menu_hot": menu_table,
+            **glyph_tables,
         },
+        "menu_icons": {"names": list(MENU_ICONS), "size": MENU_ICON},
         "text_y": text_y,
         "activities": [0, activities_end],
         "app_name_x": activities_end + 12,
+        "status": [width - STATUS_WIDTH, width],
         "cell": spot.cell,
         "launchers": [
             {"name": a.name, "command": list(a.command), "classes": list(a.classes), "y": spot.launcher_centre(i)}
@@ -432,6 +553,31 @@ def lookalike_margins() -> str:
     return f"  <margins><top>{BAR_HEIGHT}</top><bottom>0</bottom><left>{DOCK_WIDTH}</left><right>0</right></margins>\n"
 
 
+#: The lookalike's openbox theme (data of the package: ``themerc`` and its buttons' symbols), copied into the
+#: desktop's lookalike folder and named there by its path (openbox takes a theme's absolute path as its name).
+THEME_DIR = Path(__file__).with_name("themes") / "Yaru-lookalike"
+#: The title bar's height under it, as mutter's under Yaru (``headerbar.default-decoration``: 28 px, 4 px of
+#: padding above and below, a 1 px line): the top of ``_NET_FRAME_EXTENTS``; no border left, right or below.
+TITLE_BAR_HEIGHT = 37
+#: Its colours, measured from the VM's screenshot: the bar, its top row, the line under it, the buttons' symbols.
+TITLE_BAR_COLOURS = {"bar": (241, 241, 241), "top": (252, 252, 252), "line": (201, 201, 201), "symbol": (85, 85, 85)}
+#: GNOME's title bar font is Ubuntu Bold 11 on the VM; Cantarell Bold 11 stands in (the Ubuntu font is not in Debian).
+TITLE_FONT = ("Cantarell", 11, "Bold")
+
+
+def lookalike_theme() -> str:
+    """openbox's ``<theme>``: :data:`THEME_DIR` as copied into the sandbox, the title alone at the left of
+    minimize, maximize and close (``LIMC``; the theme centres it), in :data:`TITLE_FONT`, as mutter's title bars
+    under Yaru are."""
+    name, size, weight = TITLE_FONT
+    fonts = "".join(
+        f'<font place="{place}"><name>{name}</name><size>{size}</size><weight>{weight}</weight>'
+        "<slant>Normal</slant></font>"
+        for place in ("ActiveWindow", "InactiveWindow")
+    )
+    return f"  <theme><name>{LOOKALIKE_DIR}/theme</name><titleLayout>LIMC</titleLayout>{fonts}</theme>\n"
+
+
 @functools.lru_cache(maxsize=4)
 def _rendered(screen: tuple[int, int]) -> tuple[tuple[tuple[str, bytes], ...], str]:
     files, manifest = _render(screen)
@@ -449,3 +595,4 @@ def write_lookalike_files(folder: Path, screen: tuple[int, int]) -> None:
         (folder / name).write_bytes(data)
     (folder / "panel.json").write_text(manifest)
     shutil.copyfile(PANEL_FILE, folder / "panel.py")
+    shutil.copytree(THEME_DIR, folder / "theme", dirs_exist_ok=True)

@@ -6,8 +6,11 @@ the window manager does not manage (as GNOME Shell's: no window list shows them;
 keep maximized windows right of the dock and under the bar), and creates ``MARKER`` once the window manager's
 work area says so. Then it sleeps in
 ``select`` and wakes for a click, a key, a change of the root's window list or active window (the dots, the
-app's name), or the minute (the clock). It draws only by copying pre-drawn pictures (server-side pixmaps,
-text as glyphs copied from a strip): it imports neither Pillow nor numpy, and an idle desktop costs it nothing.
+app's name), or the minute (the clock). The top bar's buttons open GNOME 42's menus (the app menu, the date
+menu, the system menu and its end-session dialogs, which end nothing: :data:`DIALOGS`), the dock's launchers a
+menu of their own, Activities and Show Applications the overview. It draws only by copying pre-drawn pictures
+(server-side pixmaps, text as glyphs copied from a strip) and filling rectangles: it imports neither Pillow nor
+numpy, and an idle desktop costs it nothing.
 
 Standalone on purpose (only the standard library and python-xlib): it runs from a file bound into the sandbox.
 """
@@ -36,6 +39,44 @@ MENU_ROW = 32
 MENU_WIDTH = 220
 SEARCH = (320, 36)
 MAX_DOTS = 4
+#: The top bar's menus (GNOME Shell 42 with Yaru's stylesheet): 6 px of padding in a 1 px border, 15 px corners,
+#: items 36 px tall (9 px above and below the text), separators 13 px (6 px around a line), at least 15em wide;
+#: they hang 6 px under the bar (the box pointer's rise). A modal dialog has 9 px corners and 52 px buttons.
+PAD = 6
+ROW = 36
+SEPARATOR = 13
+CORNER = 15
+GAP = 6
+MIN_WIDTH = 220
+DIALOG_CORNER = 9
+DIALOG_BUTTON = 52
+#: The system menu (Ubuntu 22.04's): the volume, the wired network, Settings, Lock, and Power Off / Log Out,
+#: whose submenu's entries open the end-session dialogs. Each row: ``(label, icon, action, submenu)``.
+SYSTEM_MENU: tuple[tuple[str, str, str, tuple[tuple[str, str], ...]], ...] = (
+    ("", "volume", "slider", ()),
+    ("-", "", "", ()),
+    ("Wired Connected", "network", "submenu", (("Turn Off", "none"), ("Wired Settings", "none"))),
+    ("-", "", "", ()),
+    ("Settings", "settings", "none", ()),
+    ("Lock", "lock", "none", ()),
+    (
+        "Power Off / Log Out",
+        "power",
+        "submenu",
+        (("Suspend", "none"), ("Restart…", "restart"), ("Power Off…", "power-off"), ("-", ""), ("Log Out", "log-out")),
+    ),
+)
+#: GNOME's end-session dialogs (its ``endSessionDialog``): title, text, buttons. Here every button, Enter and
+#: Escape only close the dialog: nothing ends the session, restarts or powers off (the desktop belongs to legato).
+DIALOGS = {
+    "power-off": (
+        "Power Off",
+        "The system will power off automatically in 60 seconds.",
+        ("Cancel", "Restart", "Power Off"),
+    ),
+    "restart": ("Restart", "The system will restart automatically in 60 seconds.", ("Cancel", "Restart")),
+    "log-out": ("Log Out", "user will be logged out automatically in 60 seconds.", ("Cancel", "Log Out")),
+}
 
 
 def _matches(patterns: list[str], names: tuple[str, ...]) -> bool:
@@ -62,7 +103,7 @@ class Panel:
         self.width, self.height = geometry.width, geometry.height
         self.bar_h = int(self.m["bar_height"])
         self.dock_w = int(self.m["dock_width"])
-        self.gc = self.root.create_gc()
+        self.gc = self.root.create_gc(graphics_exposures=False)  # no NoExpose event per copy
         self.atoms = {
             name: self.d.intern_atom(name) for name in (*WATCHED, "_NET_WORKAREA", "_NET_CLIENT_LIST_STACKING")
         }
@@ -88,6 +129,17 @@ class Panel:
         self.menu_pixmap = self.root.create_pixmap(MENU_WIDTH, MENU_ROW * 3 + 12, self.depth)
         self.menu.change_attributes(background_pixmap=self.menu_pixmap)
         self.clock_minute = -1
+        self.active_wid = 0
+        self.active_classes: tuple[str, ...] = ()
+        # the top bar's menus and the end-session dialog: one window, its picture drawn when it opens
+        self.popover = self._popup(0, 0, MENU_WIDTH, MENU_ROW)
+        self.popover_pixmap: Any = None
+        self.popover_kind = ""  # "app", "calendar", "system" or "dialog:<kind>" while one is open
+        self.popover_size = (0, 0)
+        self.rows: list[dict[str, Any]] = []  # the open menu's rows, with their y and height
+        self.focus = -1  # the row the keyboard is on
+        self.expanded = ""  # the system menu's open submenu
+        self.has_shape = self.d.has_extension("SHAPE")
         self.root.change_attributes(event_mask=X.PropertyChangeMask)
         self.root.grab_key(self.super_code, X.AnyModifier, False, X.GrabModeAsync, X.GrabModeAsync)
         self.desktop.map()
@@ -182,7 +234,7 @@ class Panel:
         """The wallpaper under every window, the bar and the dock over them (and the overview, a menu over
         those), again after each restack of the window manager's (it stacks only the windows it manages)."""
         self.desktop.configure(stack_mode=X.Below)
-        for window in (self.bar, self.dock, self.overview, self.menu):
+        for window in (self.bar, self.dock, self.overview, self.menu, self.popover):
             window.configure(stack_mode=X.Above)
 
     # what the panel shows
@@ -240,6 +292,8 @@ class Panel:
             if wid and wid not in (self.bar.id, self.dock.id, self.desktop.id)
             else ""
         )
+        self.active_wid = wid if name else 0
+        self.active_classes = self._window_classes(wid) if name else ()
         if name == self.active_name:
             return
         self.active_name = name
@@ -396,6 +450,370 @@ class Panel:
                 )
                 self.root.send_event(message, event_mask=X.SubstructureRedirectMask | X.SubstructureNotifyMask)
 
+    # the top bar's menus: the app menu, the calendar, the system menu; and the end-session dialogs
+
+    def bar_item(self, x: int) -> str:
+        """What the top bar has at column ``x``: ``"activities"``, ``"app"`` (the focused app's name),
+        ``"calendar"`` (the clock), ``"system"`` (the status icons) or ``""``."""
+        start, end = self.m["activities"]
+        if start <= x < end:
+            return "activities"
+        name_x = int(self.m["app_name_x"])
+        if self.active_name and name_x - 12 <= x < name_x + self._text_width("bar", self.active_name) + 12:
+            return "app"
+        if abs(x - self.width // 2) <= 110:
+            return "calendar"
+        left, right = self.m["status"]
+        if left <= x < right:
+            return "system"
+        return ""
+
+    def _menu_rows(self, kind: str) -> list[dict[str, Any]]:
+        """The rows of menu ``kind``: ``{"kind": "item" | "separator" | "slider", "label", "icon", "action",
+        "sub"}`` (``sub``: a row of an open submenu)."""
+        rows: list[dict[str, Any]] = []
+
+        def row(kind: str, label: str = "", icon: str = "", action: Any = "none", sub: bool = False) -> None:
+            rows.append({"kind": kind, "label": label, "icon": icon, "action": action, "sub": sub})
+
+        if kind == "app":
+            command = self._command_of(self.active_classes)
+            if command:
+                row("item", "New Window", action=("launch", command))
+                row("separator")
+            row("item", "Quit", action=("quit", self.active_classes))
+            return rows
+        for label, icon, action, submenu in SYSTEM_MENU:
+            if label == "-":
+                row("separator")
+            elif action == "slider":
+                row("slider", icon=icon, action="none")
+            elif action == "submenu":
+                row("item", label, icon, ("submenu", label))
+                if self.expanded == label:
+                    for sub_label, sub_action in submenu:
+                        if sub_label == "-":
+                            row("separator", sub=True)
+                        else:
+                            row("item", sub_label, action=sub_action, sub=True)
+            else:
+                row("item", label, icon, action)
+        return rows
+
+    def _command_of(self, classes: tuple[str, ...]) -> list[str]:
+        for launcher in self.m["launchers"]:
+            if classes and _matches(launcher["classes"], classes) and launcher["command"]:
+                return list(launcher["command"])
+        return []
+
+    def _rounded(self, target: Any, width: int, height: int, radius: int, fill: str, border: str) -> None:
+        """A rounded box filling ``target`` (the window's shape cuts the corners off): ``fill`` in a 1 px
+        ``border``."""
+        self._fill(target, border, 0, 0, width, height)
+        self._fill(target, fill, 1, radius, width - 2, height - 2 * radius)
+        self._fill(target, fill, radius, 1, width - 2 * radius, height - 2)
+        d = 2 * radius
+        for x, y in ((1, 1), (width - d - 1, 1), (1, height - d - 1), (width - d - 1, height - d - 1)):
+            target.fill_arc(self.gc, x, y, d, d, 0, 360 * 64)
+
+    def _shape(self, window: Any, width: int, height: int, radius: int) -> None:
+        """Cut ``window``'s corners round (the SHAPE extension), as GNOME's popovers are drawn."""
+        if not self.has_shape:
+            return
+        from Xlib.ext import shape  # type: ignore[import-untyped]
+
+        rects = [(0, radius, width, max(0, height - 2 * radius))]
+        for dy in range(radius):
+            inset = round(radius - (radius**2 - (radius - dy - 0.5) ** 2) ** 0.5)
+            rects.append((inset, dy, width - 2 * inset, 1))
+            rects.append((inset, height - 1 - dy, width - 2 * inset, 1))
+        window.shape_rectangles(shape.SO.Set, shape.SK.Bounding, X.Unsorted, 0, 0, rects)
+
+    def _icon(self, target: Any, name: str, hot: bool, x: int, y: int) -> None:
+        table = self.m["menu_icons"]
+        size = int(table["size"])
+        strip = self.pixmaps["menu_icons_hot" if hot else "menu_icons"]
+        target.copy_area(self.gc, strip, table["names"].index(name) * size, 0, size, size, x, y)
+
+    def _draw_menu(self) -> None:
+        """Draw the open menu's rows (the keyboard's row highlighted) and fit the window to them."""
+        width = MIN_WIDTH
+        for r in self.rows:
+            if r["kind"] == "item":
+                width = max(width, self._text_width("menu", r["label"]) + 2 * PAD + 80)
+        if self.popover_kind == "system":
+            width = max(width, 300)
+        height = 2 * PAD + sum(ROW if r["kind"] != "separator" else SEPARATOR for r in self.rows)
+        self._resize_popover(width, height)
+        target = self.popover_pixmap
+        self._rounded(target, width, height, CORNER, "menu", "menu_border")
+        text_h = self.m["glyphs"]["menu"]["height"]
+        icon = int(self.m["menu_icons"]["size"])
+        y = PAD
+        for n, r in enumerate(self.rows):
+            r["y"] = y
+            r["h"] = ROW if r["kind"] != "separator" else SEPARATOR
+            left, inner = PAD + 1, width - 2 * PAD - 2
+            if r["sub"]:
+                self._fill(target, "submenu", left, y, inner, r["h"])
+            if r["kind"] == "separator":
+                self._fill(target, "separator", left + (12 if not r["sub"] else 24), y + 6, inner - 36, 1)
+            elif r["kind"] == "slider":
+                self._icon(target, r["icon"], False, left + 12, y + (ROW - icon) // 2)
+                track_x, track_w, mid = left + 44, inner - 44 - 18, y + ROW // 2
+                self._fill(target, "separator", track_x, mid - 2, track_w, 4)
+                level = track_x + track_w * 3 // 5  # the VM's volume: some
+                self._fill(target, "today", track_x, mid - 2, level - track_x, 4)
+                self.gc.change(foreground=0xF7F7F7)  # the knob
+                target.fill_arc(self.gc, level - 9, mid - 9, 18, 18, 0, 360 * 64)
+            else:
+                hot = n == self.focus
+                style = "menu_hot" if hot else ("submenu" if r["sub"] else "menu")
+                if hot:
+                    self._fill(target, "menu_hot", left, y, inner, ROW)
+                x = left + (12 if not r["sub"] else 40)
+                if r["icon"]:
+                    self._icon(target, r["icon"], hot, x, y + (ROW - icon) // 2)
+                    x += icon + 12
+                self._text(target, style, r["label"], x, y + (ROW - text_h) // 2)
+                if isinstance(r["action"], tuple) and r["action"][0] == "submenu":
+                    arrow = "down" if self.expanded == r["label"] else "right"
+                    self._icon(target, arrow, hot, left + inner - icon - 12, y + (ROW - icon) // 2)
+            y += r["h"]
+        self.popover.clear_area(0, 0, width, height)
+
+    def _resize_popover(self, width: int, height: int) -> None:
+        """Give the popover a fresh picture of ``width`` x ``height`` and put it where its kind hangs."""
+        if self.popover_size != (width, height) or self.popover_pixmap is None:
+            if self.popover_pixmap is not None:
+                self.popover_pixmap.free()
+            self.popover_pixmap = self.root.create_pixmap(width, height, self.depth)
+            self.popover.change_attributes(background_pixmap=self.popover_pixmap)
+            self.popover_size = (width, height)
+        kind = self.popover_kind
+        if kind == "app":
+            x = int(self.m["app_name_x"]) - 12
+        elif kind == "calendar":
+            x = self.width // 2 - width // 2
+        elif kind == "system":
+            x = self.width - width - 4
+        else:  # a dialog, centred on the screen
+            x = (self.width - width) // 2
+        y = self.bar_h + GAP if not kind.startswith("dialog") else (self.height - height) // 2
+        self.popover.configure(x=max(0, x), y=y, width=width, height=height, stack_mode=X.Above)
+        radius = DIALOG_CORNER if kind.startswith("dialog") else CORNER
+        self._shape(self.popover, width, height, radius)
+
+    def _draw_calendar(self) -> None:
+        """GNOME's date menu: the notification list (empty) left, today and the month's calendar right."""
+        width, height = 720, 420
+        self._resize_popover(width, height)
+        target = self.popover_pixmap
+        self._rounded(target, width, height, CORNER, "menu", "menu_border")
+        glyphs = self.m["glyphs"]
+        # left: no notifications, Do Not Disturb and Clear at the bottom
+        split = 420
+        bell = self.m["images"]["bell"]
+        target.copy_area(self.gc, self.pixmaps["bell"], 0, 0, bell[0], bell[1], split // 2 - bell[0] // 2, 130)
+        label = "No Notifications"
+        self._text(
+            target, "title_dim", label, split // 2 - self._text_width("title_dim", label) // 2, 130 + bell[1] + 12
+        )
+        bottom = height - PAD - 12 - 36
+        self._text(target, "menu", "Do Not Disturb", 24, bottom + (36 - glyphs["menu"]["height"]) // 2)
+        switch_x = 24 + self._text_width("menu", "Do Not Disturb") + 14
+        self.gc.change(foreground=self.colours["separator"])
+        target.fill_arc(self.gc, switch_x, bottom + 6, 24, 24, 90 * 64, 180 * 64)
+        target.fill_arc(self.gc, switch_x + 24, bottom + 6, 24, 24, 270 * 64, 180 * 64)
+        target.fill_rectangle(self.gc, switch_x + 12, bottom + 6, 24, 24)
+        self.gc.change(foreground=0xF7F7F7)
+        target.fill_arc(self.gc, switch_x + 2, bottom + 8, 20, 20, 0, 360 * 64)
+        clear_w = self._text_width("button", "Clear") + 32
+        self._fill(target, "button", split - 12 - clear_w, bottom, clear_w, 36)
+        self._text(
+            target, "button", "Clear", split - 12 - clear_w + 16, bottom + (36 - glyphs["button"]["height"]) // 2
+        )
+        self._fill(target, "separator", split, PAD + 6, 1, height - 2 * PAD - 12)
+        # right: the day and the date, the month, its weeks (Sunday first, as the VM's en_US locale)
+        now = time.localtime()
+        x0, right = split + 18, width - PAD - 12
+        self._text(target, "menu_bold", time.strftime("%A", now), x0, PAD + 12)
+        date = f"{time.strftime('%B', now)} {now.tm_mday} {now.tm_year}"
+        self._text(target, "title", date, x0, PAD + 12 + glyphs["menu_bold"]["height"] + 2)
+        top = PAD + 80
+        month = time.strftime("%B", now)
+        self._text(target, "menu_bold", month, (x0 + right) // 2 - self._text_width("menu_bold", month) // 2, top)
+        self._icon(target, "right", False, right - 20, top + 2)
+        self._text(target, "menu_bold", "<", x0 + 4, top)
+        cell_w, cell_h = (right - x0) // 7, 32
+        top += 32
+        for i, day in enumerate("SMTWTFS"):
+            self._text(
+                target, "small_dim", day, x0 + i * cell_w + cell_w // 2 - self._text_width("small_dim", day) // 2, top
+            )
+        top += 24
+        first = time.mktime((now.tm_year, now.tm_mon, 1, 12, 0, 0, 0, 0, -1))
+        start = (time.localtime(first).tm_wday + 1) % 7  # Sunday 0
+        day_seconds = 86400
+        for cell in range(42):
+            when = time.localtime(first + (cell - start) * day_seconds)
+            text = str(when.tm_mday)
+            cx, cy = x0 + (cell % 7) * cell_w + cell_w // 2, top + (cell // 7) * cell_h
+            style = "small" if when.tm_mon == now.tm_mon else "small_dim"
+            if when.tm_mon == now.tm_mon and when.tm_mday == now.tm_mday:
+                style = "today"
+                self.gc.change(foreground=self.colours["today"])
+                target.fill_arc(self.gc, cx - 14, cy + glyphs["small"]["height"] // 2 - 14, 28, 28, 0, 360 * 64)
+            self._text(target, style, text, cx - self._text_width(style, text) // 2, cy)
+        self.popover.clear_area(0, 0, width, height)
+
+    def _draw_dialog(self) -> None:
+        """An end-session dialog as GNOME's: its title and text centred, its buttons side by side at the bottom."""
+        title, text, buttons = DIALOGS[self.popover_kind.split(":", 1)[1]]
+        glyphs = self.m["glyphs"]
+        width = max(440, self._text_width("menu", text) + 80)
+        height = 40 + glyphs["title"]["height"] + 18 + glyphs["menu"]["height"] + 40 + DIALOG_BUTTON
+        self._resize_popover(width, height)
+        target = self.popover_pixmap
+        self._rounded(target, width, height, DIALOG_CORNER, "menu", "menu_border")
+        y = 40
+        self._text(target, "title", title, width // 2 - self._text_width("title", title) // 2, y)
+        y += glyphs["title"]["height"] + 18
+        self._text(target, "menu", text, width // 2 - self._text_width("menu", text) // 2, y)
+        top = height - DIALOG_BUTTON
+        self._fill(target, "menu_border", 1, top - 1, width - 2, 1)
+        self.rows = []
+        span = (width - 2) // len(buttons)
+        for i, label in enumerate(buttons):
+            x = 1 + i * span
+            w = span - 1 if i < len(buttons) - 1 else width - 2 - x
+            self._fill(target, "button", x, top, w, DIALOG_BUTTON - 1)  # the window's shape rounds its outer corners
+            self._text(target, "button", label, x + w // 2 - self._text_width("button", label) // 2, top + 16)
+            self.rows.append({"kind": "button", "label": label, "x": x, "w": w, "y": top, "h": DIALOG_BUTTON})
+        self.popover.clear_area(0, 0, width, height)
+
+    def _open_popover(self, kind: str) -> None:
+        """Open the top bar's menu ``kind`` (or dialog ``"dialog:<name>"``), holding the pointer and the keyboard
+        until it closes, as GNOME Shell's grab does (a click elsewhere only closes it)."""
+        self.popover_kind = kind
+        self.focus = -1
+        if kind == "calendar":
+            self.rows = []
+            self._draw_calendar()
+        elif kind.startswith("dialog:"):
+            self._draw_dialog()
+        else:
+            self.expanded = ""
+            self.rows = self._menu_rows(kind)
+            self._draw_menu()
+        self.popover.map()
+        self.popover.clear_area(0, 0, *self.popover_size)
+        self.popover.grab_pointer(
+            True, X.ButtonPressMask, X.GrabModeAsync, X.GrabModeAsync, X.NONE, X.NONE, X.CurrentTime
+        )
+        self.popover.grab_keyboard(True, X.GrabModeAsync, X.GrabModeAsync, X.CurrentTime)
+
+    def _close_popover(self) -> None:
+        self.popover.unmap()
+        self.popover_kind = ""
+        self.rows = []
+        self.d.ungrab_pointer(X.CurrentTime)
+        self.d.ungrab_keyboard(X.CurrentTime)
+        self.popover.change_attributes(background_pixmap=X.NONE)
+        if self.popover_pixmap is not None:
+            self.popover_pixmap.free()
+            self.popover_pixmap = None
+        if self._overview_shown():  # back to the overview's search, as before the menu
+            self.overview.grab_keyboard(True, X.GrabModeAsync, X.GrabModeAsync, X.CurrentTime)
+
+    def _activate(self, row: dict[str, Any]) -> None:
+        """Do what a menu's row says (a dialog's buttons only close it)."""
+        action = row.get("action", "none")
+        kind = self.popover_kind
+        if row["kind"] == "button" or row["kind"] == "separator" or row["kind"] == "slider":
+            if row["kind"] == "button":
+                self._close_popover()
+            return
+        if isinstance(action, tuple) and action[0] == "submenu":
+            self.expanded = "" if self.expanded == action[1] else action[1]
+            self.rows = self._menu_rows(kind)
+            self.focus = next((i for i, r in enumerate(self.rows) if r.get("label") == action[1]), -1)
+            self._draw_menu()
+            return
+        self._close_popover()
+        if isinstance(action, tuple) and action[0] == "launch":
+            self._launch(action[1])
+        elif isinstance(action, tuple) and action[0] == "quit":
+            self._close_windows(action[1])
+        elif action in DIALOGS:
+            self._open_popover(f"dialog:{action}")
+
+    def _popover_click(self, event: Any) -> None:
+        if event.window.id == self.popover.id:
+            x, y = event.event_x, event.event_y
+            width, height = self.popover_size
+            if not (0 <= x < width and 0 <= y < height):
+                if not self.popover_kind.startswith("dialog"):
+                    self._close_popover()
+                return  # a modal dialog holds the screen until it is answered
+            for row in self.rows:
+                if row["y"] <= y < row["y"] + row["h"] and row.get("x", 0) <= x < row.get("x", 0) + row.get("w", width):
+                    self._activate(row)
+                    return
+            return
+        if self.popover_kind.startswith("dialog"):
+            return
+        open_kind = self.popover_kind
+        self._close_popover()
+        if event.window.id == self.bar.id and event.detail == 1:
+            item = self.bar_item(event.event_x)
+            if item != open_kind:  # another of the bar's buttons: its own menu (or the overview)
+                self._bar_click(item)
+
+    def _popover_key(self, event: Any) -> None:
+        keysym = self.d.keycode_to_keysym(event.detail, 0)
+        if keysym == XK.XK_Escape:
+            self._close_popover()
+            return
+        active = [i for i, r in enumerate(self.rows) if r["kind"] in ("item", "button")]
+        if not active:
+            return
+        if keysym in (XK.XK_Down, XK.XK_Up, XK.XK_Tab, XK.XK_Right, XK.XK_Left):
+            forward = keysym in (XK.XK_Down, XK.XK_Tab, XK.XK_Right)
+            if self.focus not in active:
+                self.focus = active[0] if forward else active[-1]
+            else:
+                self.focus = active[(active.index(self.focus) + (1 if forward else -1)) % len(active)]
+            if not self.popover_kind.startswith("dialog"):
+                self._draw_menu()
+        elif keysym in (XK.XK_Return, XK.XK_KP_Enter, XK.XK_space):
+            if self.popover_kind.startswith("dialog"):
+                self._close_popover()  # whichever button: nothing more
+            elif self.focus in active:
+                self._activate(self.rows[self.focus])
+
+    def _bar_click(self, item: str) -> None:
+        if item == "activities":
+            self._toggle_overview()
+        elif item in ("app", "calendar", "system"):
+            self._open_popover(item)
+
+    def _close_windows(self, classes: tuple[str, ...]) -> None:
+        """Ask each window of the app of ``classes`` to close (``_NET_CLOSE_WINDOW``), as GNOME's Quit does."""
+        if not classes:
+            return
+        close = self.d.intern_atom("_NET_CLOSE_WINDOW")
+        from Xlib.protocol import event as xevent  # type: ignore[import-untyped]
+
+        for wid in self._clients():
+            if self._window_classes(wid) == classes:
+                message = xevent.ClientMessage(
+                    window=self.d.create_resource_object("window", wid),
+                    client_type=close,
+                    data=(32, [X.CurrentTime, 2, 0, 0, 0]),
+                )
+                self.root.send_event(message, event_mask=X.SubstructureRedirectMask | X.SubstructureNotifyMask)
+
     # actions
 
     def _launch(self, command: list[str]) -> None:
@@ -420,6 +838,9 @@ class Panel:
 
     def _click(self, event: Any) -> None:
         window = event.window.id
+        if self.popover_kind:  # a top bar's menu or a dialog is open (it holds the pointer)
+            self._popover_click(event)
+            return
         if self.menu_items:  # a launcher's menu is open (it holds the pointer): any click closes it
             self._menu_click(event)
             self.menu_items = []
@@ -427,9 +848,8 @@ class Panel:
         if window == self.overview.id:
             self._overview_click(event)
         elif window == self.bar.id:
-            start, end = self.m["activities"]
-            if event.detail == 1 and start <= event.event_x < end:
-                self._toggle_overview()
+            if event.detail == 1:
+                self._bar_click(self.bar_item(event.event_x))
         elif window == self.dock.id:
             index = self._launcher_at(event.event_y + self.bar_h)
             if index is None:
@@ -456,7 +876,13 @@ class Panel:
             if event.atom == self.atoms["_NET_CLIENT_LIST_STACKING"]:
                 self._restack()
         elif event.type == X.KeyRelease and event.detail == self.super_code:
+            if self.popover_kind.startswith("dialog"):
+                return
+            if self.popover_kind:
+                self._close_popover()
             self._toggle_overview()  # the Super key opens the overview, as GNOME's overlay key
+        elif event.type == X.KeyPress and event.detail != self.super_code and self.popover_kind:
+            self._popover_key(event)
         elif event.type == X.KeyPress and event.detail != self.super_code and self._overview_shown():
             self._overview_key(event)
 
