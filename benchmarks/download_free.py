@@ -156,7 +156,9 @@ def main() -> None:
     parser.add_argument("--rollout-timeout", type=float, default=900.0)
     parser.add_argument("--grader", choices=("auto", "osworld", "local"), default="auto")
     parser.add_argument("--domain", action="append", help="only these domains (repeat); default: all")
-    parser.add_argument("--session", choices=SESSIONS, default="lookalike", help="the desktops' session")
+    parser.add_argument(
+        "--session", choices=SESSIONS, default="lookalike", help="the desktops' session (the backend's default)"
+    )
     parser.add_argument("--readme", action="store_true", help="write the figures into README.md")
     args = parser.parse_args()
 
