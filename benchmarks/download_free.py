@@ -136,13 +136,14 @@ def report(
     return summary, "\n".join(lines) + "\n"
 
 
-def write_readme(text: str) -> None:
+def write_readme(text: str, session: str) -> None:
     page = README.read_text()
     if START not in page or END not in page:
         raise SystemExit(f"README.md has no {START} ... {END} section to fill")
     head, rest = page.split(START, 1)
     _, tail = rest.split(END, 1)
-    stamp = f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `python benchmarks/download_free.py`:"
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    stamp = f"Measured {when} by `python benchmarks/download_free.py --session {session}`:"
     README.write_text(f"{head}{START}\n{stamp}\n\n{text}{END}{tail}")
 
 
@@ -156,7 +157,9 @@ def main() -> None:
     parser.add_argument("--rollout-timeout", type=float, default=900.0)
     parser.add_argument("--grader", choices=("auto", "osworld", "local"), default="auto")
     parser.add_argument("--domain", action="append", help="only these domains (repeat); default: all")
-    parser.add_argument("--session", choices=SESSIONS, default="lookalike", help="the desktops' session")
+    parser.add_argument(
+        "--session", choices=SESSIONS, default="lookalike", help="the desktops' session (the backend's default)"
+    )
     parser.add_argument("--readme", action="store_true", help="write the figures into README.md")
     args = parser.parse_args()
 
@@ -177,7 +180,7 @@ def main() -> None:
     sys.stdout.write(text)
     (args.out / "report.md").write_text(text)
     if args.readme:
-        write_readme(summary)
+        write_readme(summary, args.session)
 
 
 if __name__ == "__main__":

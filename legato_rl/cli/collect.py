@@ -202,9 +202,10 @@ def collect_command(
         str,
         typer.Option(
             "--session",
-            help="--backend local: the desktops' session: openbox (the default: a window manager on a black root), "
-            "lookalike (openbox with a top bar and a dock drawn as on OSWorld's VM; 1.4x the memory) or gnome "
-            "(GNOME Shell with the Ubuntu dock, as on the VM; 2-3x the memory).",
+            help="--backend local: the desktops' session: lookalike (the default: openbox with a top bar and a dock "
+            "drawn as on OSWorld's VM, maximized windows right of the dock), gnome (GNOME Shell itself with the Ubuntu "
+            "dock; 2-3x the memory) or openbox (the lightest: a window manager alone on a black root, maximized "
+            "windows fill the screen).",
         ),
     ] = LocalOptions.session,
     provider: Annotated[

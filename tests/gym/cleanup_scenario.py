@@ -19,6 +19,15 @@ def _owned_by(pid: int) -> list[reaper.DesktopRecord]:
     return [r for r in reaper.records() if r.owner.pid == pid]
 
 
+def _program(pid: int) -> str:
+    """The program a process runs; ``""`` once it has exited (a desktop's short-lived helpers come and go: one
+    may exit between listing its cgroup and reading this)."""
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except FileNotFoundError:
+        return ""
+
+
 def _gone(pid: int, deadline: float) -> bool:
     """Whether every desktop of (dead) worker ``pid`` is taken down (its records go last) by ``deadline``."""
     while _owned_by(pid):
@@ -50,12 +59,7 @@ def main() -> None:
         seen["lost_worker_cgroups_left"] = [c for c in cgroups if Path(c).exists()]
         # a desktop crashed: its X server killed by pid (found in its own cgroup)
         record = _owned_by(env.worker_pids[1])[0]
-        xservers = [
-            p
-            for c in record.cgroups
-            for p in reaper.cgroup_members(Path(c))
-            if os.readlink(f"/proc/{p}/exe").endswith("/Xvfb")
-        ]
+        xservers = [p for c in record.cgroups for p in reaper.cgroup_members(Path(c)) if _program(p).endswith("/Xvfb")]
         seen["xservers"] = len(set(xservers))
         for pid in set(xservers):
             os.kill(pid, signal.SIGKILL)

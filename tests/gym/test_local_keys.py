@@ -25,6 +25,7 @@ RUNS = 3
 @pytest.mark.skipif(shutil.which("soffice") is None, reason="needs LibreOffice (apt: libreoffice-calc ...)")
 @pytest.mark.skipif(apps.chromium_binary() is None, reason="needs Chromium (apt: chromium)")
 @pytest.mark.skipif(shutil.which("socat") is None, reason="needs socat (apt: socat), which Chrome tasks run")
+@pytest.mark.timeout(900)  # the scenario's own bound: twelve office and Chrome episodes, minutes on a loaded machine
 def test_one_action_keyboard_solutions_score_1_every_time(tmp_path: Path) -> None:
     needs_local_tools()
     python = desktop_env_python()

@@ -21,6 +21,7 @@ from osworld_kit import desktop_env_python, needs_local_tools, run_scenarios
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, apps
 from legato_gym.backends.local.coverage import Capabilities, assess, task_needs
+from legato_gym.backends.local.sandbox.lookalike import layout
 
 SCREEN = (1280, 720)
 PROFILE = "/home/user/.thunderbird/t5q2a5hp.default-release"
@@ -179,7 +180,7 @@ def test_thunderbird_starts_on_its_baseline_profile_without_first_run_dialogs(de
     assert [(w.wm_class, w.title) for w in desktop.display.windows()] == [
         ("Mail.thunderbird", "Local Folders - Mozilla Thunderbird")
     ], shown
-    assert int(_geometry(desktop)[0][4]) == SCREEN[0]  # maximized
+    assert int(_geometry(desktop)[0][4]) == layout(SCREEN).work_area[2]  # maximized
     listing = desktop.client.execute("ls ~/.thunderbird", shell=True)["output"].split()
     assert "t5q2a5hp.default-release" in listing and not [n for n in listing if n.endswith(".default-default")]
     # OSWorld's post-config closes it by its class, and the getters then read the profile's files
@@ -216,7 +217,7 @@ def test_gnome_terminal_started_as_osworlds_tasks_start_it(desktop: LocalDesktop
     )
     desktop.reset(_task([{"type": "execute", "parameters": {"command": start, "shell": True}}]))
     rows = _poll(lambda: [r for r in _geometry(desktop) if len(r) == 8 and r[7].endswith("~/Desktop")], "its window")
-    assert int(rows[0][4]) == SCREEN[0]
+    assert int(rows[0][4]) == layout(SCREEN).work_area[2]
     killed = desktop.client.execute(["/bin/bash", "-c", "killall gnome-terminal-server"])
     assert killed["returncode"] == 0, killed
     assert desktop.display.wait_no_windows(time.monotonic() + 30)
@@ -234,7 +235,7 @@ def test_pdfs_open_in_evince_and_folders_in_nautilus(desktop: LocalDesktop, tmp_
     desktop.reset(_task(steps))
     assert desktop.wait_after_reset().ready
     assert [(w.wm_class, w.title) for w in desktop.display.windows()] == [("evince.Evince", "paper.pdf")]
-    assert int(_geometry(desktop)[0][4]) == SCREEN[0]  # maximized
+    assert int(_geometry(desktop)[0][4]) == layout(SCREEN).work_area[2]  # maximized
     desktop.reset(_task([{"type": "open", "parameters": {"path": "/home/user/Documents"}}]))
     assert desktop.wait_after_reset().ready
     assert [(w.wm_class, w.title) for w in desktop.display.windows()] == [

@@ -29,6 +29,7 @@ from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, apps, relay
 from legato_gym.backends.local.coverage import Capabilities, assess
 from legato_gym.backends.local.forward import UnixForwarder
+from legato_gym.backends.local.sandbox.lookalike import layout as panel_layout
 from legato_gym.desktop_server.image import png_from_rows
 
 SCREEN = (1280, 720)
@@ -296,7 +297,7 @@ def test_an_image_opens_in_gimp_maximized_and_ready_once_drawn(desktop: LocalDes
     assert len(windows) == 1 and windows[0].title.startswith("[berry] (imported)"), windows  # not the splash
     out = desktop.client.execute(["wmctrl", "-lG"])["output"].split(None, 7)
     left, top, width, height = map(int, out[2:6])
-    assert width == SCREEN[0] and height > SCREEN[1] * 0.9  # maximized, single-window
+    assert width == panel_layout(SCREEN).work_area[2] and height > SCREEN[1] * 0.9  # maximized, single-window
     assert desktop.display.painted(left, top, width, height)
     profile = desktop.client.execute("ls ~/.config/GIMP/2.10/pluginrc ~/.config/GIMP/2.10/sessionrc", shell=True)
     assert profile["returncode"] == 0, profile  # GIMP's first start done once, in the baseline

@@ -130,7 +130,7 @@ def test_session_is_the_local_backends_flag(tmp_path: Path) -> None:
     plain = DesktopConfig(options=LocalOptions(grader="local"))
     gnome = session_flag(plain, "gnome")
     assert gnome.options == replace(LocalOptions(grader="local"), session="gnome")  # the other options kept
-    assert LocalOptions().session == "openbox"  # the default until the whole suite has run on the lookalike
+    assert LocalOptions().session == "lookalike"  # the default: openbox with the VM's top bar and dock
     argv = ["rl", "collect", "--out", str(tmp_path / "x"), "--policy-url", "embedded", "--backend", "fake"]
     fake = CliRunner().invoke(app, [*argv, "--session", "gnome"])
     said = " ".join(fake.output.replace("│", " ").split())

@@ -23,6 +23,7 @@ from osworld_kit import ROOT, desktop_env_python, needs_local_tools, run_scenari
 from legato_gym import DesktopConfig, Task, Timeouts
 from legato_gym.backends.local import LocalDesktop, apps, vscode
 from legato_gym.backends.local.coverage import Capabilities, assess, needs_no_download
+from legato_gym.backends.local.sandbox.lookalike import layout
 
 SCREEN = (1280, 720)
 OSWORLD = Path(os.environ.get("LEGATO_OSWORLD", ROOT.parent / "shared" / "osworld"))
@@ -222,7 +223,7 @@ def test_code_opens_a_file_in_a_window_titled_as_vs_code_and_reset_restores_the_
     assert [w.title for w in windows] == ["hello.py - Visual Studio Code"]
     assert windows[0].wm_class.endswith("Code")
     geometry = desktop.client.execute(["wmctrl", "-lG"])["output"].split()
-    assert int(geometry[4]) == SCREEN[0]  # maximized
+    assert int(geometry[4]) == layout(SCREEN).work_area[2]  # maximized
     # as OSWorld's setups install an extension from a .vsix, and its getters list them
     desktop.client.upload("/home/user/probe.vsix", _vsix("legato", "probe"))
     installed = desktop.client.execute(["code", "--install-extension", "/home/user/probe.vsix"], timeout=120)

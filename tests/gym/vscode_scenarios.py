@@ -22,6 +22,7 @@ from typing import Any
 from legato_gym import DesktopConfig, Task, Timeouts
 from legato_gym.backends.local import LocalDesktop
 from legato_gym.backends.local.file_cache import FileCache
+from legato_gym.backends.local.sandbox.lookalike import layout
 
 SCREEN = (1280, 720)
 URL = "https://files.legato.invalid/vscode/"
@@ -29,10 +30,13 @@ SETTINGS = "/home/user/.config/Code/User/settings.json"
 WINDOW = "Visual Studio Code"
 
 
-#: Where VS Code's command palette draws its first rows (full-screen window, 1280x720): blank until it opens.
-PALETTE_ROWS = (400, 60, 400, 100)
+#: The maximized window's frame: the work area right of the default session's dock, under its top bar (x 70,
+#: y 27, 1210 x 693 at 1280x720). The palette is drawn centred in the window, at a fixed depth below its top.
+_LEFT, _TOP, _WIDTH, _ = layout(SCREEN).work_area
+#: Where VS Code's command palette draws its first rows: blank until it opens.
+PALETTE_ROWS = (_LEFT + _WIDTH // 2 - 240, _TOP + 60, 400, 100)
 #: Where it draws its tenth row and below (over the empty editor's watermark): what is typed changes it.
-PALETTE_MORE = (400, 220, 400, 40)
+PALETTE_MORE = (_LEFT + _WIDTH // 2 - 240, _TOP + 220, 400, 40)
 
 
 def _until(action: str, region: tuple[int, int, int, int], until: str) -> str:

@@ -107,14 +107,14 @@ class LocalOptions(BackendOptions):
             :mod:`.evaluators` (OSWorld's semantics, re-implemented for a few getters and metrics, no extra
             interpreter). ``"auto"`` (the default) is ``"osworld"`` where desktop-env imports and ``"local"``
             elsewhere (:func:`resolve_grader`); ``LocalDesktop.grader`` says which one grades.
-        session: the desktop's session. ``"openbox"`` (the default): the window manager alone on a black root
-            window, maximized windows filling the screen. ``"lookalike"``: openbox with a top bar and a dock of
+        session: the desktop's session. ``"lookalike"`` (the default): openbox with a top bar and a dock of
             legato's own that look and act as OSWorld's VM's GNOME Shell where an agent sees or clicks (top
             bar rows 0-26, dock columns 0-69 with the VM's launchers, maximized windows in the work area
             beside them, an overview with the app grid; :mod:`.sandbox.lookalike`), at about 1.4x the memory
             of openbox alone. ``"gnome"``: GNOME Shell itself with the Ubuntu dock and the Yaru theme
             (:mod:`.sandbox.shell`; Debian ``gnome-shell gnome-shell-extension-dashtodock yaru-theme-*``;
-            about 3.7x). See docs/backends.md.
+            about 3.7x). ``"openbox"``: the window manager alone on a black root window, maximized windows
+            filling the screen (docs/backends.md).
         download_cache: with ``grader="osworld"``, the host cache for setup downloads, shared by all
             desktops and kept across runs (default ``~/.cache/legato/osworld-downloads``).
         prestart: start each desktop's next episode ahead (:mod:`.prestart`, on by default): a whole fresh
@@ -165,7 +165,7 @@ class LocalOptions(BackendOptions):
     prestart: bool = True
     server_mode: str = "legato"
     pointer: bool = True
-    session: str = "openbox"
+    session: str = "lookalike"
 
     #: Old field names still read (for one release, with a ``DeprecationWarning``): old name -> new name.
     renamed_fields: ClassVar[dict[str, str]] = {"python": "sandbox_python"}

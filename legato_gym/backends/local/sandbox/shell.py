@@ -1,5 +1,5 @@
-"""The desktop's session (``LocalOptions.session``): openbox alone on a black root window (the default), openbox
-with the VM's look (``"lookalike"``: :mod:`.lookalike`, :mod:`.panel`), or GNOME Shell as the VM has it.
+"""The desktop's session (``LocalOptions.session``): openbox with the VM's look (``"lookalike"``, the default:
+:mod:`.lookalike`, :mod:`.panel`), openbox alone on a black root window, or GNOME Shell as the VM has it.
 
 ``"gnome"`` runs Debian's GNOME Shell 43 as the X11 window manager and compositor (Mesa's software GL) inside
 the sandbox, in a session mode of legato's own (:data:`MODE`): the Yaru shell theme, the Ubuntu dock
