@@ -103,6 +103,8 @@ def test_options_built_in_code_are_checked_as_mapped_ones_are() -> None:
         OSWorldOptions(provider="kvm")
     with pytest.raises(ConfigError, match=r"options\.provider='kvm': is not a provider"):
         OSWorldOptions.from_mapping({"provider": "kvm"})
+    with pytest.raises(ConfigError, match=r"provider='lcoal': is not a provider; did you mean 'local'\?"):
+        OSWorldOptions(provider="lcoal")
 
 
 def test_the_backend_specific_fields_left_desktop_config() -> None:

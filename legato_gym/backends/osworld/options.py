@@ -16,6 +16,7 @@ from typing import ClassVar
 
 from legato_gym.backends.local.options import LocalOptions
 from legato_gym.options import BackendOptions, invalid, seconds
+from legato_gym.suggest import suggest
 
 __all__ = ["DESKTOP_ENV_PROVIDERS", "PROVIDERS", "REVERT_DOMAINS", "DockerSettings", "OSWorldOptions", "VMSettings"]
 
@@ -151,7 +152,8 @@ class OSWorldOptions(BackendOptions):
             invalid(
                 self,
                 "provider",
-                f"is not a provider; use one of desktop-env's ({', '.join(DESKTOP_ENV_PROVIDERS)}), 'local' (a "
+                f"is not a provider{suggest(str(self.provider), sorted(PROVIDERS))}; use one of desktop-env's "
+                f"({', '.join(DESKTOP_ENV_PROVIDERS)}), 'local' (a "
                 "local desktop standing in for a VM), or 'package.module:Class' (desktop-env's Provider interface)",
             )
         seconds(self, "settle_s", "window_timeout", "kill_timeout", positive=True)
