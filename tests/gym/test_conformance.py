@@ -36,8 +36,8 @@ class BrokenDesktop:
     def screen_size(self) -> tuple[int, int]:
         return (64, 48)
 
-    def reset(self, task: Task) -> None:
-        return None
+    def reset(self, task: Task) -> str | None:
+        return 3  # type: ignore[return-value]  # not a word for the reset's kind
 
     def wait_after_reset(self) -> Waited:
         return Waited(seconds=-1.0, ready=True)
@@ -66,6 +66,7 @@ def test_broken_desktop_gets_every_failure_listed() -> None:
     message = str(info.value)
     failures = info.value.failures
     for expected in (
+        "episode 1: reset(task) returns its reset kind (a word) or None",
         "episode 1: wait_after_reset().seconds",
         "episode 1: observe().screenshot.shape",
         "episode 1: observe().screenshot.dtype",
