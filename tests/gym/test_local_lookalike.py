@@ -63,20 +63,29 @@ def desktop() -> Iterator[LocalDesktop]:
         yield d
 
 
-def frames(desktop: LocalDesktop) -> dict[tuple[str, str], tuple[int, int, int, int]]:
-    """``WM_CLASS`` (``(instance, class)``) of each managed window to its frame's ``(x, y, width, height)``: the
-    client's place on the root, widened by the window manager's ``_NET_FRAME_EXTENTS`` (its title bar)."""
+def client_frames(
+    desktop: LocalDesktop, *, normal_only: bool = False
+) -> list[tuple[tuple[str, str], tuple[int, int, int, int]]]:
+    """``WM_CLASS`` (``(instance, class)``) and frame ``(x, y, width, height)`` of each managed window: the
+    client's place on the root, widened by the window manager's ``_NET_FRAME_EXTENTS`` (its title bar).
+    ``normal_only``: only normal windows that are no other window's dialog, the windows the table's rules place
+    (openbox's rules are ``type="normal"``, GNOME's extension the same)."""
     from Xlib import X, error
 
-    found = {}
+    found = []
     screen = open_display(desktop.display.name)
     try:
         root = screen.screen().root
+        normal = screen.intern_atom("_NET_WM_WINDOW_TYPE_NORMAL")
         clients = root.get_full_property(screen.intern_atom("_NET_CLIENT_LIST"), X.AnyPropertyType)
         for wid in clients.value if clients is not None else []:
             window = screen.create_resource_object("window", wid)
             try:
                 cls = window.get_wm_class() or ("", "")
+                if normal_only:
+                    kind = window.get_full_property(screen.intern_atom("_NET_WM_WINDOW_TYPE"), X.AnyPropertyType)
+                    if (kind is not None and normal not in kind.value) or window.get_wm_transient_for() is not None:
+                        continue
                 geometry = window.get_geometry()
                 origin = root.translate_coords(window, 0, 0)
                 extents = window.get_full_property(screen.intern_atom("_NET_FRAME_EXTENTS"), X.AnyPropertyType)
@@ -84,10 +93,15 @@ def frames(desktop: LocalDesktop) -> dict[tuple[str, str], tuple[int, int, int, 
                 continue  # gone meanwhile
             left, right, top, bottom = extents.value if extents is not None else (0, 0, 0, 0)
             box = (origin.x - left, origin.y - top, geometry.width + left + right, geometry.height + top + bottom)
-            found[(cls[0], cls[1])] = box
+            found.append(((cls[0], cls[1]), box))
     finally:
         screen.close()
     return found
+
+
+def frames(desktop: LocalDesktop) -> dict[tuple[str, str], tuple[int, int, int, int]]:
+    """``WM_CLASS`` of each managed window to its frame (:func:`client_frames`)."""
+    return dict(client_frames(desktop))
 
 
 def frame_of(desktop: LocalDesktop, cls: str) -> tuple[int, int, int, int] | None:
@@ -219,34 +233,8 @@ _NEEDS: dict[str, tuple[Callable[[], bool], str]] = {
 
 
 def normal_windows(desktop: LocalDesktop) -> list[tuple[str, tuple[int, int, int, int]]]:
-    """``(WM_CLASS class, frame)`` of each managed normal window that is no other window's dialog: the windows
-    the table's rules place (openbox's rules are ``type="normal"``, GNOME's extension the same)."""
-    from Xlib import X, error
-
-    found = []
-    screen = open_display(desktop.display.name)
-    try:
-        root = screen.screen().root
-        normal = screen.intern_atom("_NET_WM_WINDOW_TYPE_NORMAL")
-        clients = root.get_full_property(screen.intern_atom("_NET_CLIENT_LIST"), X.AnyPropertyType)
-        for wid in clients.value if clients is not None else []:
-            window = screen.create_resource_object("window", wid)
-            try:
-                cls = window.get_wm_class() or ("", "")
-                kind = window.get_full_property(screen.intern_atom("_NET_WM_WINDOW_TYPE"), X.AnyPropertyType)
-                if (kind is not None and normal not in kind.value) or window.get_wm_transient_for() is not None:
-                    continue
-                geometry = window.get_geometry()
-                origin = root.translate_coords(window, 0, 0)
-                extents = window.get_full_property(screen.intern_atom("_NET_FRAME_EXTENTS"), X.AnyPropertyType)
-            except error.XError:
-                continue  # gone meanwhile
-            left, right, top, bottom = extents.value if extents is not None else (0, 0, 0, 0)
-            box = (origin.x - left, origin.y - top, geometry.width + left + right, geometry.height + top + bottom)
-            found.append((cls[1], box))
-    finally:
-        screen.close()
-    return found
+    """``(WM_CLASS class, frame)`` of each managed normal window that is no other window's dialog."""
+    return [(cls[1], box) for cls, box in client_frames(desktop, normal_only=True)]
 
 
 def test_the_commands_cover_every_class_of_the_table() -> None:
