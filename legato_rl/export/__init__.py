@@ -23,6 +23,8 @@ Each row holds exactly these fields, in this order (JSONL value; Parquet type):
 * ``weight_version``: the weight version the server reported for this reply, or null (``string``).
 * ``grader``: the grader that scored the rollout's reward (``osworld``, ``local``, ``fake``, ...), or null
   for records written before records named it (``string``).
+* ``reset_kind``: how the rollout's desktop was reset for it, in its backend's word (``fast``, ``revert``,
+  ``ahead``, ...), or null when the backend does not say or the record predates it (``string``).
 
 With ``image_column`` (Parquet only) a last column ``images`` holds the step's screenshots in the order
 ``messages`` references them, as a Hugging Face ``datasets`` ``List(Image())`` column

@@ -63,6 +63,7 @@ _ORDER = (
     "policy_version",
     "weight_version",
     "grader",
+    "reset_kind",
 )
 
 
