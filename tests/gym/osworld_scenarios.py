@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from desktop_kit import play
+
 from legato_gym import DesktopConfig, Task, Timeouts
 from legato_gym.backends.local import LocalDesktop, default_tasks, solution
 from legato_gym.backends.osworld import OSWorldDesktop
@@ -31,23 +33,14 @@ def _config(args: dict[str, Any], **extra: Any) -> DesktopConfig:
     )
 
 
-def _run(desktop: Any, task: Task, actions: list[str]) -> float:
-    desktop.reset(task)
-    desktop.wait_after_reset()
-    for action in actions:
-        desktop.act(action)
-    desktop.wait_before_eval()
-    return float(desktop.evaluate())
-
-
 def local_grader(args: dict[str, Any]) -> dict[str, Any]:
     """The local backend graded by desktop-env: every local task and runnable OSWorld os task, right and wrong."""
     config = _config(args, options={"grader": "osworld"})
     scores = {}
     with LocalDesktop(config) as desktop:
         for task in default_tasks(config):
-            right = _run(desktop, task, solution(task.task_id, SCREEN, correct=True))
-            wrong = _run(desktop, task, solution(task.task_id, SCREEN, correct=False))
+            right = play(desktop, task, solution(task.task_id, SCREEN, correct=True))
+            wrong = play(desktop, task, solution(task.task_id, SCREEN, correct=False))
             scores[task.task_id] = [right, wrong]
     import desktop_env.desktop_env as de
 
@@ -61,7 +54,7 @@ def prepared(args: dict[str, Any]) -> dict[str, Any]:
     runs = []
     with LocalDesktop(config) as desktop:
         for correct in (True, False, True, False):
-            score = _run(desktop, task, solution(task.task_id, SCREEN, correct=correct))
+            score = play(desktop, task, solution(task.task_id, SCREEN, correct=correct))
             runs.append([score, desktop.last_reset_kind])
     return {"runs": runs}
 
@@ -74,14 +67,14 @@ def lifecycle(args: dict[str, Any]) -> dict[str, Any]:
     task = next(t for t in default_tasks(config) if t.task_id == "local-files-rename")
     out: dict[str, Any] = {}
     with OSWorldDesktop(config) as desktop:
-        out["first"] = [_run(desktop, task, solution(task.task_id, SCREEN)), desktop.last_reset_kind]
+        out["first"] = [play(desktop, task, solution(task.task_id, SCREEN)), desktop.last_reset_kind]
         impl = desktop._impl
         impl._baseline_pids.append(2**22 + 7)  # a first-boot process that is gone: the reset cannot be verified
-        out["unverifiable"] = [_run(desktop, task, solution(task.task_id, SCREEN)), desktop.last_reset_kind]
+        out["unverifiable"] = [play(desktop, task, solution(task.task_id, SCREEN)), desktop.last_reset_kind]
         for pid in impl.vm.pids:  # the VM dies under us
             os.kill(pid, signal.SIGKILL)
-        out["dead"] = [_run(desktop, task, solution(task.task_id, SCREEN)), desktop.last_reset_kind]
-        out["again"] = [_run(desktop, task, solution(task.task_id, SCREEN, correct=False)), desktop.last_reset_kind]
+        out["dead"] = [play(desktop, task, solution(task.task_id, SCREEN)), desktop.last_reset_kind]
+        out["again"] = [play(desktop, task, solution(task.task_id, SCREEN, correct=False)), desktop.last_reset_kind]
     return out
 
 
@@ -226,10 +219,10 @@ def docker_desktop(args: dict[str, Any]) -> dict[str, Any]:
         first = vm.container
         out["labels"] = first.labels
         out["ports"] = first.attrs["NetworkSettings"]["Ports"]
-        out["made"] = [_run(desktop, _made_file_task(), ["DONE"]), desktop.last_reset_kind]
-        out["clean"] = [_run(desktop, _no_made_file_task(), ["DONE"]), desktop.last_reset_kind]
+        out["made"] = [play(desktop, _made_file_task(), ["DONE"]), desktop.last_reset_kind]
+        out["clean"] = [play(desktop, _no_made_file_task(), ["DONE"]), desktop.last_reset_kind]
         first.kill()
-        out["replaced"] = [_run(desktop, _made_file_task(), ["DONE"]), desktop.last_reset_kind]
+        out["replaced"] = [play(desktop, _made_file_task(), ["DONE"]), desktop.last_reset_kind]
         out["new_container"] = vm.container.name != first.name
         out["old_gone"] = not client.containers.list(all=True, filters={"name": first.name})
         last = vm.container.name

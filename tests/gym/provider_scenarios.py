@@ -15,6 +15,8 @@ import sys
 import tempfile
 from typing import Any
 
+from desktop_kit import play
+
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import default_tasks, solution
 from legato_gym.backends.osworld import OSWorldDesktop
@@ -33,15 +35,6 @@ class Fallbacks(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if record.name.startswith("legato_gym.backends.osworld"):
             self.messages.append(record.getMessage()[:600])
-
-
-def _run(desktop: Any, task: Task, actions: list[str]) -> float:
-    desktop.reset(task)
-    desktop.wait_after_reset()
-    for action in actions:
-        desktop.act(action)
-    desktop.wait_before_eval()
-    return float(desktop.evaluate())
 
 
 def _anonymous(calls: list[tuple[Any, ...]], paths: dict[str, str]) -> list[list[Any]]:
@@ -70,11 +63,11 @@ def delegation(args: dict[str, Any]) -> dict[str, Any]:
         provider = vm.provider
         out["vm"] = [type(vm).__name__, type(provider).__name__, type(vm.manager).__name__]
         for one, correct in ((task, True), (task, False), (as_os, True)):
-            score = _run(desktop, one, solution(one.task_id, screen, correct=correct))
+            score = play(desktop, one, solution(one.task_id, screen, correct=correct))
             out["runs"].append([score, desktop.last_reset_kind])
         for pid in provider.pids(vm.path):  # the machine dies under us: the provider gives a new one
             os.kill(pid, signal.SIGKILL)
-        out["runs"].append([_run(desktop, task, solution(task.task_id, screen)), desktop.last_reset_kind])
+        out["runs"].append([play(desktop, task, solution(task.task_id, screen)), desktop.last_reset_kind])
         out["registry"] = sorted(vm.manager.registry.items())
         out["path"] = vm.path
     paths: dict[str, str] = {}

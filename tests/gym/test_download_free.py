@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from desktop_kit import play
 from osworld_kit import ROOT, desktop_env_python, needs_local_tools, run_scenarios
 from typer.testing import CliRunner
 
@@ -36,24 +37,15 @@ def real(task_id: str) -> Task:
     return Task(task_id, config["instruction"], config, domain=path.parent.name)
 
 
-def run(desktop: LocalDesktop, task: Task, actions: list[str]) -> float:
-    desktop.reset(task)
-    desktop.wait_after_reset()
-    for action in actions:
-        desktop.act(action)
-    desktop.wait_before_eval()
-    return float(desktop.evaluate())
-
-
 @pytest.mark.desktop
 def test_a_gsettings_task_scores_only_when_the_setting_is_made() -> None:
     """Its setup turns the lock off; without dconf the setting was lost and doing nothing scored 1."""
     needs_local_tools()
     config = DesktopConfig(screen=(1280, 720), options={"grader": "local"}, timeouts=Timeouts(reset=120, ready=60))
     with LocalDesktop(config) as desktop:
-        assert run(desktop, real(LOCK), ["DONE"]) == 0.0
-        assert run(desktop, real(LOCK), osworld_solution(LOCK, correct=False)) == 0.0
-        assert run(desktop, real(LOCK), osworld_solution(LOCK)) == 1.0
+        assert play(desktop, real(LOCK), ["DONE"]) == 0.0
+        assert play(desktop, real(LOCK), osworld_solution(LOCK, correct=False)) == 0.0
+        assert play(desktop, real(LOCK), osworld_solution(LOCK)) == 1.0
         absent = {"type": "execute", "parameters": {"command": "gsettings set org.legato.absent key 1", "shell": True}}
         task = Task("t-absent-schema", "Set it.", {"config": [absent], "evaluator": {"func": "infeasible"}})
         with pytest.raises(UnsupportedTaskError, match=r"GSettings schema org\.legato\.absent is not installed"):

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from desktop_kit import wait_for
 
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, LocalOptions, apps, vscode
@@ -119,16 +120,6 @@ def work_area(desktop: LocalDesktop) -> list[int]:
         return list(prop.value[:4]) if prop is not None else []
     finally:
         screen.close()
-
-
-def wait_for(condition: object, seconds: float = 20) -> bool:
-    assert callable(condition)
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def pixels(desktop: LocalDesktop) -> np.ndarray:

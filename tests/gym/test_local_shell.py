@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from desktop_kit import wait_for
 
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, LocalOptions
@@ -77,16 +78,6 @@ def geometries(desktop: LocalDesktop) -> dict[str, tuple[int, int, int, int]]:
 def box(desktop: LocalDesktop, instance: str) -> tuple[int, int, int, int] | None:
     """The geometry of the window whose WM_CLASS instance is ``instance`` (lower case), if one is managed."""
     return next((g for cls, g in geometries(desktop).items() if cls.startswith(instance + ".")), None)
-
-
-def wait_for(condition: object, seconds: float = 20) -> bool:
-    assert callable(condition)
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def test_top_bar_and_dock_take_the_vms_rows_and_columns(desktop: LocalDesktop) -> None:

@@ -21,12 +21,12 @@ import stat
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from desktop_kit import wait_for
 
 from legato_gym.backends.local import reaper
 
@@ -201,16 +201,6 @@ def _killed(owner: subprocess.Popen[str]) -> None:
             pipe.close()
 
 
-def _settled(condition: object, seconds: float = 60) -> bool:
-    assert callable(condition)
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)
-    return True
-
-
 def test_an_unprivileged_desktop_tells_the_agents_server_kill_and_nothing_outlives_its_owner(
     unprivileged: Unprivileged,
 ) -> None:
@@ -241,5 +231,5 @@ def test_an_unprivileged_desktop_tells_the_agents_server_kill_and_nothing_outliv
         # and its own desktop, its owner SIGKILLed, is taken down by its reaper
     finally:
         _killed(b)
-    assert _settled(lambda: not unprivileged.processes()), unprivileged.processes()
+    assert wait_for(lambda: not unprivileged.processes(), 60), unprivileged.processes()
     assert unprivileged.records() == [] and unprivileged.state() == []

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from desktop_kit import wait_for
 
 from legato_gym import DesktopConfig, Episode, Task
 from legato_gym.backends.local import LocalDesktop, LocalOptions
@@ -118,16 +119,6 @@ def outside_sandbox(desktop: LocalDesktop) -> list[str]:
         for pid, ns, cmd in host_processes_on(desktop.display.name)
         if ns != sandbox.pidns and not (ns == own and pid == os.getpid())
     ]
-
-
-def wait_for(condition: object, seconds: float = 15) -> bool:
-    assert callable(condition)
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 # ------------------------------------------------------------------------ the window manager (item 2)
