@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import tempfile
 import time
 from dataclasses import replace
@@ -81,7 +82,7 @@ def batch_by_batch(policy: PolicyConfig, tasks: list[Any], root: Path, args: arg
 
 
 def continuous(
-    policy: PolicyConfig, tasks: list[Any], root: Path, args: argparse.Namespace, update_s: float
+    policy: PolicyConfig, tasks: list[Any], root: Path, args: argparse.Namespace, update_s: float, desktops: int
 ) -> dict[str, Any]:
     config = DesktopConfig(screen=(640, 360), timeouts=TIMEOUTS, options={"latency": LATENCY})
     out = root / "continuous"
@@ -90,7 +91,7 @@ def continuous(
     async def trainer() -> dict[str, Any]:
         follower = Follower(
             tasks, replace(policy, version="step-0"), out=out,
-            desktops=args.desktops, group=args.group, backend="fake", desktop=config,
+            desktops=desktops, group=args.group, backend="fake", desktop=config,
             max_ready=max_ready, max_staleness=args.max_staleness, partial=args.partial,
         )  # fmt: skip
         t0 = time.time()
@@ -129,14 +130,21 @@ def continuous(
             sampler.cancel()
             summary = await follower.stop()
         return {"wall_s": wall, "completed": completed, "rollouts_per_hour": completed / wall * 3600,
-                "utilisation": _busy(out, t0, t0 + wall) / (args.desktops * wall),
+                "utilisation": _busy(out, t0, t0 + wall) / (desktops * wall), "desktops": desktops,
                 "staleness": (sum(staleness) / len(staleness), max(staleness)), "summary": summary,
                 "step_staleness": sum(step_staleness) / len(step_staleness),
-                "idle": _idle(samples, args.desktops, max_ready, t0 + wall),
+                "idle": _idle(samples, desktops, max_ready, t0 + wall),
                 "busy_per_rollout": _busy(out, t0, t0 + wall) / completed,
-                "per_desktop": [_busy(out, t0, t0 + wall, d) / wall for d in range(args.desktops)]}  # fmt: skip
+                "per_desktop": [_busy(out, t0, t0 + wall, d) / wall for d in range(desktops)]}  # fmt: skip
 
     return asyncio.run(trainer())
+
+
+def _sized(base: dict[str, Any], args: argparse.Namespace) -> int:
+    """The desktops that keep up with the trainer: the desktop time one update's batch takes (as batches spend it,
+    nothing collected that is not trained on) over the update's length, rounded up."""
+    per_update = args.batch_groups * args.group * base["busy_per_rollout"]
+    return min(args.desktops, math.ceil(per_update / base["update_s"]))
 
 
 def _idle(samples: list[tuple[float, int, int, int, int, bool, bool]], desktops: int, max_ready: int,
@@ -179,6 +187,11 @@ def main() -> None:
         help="the update's length in batches (default 1: the issue's setup; below 1 a trainer that keeps up with "
         "the desktops, to see what the collector does when the trainer is not the bottleneck)",
     )  # fmt: skip
+    parser.add_argument(
+        "--sized", action="store_true",
+        help="also run continuous collection on a pool sized to the trainer: the desktops one update's batch keeps "
+        "busy, from the batch-by-batch run's figures (what the summary's desktops_to_keep_up says)",
+    )  # fmt: skip
     args = parser.parse_args()
     with (
         ReferencePolicyServer(brain=ScriptedSolver(), latency=Latency(fixed=0.3)) as server,
@@ -187,17 +200,24 @@ def main() -> None:
         policy = PolicyConfig(server.url, server.model)
         tasks = list(default_tasks(DesktopConfig(screen=(640, 360))))
         base = batch_by_batch(policy, tasks, Path(tmp), args)
-        cont = continuous(policy, tasks, Path(tmp), args, base["update_s"])
+        cont = continuous(policy, tasks, Path(tmp), args, base["update_s"], args.desktops)
+        sized = None
+        if args.sized:
+            sized = continuous(policy, tasks, Path(tmp) / "sized", args, base["update_s"], _sized(base, args))
     print(f"desktops {args.desktops}, group {args.group}, {args.batch_groups} groups a batch, {args.updates} "
           f"updates of {base['update_s']:.1f} s ({args.update_scale:g} batch), partial {args.partial}, max_ready "
           f"{args.max_ready or args.batch_groups}, max_staleness {args.max_staleness}")  # fmt: skip
     print("| | rollouts/hour | desktop utilisation | wall s | staleness mean / max |")
     print("|---|---|---|---|---|")
-    for name, r in (("batch-by-batch collect", base), ("continuous (--follow)", cont)):
+    rows = [("batch-by-batch collect", base), ("continuous (--follow)", cont)]
+    if sized is not None:
+        rows.append((f"continuous, {sized['desktops']} desktops (sized to the trainer)", sized))
+    for name, r in rows:
         print(f"| {name} | {r['rollouts_per_hour']:.0f} | {100 * r['utilisation']:.1f}% | {r['wall_s']:.1f} | "
               f"{r['staleness'][0]:.2f} / {r['staleness'][1]} |")  # fmt: skip
-    print(f"ratio: {cont['rollouts_per_hour'] / base['rollouts_per_hour']:.2f}x rollouts per hour; mean staleness "
-          f"per step (trained on): {cont['step_staleness']:.2f}")  # fmt: skip
+    for name, r in rows[1:]:
+        print(f"{name}: {r['rollouts_per_hour'] / base['rollouts_per_hour']:.2f}x rollouts per hour; mean "
+              f"staleness per step (trained on): {r['step_staleness']:.2f}")  # fmt: skip
     # The trainer takes one batch per update at most: in a steady state the desktops can be busy no more than that
     # batch's desktop time over the update's desktop time, whatever the collector does. More desktop time goes to
     # groups the trainer takes later (staleness above 1) or never.
@@ -207,11 +227,12 @@ def main() -> None:
     print(f"busy desktop-s per rollout trained on: batch {base['busy_per_rollout']:.2f}, continuous "
           f"{cont['busy_per_rollout']:.2f}; utilisation bound while the trainer is the bottleneck (one batch of "
           f"{args.batch_groups * args.group} rollouts per {update_s:.1f} s update): {100 * bound:.1f}%")  # fmt: skip
-    print("continuous, each desktop busy: " + ", ".join(f"{100 * u:.0f}%" for u in cont["per_desktop"]))
-    print("idle desktop-seconds in continuous mode, by what held the desktops:")
-    for key, value in sorted(cont["idle"].items()):
-        print(f"  {key}: {value:.1f}")
-    print(f"summary.follow: {cont['summary']['follow']}")
+    for name, r in rows[1:]:
+        print(f"{name}, each desktop busy: " + ", ".join(f"{100 * u:.0f}%" for u in r["per_desktop"]))
+        print(f"{name}, idle desktop-seconds by what held the desktops:")
+        for key, value in sorted(r["idle"].items()):
+            print(f"  {key}: {value:.1f}")
+        print(f"{name}, summary.follow: {r['summary']['follow']}")
 
 
 if __name__ == "__main__":

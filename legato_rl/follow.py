@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import re
 import threading
@@ -374,6 +375,8 @@ class _FollowCollector(Collector):
         freed = (book.paused and not paused) or (book.open_slots is not None and slots > book.open_slots)
         if freed and self._wake is not None:
             self._wake.set()  # desktops waiting for work look again
+        if paused != book.paused and self._store is not None:
+            self._log({"event": "queue", "full": paused, "at": time.time()})
         book.paused, book.open_slots = paused, slots
 
     def take(self) -> CompletedGroup | None:
@@ -464,6 +467,23 @@ def follow_figures(run_dir: str | os.PathLike[str], *, desktops: int, since: flo
         busy = sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in intervals)
         return round(busy / (desktops * (hi - lo)), 4)
 
+    full_s = 0.0  # the time max_ready groups waited for the trainer, within the records' span
+    if start is not None and end is not None:
+        full_at: float | None = None
+        for line in lines:
+            if line.get("event") != "queue" or (since is not None and float(line["at"]) < since):
+                continue
+            at = min(max(float(line["at"]), start), end)
+            if line["full"] and full_at is None:
+                full_at = at
+            elif not line["full"] and full_at is not None:
+                full_s, full_at = full_s + at - full_at, None
+        if full_at is not None:
+            full_s += end - full_at
+    busy_mean = (
+        None if start is None or end is None or end <= start else sum(b - a for a, b in intervals) / (end - start)
+    )
+
     by_version: list[dict[str, Any]] = []
     if start is not None and end is not None:
         bounds = [(at, version) for at, version in loads if start < at < end]
@@ -483,6 +503,11 @@ def follow_figures(run_dir: str | os.PathLike[str], *, desktops: int, since: flo
         "groups_rerun": sum(line["outcome"] == "rerun" for line in groups),
         "utilisation": utilisation(start, end) if start is not None and end is not None else None,
         "utilisation_by_version": by_version,
+        "desktops": desktops,
+        "queue_full_s": round(full_s, 3),
+        # The trainer held the desktops back (its queue was full) part of the time: the desktops busy on average
+        # would have kept up with it, and the others only made groups for it to take later, or never.
+        "desktops_to_keep_up": math.ceil(round(busy_mean, 3)) if busy_mean and full_s > 0 else None,
     }
 
 

@@ -34,7 +34,10 @@ Definitions (each key of ``summary.json`` is always present; a figure with nothi
 * ``follow`` (continuous runs only, :mod:`legato_rl.follow`): ``staleness`` (``mean``, ``max`` over the groups
   handed to the trainer), ``versions`` (the versions loaded, in order), ``groups_delivered``, ``groups_stale``
   (delivered marked stale), ``groups_rerun`` (re-run for staleness), ``utilisation`` (busy desktop-seconds over
-  desktops x wall seconds) and ``utilisation_by_version`` (the same within each version's time).
+  ``desktops`` x wall seconds), ``utilisation_by_version`` (the same within each version's time), ``queue_full_s``
+  (seconds that ``max_ready`` groups waited for the trainer, so no attempt could start) and
+  ``desktops_to_keep_up`` (when the queue was full at times: the desktops busy on average, rounded up; that
+  many keep up with this trainer, the others only idle; ``None`` when the trainer never held the desktops back).
 
 GRPO group advantages are :mod:`legato_rl.advantages` (:func:`~legato_rl.advantages.group_advantages`, also
 importable from here).

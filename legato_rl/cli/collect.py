@@ -311,6 +311,16 @@ def _say_followed(console: Console, data: dict[str, Any], out: Path) -> None:
         f"{_fmt(figures.get('utilisation'), 3)}; run the same command again to go on",
         soft_wrap=True,
     )
+    keep_up = figures.get("desktops_to_keep_up")
+    desktops = figures.get("desktops")
+    if isinstance(keep_up, int) and isinstance(desktops, int) and keep_up < desktops:
+        busy = figures.get("utilisation")
+        console.print(
+            f"on average {_fmt(None if busy is None else busy * desktops, 1)} of {desktops} desktops were busy, and "
+            f"the queue of --max-ready groups waiting for the trainer was "
+            f"full for {_fmt(figures.get('queue_full_s'), 1)} s: --desktops {keep_up} keeps up with this trainer",
+            soft_wrap=True,
+        )
     typer.echo(str(out / "summary.json"))
 
 

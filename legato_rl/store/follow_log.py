@@ -4,7 +4,9 @@
   with the run's start time when the first change comes);
 * ``{"event": "group", "group_id", "staleness", "outcome", "at"}``: a completed group was handed to the
   trainer (``outcome`` ``delivered``, or ``stale``: delivered marked stale) or found too stale and re-run
-  (``rerun``, with ``rerun_as``: the new group's id).
+  (``rerun``, with ``rerun_as``: the new group's id);
+* ``{"event": "queue", "full", "at"}``: ``max_ready`` groups came to wait for the trainer (``full`` true: no
+  attempt may start) or the trainer took one of them (``full`` false).
 
 A group is logged only once its records are durable in ``rollouts.jsonl``, so every group the log names as
 handed over can be read whole from the records, even while the run goes on (``legato rl export`` of a

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import signal
 import subprocess
@@ -155,6 +156,15 @@ def test_backpressure_stops_new_attempts_until_the_trainer_takes_a_group(
 
     settled, taken = asyncio.run(story())
     assert settled == 2 and taken == 1
+    # the log says when the queue filled and when the trainer freed it; the figures count that time, and say
+    # how many desktops the trainer kept busy on average (what keeps up with it)
+    queue = [line["full"] for line in read_follow_log(run) if line["event"] == "queue"]
+    assert queue[:2] == [True, False]
+    figures = json.loads((run / "summary.json").read_text())["follow"]
+    assert figures["queue_full_s"] >= 0.5 and figures["desktops"] == 2
+    spans = [(r["started_at"], r["ended_at"]) for r in read_record_dicts(run) if r["desktop"] is not None]
+    busy = sum(b - a for a, b in spans) / (max(b for _, b in spans) - min(a for a, _ in spans))
+    assert figures["desktops_to_keep_up"] == math.ceil(round(busy, 3)) and busy < 2
 
 
 def test_restart_reruns_in_flight_attempts_and_stale_groups_are_rerun_or_marked(
