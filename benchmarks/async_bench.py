@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
 import tempfile
 import time
 from dataclasses import replace
@@ -140,11 +139,10 @@ def continuous(
     return asyncio.run(trainer())
 
 
-def _sized(base: dict[str, Any], args: argparse.Namespace) -> int:
-    """The desktops that keep up with the trainer: the desktop time one update's batch takes (as batches spend it,
-    nothing collected that is not trained on) over the update's length, rounded up."""
-    per_update = args.batch_groups * args.group * base["busy_per_rollout"]
-    return min(args.desktops, math.ceil(per_update / base["update_s"]))
+def _sized(cont: dict[str, Any], args: argparse.Namespace) -> int:
+    """The desktops that keep up with the trainer, as the continuous run's summary says (``desktops_to_keep_up``:
+    the desktops busy on average, rounded up), or all of them when the trainer never held them back."""
+    return int(cont["summary"]["follow"]["desktops_to_keep_up"] or args.desktops)
 
 
 def _idle(samples: list[tuple[float, int, int, int, int, bool, bool]], desktops: int, max_ready: int,
@@ -189,8 +187,8 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument(
         "--sized", action="store_true",
-        help="also run continuous collection on a pool sized to the trainer: the desktops one update's batch keeps "
-        "busy, from the batch-by-batch run's figures (what the summary's desktops_to_keep_up says)",
+        help="also run continuous collection on a pool sized to the trainer, as the first continuous run's summary "
+        "says (desktops_to_keep_up)",
     )  # fmt: skip
     args = parser.parse_args()
     with (
@@ -203,7 +201,7 @@ def main() -> None:
         cont = continuous(policy, tasks, Path(tmp), args, base["update_s"], args.desktops)
         sized = None
         if args.sized:
-            sized = continuous(policy, tasks, Path(tmp) / "sized", args, base["update_s"], _sized(base, args))
+            sized = continuous(policy, tasks, Path(tmp) / "sized", args, base["update_s"], _sized(cont, args))
     print(f"desktops {args.desktops}, group {args.group}, {args.batch_groups} groups a batch, {args.updates} "
           f"updates of {base['update_s']:.1f} s ({args.update_scale:g} batch), partial {args.partial}, max_ready "
           f"{args.max_ready or args.batch_groups}, max_staleness {args.max_staleness}")  # fmt: skip
