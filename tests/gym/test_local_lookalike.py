@@ -185,11 +185,11 @@ def test_a_windows_title_bar_is_yarus(desktop: LocalDesktop) -> None:
 
 def title_buttons(bar: np.ndarray) -> list[tuple[int, int, int, int]]:
     """The boxes ``(left, top, right, bottom)`` (inclusive, in the bar) of a title bar's button backgrounds, left
-    to right: the runs of columns in its last 120 that hold Yaru's disc colour or its hovered one, 10 px or more
-    (a title's anti-aliased letters have a few such pixels)."""
+    to right: the runs of columns in its last 120 that hold Yaru's disc colour (plain, hovered or pressed), 10 px
+    or more (a title's anti-aliased letters have a few such pixels)."""
     start = bar.shape[1] - 120
     ground = np.zeros((bar.shape[0], 120), dtype=bool)
-    for rgb in (TITLE_BAR_COLOURS["button"], TITLE_BAR_COLOURS["hover"]):
+    for rgb in (TITLE_BAR_COLOURS["button"], TITLE_BAR_COLOURS["hover"], TITLE_BAR_COLOURS["pressed"]):
         ground |= (np.abs(bar[:, start:] - np.array(rgb)) <= 2).all(axis=2)
     columns = ground.any(axis=0).nonzero()[0]
     boxes = []
@@ -256,12 +256,19 @@ def test_the_title_bars_buttons_are_yarus_where_mutter_puts_them(desktop: LocalD
 
     hover = [TITLE_BAR_COLOURS["button"]] * 2 + [TITLE_BAR_COLOURS["hover"]]
     assert wait_for(lambda: shades() == hover, 10), shades()  # only the close button darkens
-    desktop.act("pyautogui.moveTo(1000, 900)")
-    desktop.client.post_json("/setup/launch", {"command": ["xterm", "-class", "Other", "-geometry", "40x5+300+700"]})
+    desktop.act("pyautogui.mouseDown()")
+    pressed = [TITLE_BAR_COLOURS["button"]] * 2 + [TITLE_BAR_COLOURS["pressed"]]
+    assert wait_for(lambda: shades() == pressed, 10), shades()  # darker still while pressed
+    desktop.act("pyautogui.moveTo(1000, 900); pyautogui.mouseUp()")  # released off it: no click
+    other = ["xterm", "-name", "other", "-class", "Other", "-geometry", "40x5+300+700"]
+    desktop.client.post_json("/setup/launch", {"command": other})  # takes the focus
     assert wait_for(lambda: frame_of(desktop, "Other") is not None)
     assert wait_for(lambda: not title_buttons(bar()), 10), title_buttons(bar())  # unfocused: Yaru's backdrop
     dim = np.abs(bar()[1:-1, width - 110 :].astype(int) - TITLE_BAR_COLOURS["bar"]).sum(axis=2) > 60
     assert dim.sum() > 20  # its symbols stay, dimmed
+    assert frame_of(desktop, "XTerm") is not None
+    desktop.act(f"pyautogui.click({close_x}, {y + int(YARU_TITLE_BUTTONS['top'])})")  # a click where the VM's is
+    assert wait_for(lambda: frame_of(desktop, "XTerm") is None, 10), frames(desktop)  # closes it
 
 
 def test_a_maximized_window_fills_the_vms_work_area(desktop: LocalDesktop) -> None:

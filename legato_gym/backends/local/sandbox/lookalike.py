@@ -560,7 +560,8 @@ THEME_DIR = Path(__file__).with_name("themes") / "Yaru-lookalike"
 #: padding above and below, a 1 px line): the top of ``_NET_FRAME_EXTENTS``; no border left, right or below.
 TITLE_BAR_HEIGHT = 37
 #: Its colours, measured from the VM's screenshot: the bar, its top row, the line under it, the buttons' symbols
-#: and the grey disc behind each (Files' title buttons there); the theme darkens a hovered button's background.
+#: and the grey disc behind each (Files' title buttons there); a hovered and a pressed button's, which the
+#: screenshot does not show, darken the disc as Yaru's alpha does (0.10, 0.15, 0.25 of #3D3D3D in 22.10).
 TITLE_BAR_COLOURS = {
     "bar": (241, 241, 241),
     "top": (252, 252, 252),
@@ -568,6 +569,7 @@ TITLE_BAR_COLOURS = {
     "symbol": (85, 85, 85),
     "button": (234, 234, 234),
     "hover": (230, 230, 230),
+    "pressed": (224, 224, 224),
 }
 #: Where mutter draws Yaru's minimize, maximize and close buttons on a window it decorates: each disc's centre
 #: in pixels from the frame's right end (a window at its own size, a maximized one) and from its top, and the
