@@ -30,6 +30,8 @@ from legato_gym.backends.local.sandbox.lookalike import (
     SUBMENU_COLOUR,
     TITLE_BAR_COLOURS,
     TITLE_BAR_HEIGHT,
+    TITLE_BUTTON_SLACK,
+    YARU_TITLE_BUTTONS,
     layout,
 )
 from legato_gym.backends.local.sandbox.panel import GAP, PAD, ROW, SEPARATOR
@@ -181,6 +183,94 @@ def test_a_windows_title_bar_is_yarus(desktop: LocalDesktop) -> None:
     assert text.size and abs((text.min() + text.max()) / 2 - width / 2) <= 8  # the title, centred on the bar
 
 
+def title_buttons(bar: np.ndarray) -> list[tuple[int, int, int, int]]:
+    """The boxes ``(left, top, right, bottom)`` (inclusive, in the bar) of a title bar's button backgrounds, left
+    to right: the runs of columns in its last 120 that hold Yaru's disc colour (plain, hovered or pressed), 10 px
+    or more (a title's anti-aliased letters have a few such pixels)."""
+    start = bar.shape[1] - 120
+    ground = np.zeros((bar.shape[0], 120), dtype=bool)
+    for rgb in (TITLE_BAR_COLOURS["button"], TITLE_BAR_COLOURS["hover"], TITLE_BAR_COLOURS["pressed"]):
+        ground |= (np.abs(bar[:, start:] - np.array(rgb)) <= 2).all(axis=2)
+    columns = ground.any(axis=0).nonzero()[0]
+    boxes = []
+    for run in np.split(columns, (np.diff(columns) > 1).nonzero()[0] + 1) if columns.size else []:
+        rows = ground[:, run[0] : run[-1] + 1].any(axis=1).nonzero()[0]
+        if run.size >= 10 and rows[-1] - rows[0] >= 9:
+            boxes.append((start + int(run[0]), int(rows[0]), start + int(run[-1]), int(rows[-1])))
+    return boxes
+
+
+def assert_where_mutter_puts_them(
+    buttons: list[tuple[int, int, int, int]], width: int, from_right: tuple[float, float, float]
+) -> None:
+    """Three buttons of about Yaru's size, each centred within the slack of mutter's and holding mutter's centre
+    (a click where the VM's button is lands on the same button here)."""
+    assert len(buttons) == 3, buttons
+    for (left, top, right, bottom), offset in zip(buttons, from_right, strict=True):
+        mutter_x, mutter_y = width - offset, YARU_TITLE_BUTTONS["top"]
+        assert YARU_TITLE_BUTTONS["diameter"] - 2 <= right - left + 1 <= YARU_TITLE_BUTTONS["diameter"], buttons
+        assert YARU_TITLE_BUTTONS["diameter"] - 2 <= bottom - top + 1 <= YARU_TITLE_BUTTONS["diameter"], buttons
+        assert abs((left + right) / 2 - mutter_x) <= TITLE_BUTTON_SLACK, (buttons, width - mutter_x)
+        assert abs((top + bottom) / 2 - mutter_y) <= 1, buttons
+        assert left <= mutter_x <= right and top <= mutter_y <= bottom, buttons
+
+
+def test_the_title_bars_buttons_are_yarus_where_mutter_puts_them(desktop: LocalDesktop) -> None:
+    """Minimize, maximize and close as mutter draws them under Yaru, as near as openbox's one-colour button masks
+    come: the symbol on a 20 px square of Yaru's disc colour where Yaru has a 22 px disc, within 6 px of mutter's
+    centres; a hovered button darker; an unfocused window's without their discs."""
+    desktop.reset(EMPTY)
+    desktop.act("pyautogui.moveTo(1000, 900)")  # off the window (the pointer is in the screenshots)
+    desktop.client.post_json("/setup/launch", {"command": ["xterm", "-geometry", "80x20+400+300"]})
+    assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
+    x, y, width, _ = frame_of(desktop, "XTerm") or (0, 0, 0, 0)
+
+    def bar() -> np.ndarray:
+        return pixels(desktop)[y : y + TITLE_BAR_HEIGHT, x : x + width]
+
+    assert wait_for(lambda: len(title_buttons(bar())) == 3), title_buttons(bar())
+    # openbox's title bar is always an even number of rows: the 37th is the client's padding, which it also puts
+    # under the client (mutter has none there); the theme cannot have one without the other.
+    assert extents(desktop, "XTerm") == [0, 0, TITLE_BAR_HEIGHT, 1]
+    shot = bar()
+    buttons = title_buttons(shot)
+    assert_where_mutter_puts_them(buttons, width, YARU_TITLE_BUTTONS["own size"])
+    symbols = []
+    for left, top, right, bottom in buttons:
+        square = shot[top : bottom + 1, left : right + 1]
+        dark = np.abs(square - np.array(TITLE_BAR_COLOURS["symbol"])).sum(axis=2) <= 30
+        rows, cols = dark.nonzero()
+        assert 7 <= cols.max() - cols.min() + 1 <= 8, (left, dark.astype(int))  # a 16 px icon's 8 px symbol
+        assert abs((cols.min() + cols.max()) / 2 - (right - left) / 2) <= 1  # centred on its square
+        ground = ~dark & (np.abs(square - np.array(TITLE_BAR_COLOURS["button"])) <= 2).all(axis=2)
+        assert (dark | ground).all()  # the square is the disc's colour but for the symbol
+        centre = dark[(rows.min() + rows.max()) // 2, (cols.min() + cols.max()) // 2]
+        symbols.append((rows.max() - rows.min() + 1, bool(centre)))
+    assert symbols == [(1, True), (8, False), (8, True)]  # a line, a square's outline, an X: minimize, max, close
+    close_x = x + width - round(YARU_TITLE_BUTTONS["own size"][2])
+    desktop.act(f"pyautogui.moveTo({close_x}, {y + int(YARU_TITLE_BUTTONS['top'])})")  # where the VM's close is
+
+    def shades() -> list[tuple[int, ...]]:  # each button's background colour, left to right
+        shot = bar()
+        return [tuple(int(c) for c in shot[top, left]) for left, top, _, _ in title_buttons(shot)]
+
+    hover = [TITLE_BAR_COLOURS["button"]] * 2 + [TITLE_BAR_COLOURS["hover"]]
+    assert wait_for(lambda: shades() == hover, 10), shades()  # only the close button darkens
+    desktop.act("pyautogui.mouseDown()")
+    pressed = [TITLE_BAR_COLOURS["button"]] * 2 + [TITLE_BAR_COLOURS["pressed"]]
+    assert wait_for(lambda: shades() == pressed, 10), shades()  # darker still while pressed
+    desktop.act("pyautogui.moveTo(1000, 900); pyautogui.mouseUp()")  # released off it: no click
+    other = ["xterm", "-name", "other", "-class", "Other", "-geometry", "40x5+300+700"]
+    desktop.client.post_json("/setup/launch", {"command": other})  # takes the focus
+    assert wait_for(lambda: frame_of(desktop, "Other") is not None)
+    assert wait_for(lambda: not title_buttons(bar()), 10), title_buttons(bar())  # unfocused: Yaru's backdrop
+    dim = np.abs(bar()[1:-1, width - 110 :].astype(int) - TITLE_BAR_COLOURS["bar"]).sum(axis=2) > 60
+    assert dim.sum() > 20  # its symbols stay, dimmed
+    assert frame_of(desktop, "XTerm") is not None
+    desktop.act(f"pyautogui.click({close_x}, {y + int(YARU_TITLE_BUTTONS['top'])})")  # a click where the VM's is
+    assert wait_for(lambda: frame_of(desktop, "XTerm") is None, 10), frames(desktop)  # closes it
+
+
 def test_a_maximized_window_fills_the_vms_work_area(desktop: LocalDesktop) -> None:
     desktop.reset(EMPTY)
     assert work_area(desktop) == list(WORK_AREA)  # the struts, as openbox reads them
@@ -189,8 +279,12 @@ def test_a_maximized_window_fills_the_vms_work_area(desktop: LocalDesktop) -> No
     maximize = ["wmctrl", "-x", "-r", "xterm.XTerm", "-b", "add,maximized_vert,maximized_horz"]
     subprocess.run(maximize, env=desktop.display.env(), check=True)  # as the title bar's double-click asks
     assert wait_for(lambda: frame_of(desktop, "XTerm") == WORK_AREA), frames(desktop)
+    x, y, width, _ = WORK_AREA
+    assert wait_for(lambda: len(title_buttons(pixels(desktop)[y : y + TITLE_BAR_HEIGHT, x : x + width])) == 3)
     screen = pixels(desktop)
     assert (np.abs(screen[:27, 300:800] - np.array(BAR_COLOUR)) <= 2).all()  # the bar stays over it
+    buttons = title_buttons(screen[y : y + TITLE_BAR_HEIGHT, x : x + width])
+    assert_where_mutter_puts_them(buttons, width, YARU_TITLE_BUTTONS["maximized"])
 
 
 #: Commands that open a window of each class of the table, all of them (a launch command as OSWorld's tasks

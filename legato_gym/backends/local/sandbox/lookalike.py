@@ -559,8 +559,26 @@ THEME_DIR = Path(__file__).with_name("themes") / "Yaru-lookalike"
 #: The title bar's height under it, as mutter's under Yaru (``headerbar.default-decoration``: 28 px, 4 px of
 #: padding above and below, a 1 px line): the top of ``_NET_FRAME_EXTENTS``; no border left, right or below.
 TITLE_BAR_HEIGHT = 37
-#: Its colours, measured from the VM's screenshot: the bar, its top row, the line under it, the buttons' symbols.
-TITLE_BAR_COLOURS = {"bar": (241, 241, 241), "top": (252, 252, 252), "line": (201, 201, 201), "symbol": (85, 85, 85)}
+#: Its colours, measured from the VM's screenshot: the bar, its top row, the line under it, the buttons' symbols
+#: and the grey disc behind each (Files' title buttons there); a hovered and a pressed button's, which the
+#: screenshot does not show, darken the disc as Yaru's alpha does (0.10, 0.15, 0.25 of #3D3D3D in 22.10).
+TITLE_BAR_COLOURS = {
+    "bar": (241, 241, 241),
+    "top": (252, 252, 252),
+    "line": (201, 201, 201),
+    "symbol": (85, 85, 85),
+    "button": (234, 234, 234),
+    "hover": (230, 230, 230),
+    "pressed": (224, 224, 224),
+}
+#: Where mutter draws Yaru's minimize, maximize and close buttons on a window it decorates: each disc's centre
+#: in pixels from the frame's right end (a window at its own size, a maximized one) and from its top, and the
+#: discs' diameter. Measured: mutter 43 with Yaru's GTK theme (Debian's yaru-theme-gtk 22.10) and Ubuntu's
+#: ``button-layout`` ``':minimize,maximize,close'``, an xterm's frame. The theme's square buttons lie within
+#: :data:`TITLE_BUTTON_SLACK` pixels of these (openbox puts the same gap right of the last button as between
+#: buttons; mutter does not).
+YARU_TITLE_BUTTONS = {"own size": (85.5, 51.5, 17.5), "maximized": (83.5, 49.5, 15.5), "top": 17.5, "diameter": 22}
+TITLE_BUTTON_SLACK = 6
 #: GNOME's title bar font is Ubuntu Bold 11 on the VM; Cantarell Bold 11 stands in (the Ubuntu font is not in Debian).
 TITLE_FONT = ("Cantarell", 11, "Bold")
 
