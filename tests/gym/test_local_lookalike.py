@@ -27,6 +27,7 @@ from legato_gym.backends.local.sandbox.lookalike import (
     DOT_COLOUR,
     LAUNCHERS,
     MENU_COLOUR,
+    MENU_HIGHLIGHT,
     SUBMENU_COLOUR,
     TITLE_BAR_COLOURS,
     TITLE_BAR_HEIGHT,
@@ -461,6 +462,27 @@ def test_the_top_bars_menus_open_under_it_and_close_on_escape_or_a_click_beside(
     assert wait_for(lambda: is_menu(desktop, 700, 200), 10)
     desktop.act(f"pyautogui.click({CLOCK[0]}, {CLOCK[1]})")  # its own button again: closed
     assert wait_for(lambda: not is_menu(desktop, 700, 200), 10)
+
+
+def test_the_menu_row_under_the_pointer_is_lit_and_the_light_follows_it(desktop: LocalDesktop) -> None:
+    """As GNOME's hover: the system menu's row under the pointer is lit (Yaru's 10 % white), the one it left is
+    not any more, and off the menu none is; a click on a lit row still does what the row says."""
+    desktop.reset(EMPTY)
+    settings, lock = POWER_ROW - 2 * ROW, POWER_ROW - ROW  # under volume, network: Settings, Lock, Power Off
+    desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")
+    assert wait_for(lambda: is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+    assert is_menu(desktop, 1628, settings) and is_menu(desktop, 1628, lock)  # control: nothing lit yet
+    for y, other in ((settings, lock), (lock, settings), (POWER_ROW, lock)):
+        desktop.act(f"pyautogui.moveTo(1700, {y})")
+        assert wait_for(lambda: is_menu(desktop, 1628, y, MENU_HIGHLIGHT), 10), y  # noqa: B023
+        assert is_menu(desktop, 1628, other), other
+    desktop.act("pyautogui.moveTo(900, 700)")  # off the menu: no row lit, the menu stays open
+    assert wait_for(lambda: is_menu(desktop, 1628, POWER_ROW), 10)
+    assert is_menu(desktop, 1700, FIRST_ROW + 60)
+    desktop.act(f"pyautogui.click(1700, {POWER_ROW})")  # the lit row's click: its submenu, under it
+    assert wait_for(lambda: is_menu(desktop, 1890, POWER_ROW + ROW, SUBMENU_COLOUR), 10)
+    desktop.act("pyautogui.press('escape')")
+    assert wait_for(lambda: not is_menu(desktop, 1700, FIRST_ROW + 60), 10)
 
 
 def test_the_app_menu_quits_the_focused_app(desktop: LocalDesktop) -> None:

@@ -545,42 +545,49 @@ class Panel:
             width = max(width, 300)
         height = 2 * PAD + sum(ROW if r["kind"] != "separator" else SEPARATOR for r in self.rows)
         self._resize_popover(width, height)
-        target = self.popover_pixmap
-        self._rounded(target, width, height, CORNER, "menu", "menu_border")
-        text_h = self.m["glyphs"]["menu"]["height"]
-        icon = int(self.m["menu_icons"]["size"])
+        self._rounded(self.popover_pixmap, width, height, CORNER, "menu", "menu_border")
         y = PAD
         for n, r in enumerate(self.rows):
             r["y"] = y
             r["h"] = ROW if r["kind"] != "separator" else SEPARATOR
-            left, inner = PAD + 1, width - 2 * PAD - 2
-            if r["sub"]:
-                self._fill(target, "submenu", left, y, inner, r["h"])
-            if r["kind"] == "separator":
-                self._fill(target, "separator", left + (12 if not r["sub"] else 24), y + 6, inner - 36, 1)
-            elif r["kind"] == "slider":
-                self._icon(target, r["icon"], False, left + 12, y + (ROW - icon) // 2)
-                track_x, track_w, mid = left + 44, inner - 44 - 18, y + ROW // 2
-                self._fill(target, "separator", track_x, mid - 2, track_w, 4)
-                level = track_x + track_w * 3 // 5  # the VM's volume: some
-                self._fill(target, "today", track_x, mid - 2, level - track_x, 4)
-                self.gc.change(foreground=0xF7F7F7)  # the knob
-                target.fill_arc(self.gc, level - 9, mid - 9, 18, 18, 0, 360 * 64)
-            else:
-                hot = n == self.focus
-                style = "menu_hot" if hot else ("submenu" if r["sub"] else "menu")
-                if hot:
-                    self._fill(target, "menu_hot", left, y, inner, ROW)
-                x = left + (12 if not r["sub"] else 40)
-                if r["icon"]:
-                    self._icon(target, r["icon"], hot, x, y + (ROW - icon) // 2)
-                    x += icon + 12
-                self._text(target, style, r["label"], x, y + (ROW - text_h) // 2)
-                if isinstance(r["action"], tuple) and r["action"][0] == "submenu":
-                    arrow = "down" if self.expanded == r["label"] else "right"
-                    self._icon(target, arrow, hot, left + inner - icon - 12, y + (ROW - icon) // 2)
+            self._draw_row(n, show=False)
             y += r["h"]
         self.popover.clear_area(0, 0, width, height)
+
+    def _draw_row(self, n: int, show: bool = True) -> None:
+        """Draw the open menu's row ``n`` (lit if it is the keyboard's or the pointer's); ``show``: on the screen
+        now (a hover redraws only the rows it changes)."""
+        r, target = self.rows[n], self.popover_pixmap
+        text_h = self.m["glyphs"]["menu"]["height"]
+        icon = int(self.m["menu_icons"]["size"])
+        y = r["y"]
+        left, inner = PAD + 1, self.popover_size[0] - 2 * PAD - 2
+        self._fill(target, "submenu" if r["sub"] else "menu", left, y, inner, r["h"])
+        if r["kind"] == "separator":
+            self._fill(target, "separator", left + (12 if not r["sub"] else 24), y + 6, inner - 36, 1)
+        elif r["kind"] == "slider":
+            self._icon(target, r["icon"], False, left + 12, y + (ROW - icon) // 2)
+            track_x, track_w, mid = left + 44, inner - 44 - 18, y + ROW // 2
+            self._fill(target, "separator", track_x, mid - 2, track_w, 4)
+            level = track_x + track_w * 3 // 5  # the VM's volume: some
+            self._fill(target, "today", track_x, mid - 2, level - track_x, 4)
+            self.gc.change(foreground=0xF7F7F7)  # the knob
+            target.fill_arc(self.gc, level - 9, mid - 9, 18, 18, 0, 360 * 64)
+        else:
+            hot = n == self.focus
+            style = "menu_hot" if hot else ("submenu" if r["sub"] else "menu")
+            if hot:
+                self._fill(target, "menu_hot", left, y, inner, ROW)
+            x = left + (12 if not r["sub"] else 40)
+            if r["icon"]:
+                self._icon(target, r["icon"], hot, x, y + (ROW - icon) // 2)
+                x += icon + 12
+            self._text(target, style, r["label"], x, y + (ROW - text_h) // 2)
+            if isinstance(r["action"], tuple) and r["action"][0] == "submenu":
+                arrow = "down" if self.expanded == r["label"] else "right"
+                self._icon(target, arrow, hot, left + inner - icon - 12, y + (ROW - icon) // 2)
+        if show:
+            self.popover.clear_area(left, y, inner, r["h"])
 
     def _resize_popover(self, width: int, height: int) -> None:
         """Give the popover a fresh picture of ``width`` x ``height`` and put it where its kind hangs."""
@@ -709,7 +716,13 @@ class Panel:
         self.popover.map()
         self.popover.clear_area(0, 0, *self.popover_size)
         self.popover.grab_pointer(
-            True, X.ButtonPressMask, X.GrabModeAsync, X.GrabModeAsync, X.NONE, X.NONE, X.CurrentTime
+            True,
+            X.ButtonPressMask | X.PointerMotionMask,
+            X.GrabModeAsync,
+            X.GrabModeAsync,
+            X.NONE,
+            X.NONE,
+            X.CurrentTime,
         )
         self.popover.grab_keyboard(True, X.GrabModeAsync, X.GrabModeAsync, X.CurrentTime)
 
@@ -769,6 +782,24 @@ class Panel:
             item = self.bar_item(event.event_x)
             if item != open_kind:  # another of the bar's buttons: its own menu (or the overview)
                 self._bar_click(item)
+
+    def _popover_motion(self, event: Any) -> None:
+        """The menu's row under the pointer is lit, as GNOME's hover (the keyboard's row goes with it); off the
+        menu, none is. Only the two rows that change are redrawn."""
+        if self.popover_kind not in ("app", "system") or event.window.id != self.popover.id:
+            return
+        x, y = event.event_x, event.event_y
+        width, height = self.popover_size
+        row = -1
+        if 0 <= x < width and 0 <= y < height:
+            row = next((i for i, r in enumerate(self.rows) if r["y"] <= y < r["y"] + r["h"]), -1)
+        if row != -1 and self.rows[row]["kind"] != "item":
+            row = -1
+        if row != self.focus:
+            before, self.focus = self.focus, row
+            for n in (before, row):
+                if n != -1:
+                    self._draw_row(n)
 
     def _popover_key(self, event: Any) -> None:
         keysym = self.d.keycode_to_keysym(event.detail, 0)
@@ -868,6 +899,8 @@ class Panel:
     def handle(self, event: Any) -> None:
         if event.type == X.ButtonPress:
             self._click(event)
+        elif event.type == X.MotionNotify and self.popover_kind:
+            self._popover_motion(event)
         elif event.type == X.PropertyNotify and event.window.id == self.root.id:
             if event.atom == self.atoms["_NET_CLIENT_LIST"]:
                 self._dots()
@@ -903,6 +936,12 @@ class Panel:
             if time.localtime().tm_min != self.clock_minute:
                 self._clock()
             self.d.flush()
+            # python-xlib reads whatever the server sent while it flushed (a redraw takes a while on a loaded
+            # machine) into a queue of its own, which select() on the socket does not see: sleeping now would
+            # leave those events (the click that comes right after a hover's motion) unhandled until the next
+            # event or the minute
+            if self.d.pending_events():
+                continue
             wake = 60 - time.time() % 60 + 0.05
             select.select([self.d.fileno()], [], [], wake if ready else min(wake, 0.05))
 
