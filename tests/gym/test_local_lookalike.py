@@ -23,6 +23,7 @@ from desktop_kit import wait_for
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, LocalOptions, apps, vscode
 from legato_gym.backends.local.sandbox.lookalike import (
+    BAR_BUTTON_LIT,
     BAR_COLOUR,
     DOT_COLOUR,
     LAUNCHERS,
@@ -483,6 +484,36 @@ def test_the_menu_row_under_the_pointer_is_lit_and_the_light_follows_it(desktop:
     assert wait_for(lambda: is_menu(desktop, 1890, POWER_ROW + ROW, SUBMENU_COLOUR), 10)
     desktop.act("pyautogui.press('escape')")
     assert wait_for(lambda: not is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+
+
+def lit_columns(desktop: LocalDesktop) -> dict[str, int]:
+    """How many columns of the bar's row 5 (over the text) are a lit button's, at each of the bar's buttons."""
+    row = pixels(desktop)[5].astype(int)
+    lit = np.abs(row - np.array(BAR_BUTTON_LIT)).sum(axis=1) <= 6
+    spans = {"app": (90, 300), "calendar": (800, 1120), "system": (1780, 1920)}
+    return {name: int(lit[a:b].sum()) for name, (a, b) in spans.items()}
+
+
+def test_the_top_bars_button_is_lit_while_its_menu_is_open(desktop: LocalDesktop) -> None:
+    """As GNOME's checked panel button: a pill behind the app's name, the clock or the status icons while their
+    menu is open, only that one, and none once it is closed."""
+    desktop.reset(EMPTY)
+    desktop.client.post_json("/setup/launch", {"command": ["xterm", "-T", "lit"]})
+    assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
+    assert wait_for(lambda: app_name_shown(desktop), 10)
+    assert lit_columns(desktop) == {"app": 0, "calendar": 0, "system": 0}
+    for name, (x, y) in {"app": (125, 13), "calendar": CLOCK, "system": STATUS}.items():
+        desktop.act(f"pyautogui.click({x}, {y})")
+        assert wait_for(lambda: lit_columns(desktop)[name] >= 40, 10), (name, lit_columns(desktop))  # noqa: B023
+        assert sum(lit_columns(desktop).values()) == lit_columns(desktop)[name]  # the others are not lit
+        desktop.act("pyautogui.press('escape')")
+        assert wait_for(lambda: sum(lit_columns(desktop).values()) == 0, 10), (name, lit_columns(desktop))
+    desktop.act(f"pyautogui.click({CLOCK[0]}, {CLOCK[1]})")  # from one menu to the next: the light goes along
+    assert wait_for(lambda: lit_columns(desktop)["calendar"] >= 40, 10)
+    desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")
+    assert wait_for(lambda: lit_columns(desktop)["system"] >= 40 and lit_columns(desktop)["calendar"] == 0, 10)
+    desktop.act("pyautogui.click(900, 700)")
+    assert wait_for(lambda: sum(lit_columns(desktop).values()) == 0, 10)
 
 
 def test_the_app_menu_quits_the_focused_app(desktop: LocalDesktop) -> None:

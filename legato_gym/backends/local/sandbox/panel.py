@@ -139,6 +139,7 @@ class Panel:
         self.rows: list[dict[str, Any]] = []  # the open menu's rows, with their y and height
         self.focus = -1  # the row the keyboard is on
         self.expanded = ""  # the system menu's open submenu
+        self.lit = ""  # the top bar's button whose menu is open
         self.has_shape = self.d.has_extension("SHAPE")
         self.root.change_attributes(event_mask=X.PropertyChangeMask)
         self.root.grab_key(self.super_code, X.AnyModifier, False, X.GrabModeAsync, X.GrabModeAsync)
@@ -297,11 +298,47 @@ class Panel:
         if name == self.active_name:
             return
         self.active_name = name
+        self._paint_app_name()
+
+    def _paint_app_name(self) -> None:
+        """Draw the app's name on the bar, on its button's lit pill while the app menu is open."""
         x = int(self.m["app_name_x"])
-        room = self.width // 2 - 120 - x
-        self.bar_pixmap.copy_area(self.gc, self.pixmaps["bar"], x, 0, room, self.bar_h, x, 0)
-        self._text(self.bar_pixmap, "bar", name, x, int(self.m["text_y"]))
-        self.bar.clear_area(x, 0, room, self.bar_h)
+        left, room = x - 12, self.width // 2 - 120 - x + 12  # its button: the name and 12 px each side
+        self.bar_pixmap.copy_area(self.gc, self.pixmaps["bar"], left, 0, room, self.bar_h, left, 0)
+        style = "bar"
+        if self.lit == "app" and self.active_name:
+            style = "bar_lit"
+            self._pill(x - 9, self._text_width("bar", self.active_name) + 18)
+        self._text(self.bar_pixmap, style, self.active_name, x, int(self.m["text_y"]))
+        self.bar.clear_area(left, 0, room, self.bar_h)
+
+    def _pill(self, x: int, width: int) -> None:
+        """A lit button's pill on the bar (GNOME's checked ``.panel-button``: round ends inside a 3 px border)."""
+        height = self.bar_h - 6
+        self.gc.change(foreground=self.colours["bar_lit"])
+        for left in (x, x + width - height):
+            self.bar_pixmap.fill_arc(self.gc, left, 3, height, height, 0, 360 * 64)
+        self.bar_pixmap.fill_rectangle(self.gc, x + height // 2, 3, width - height, height)
+
+    def _paint_status(self) -> None:
+        """The status icons, on their button's lit pill while the system menu is open."""
+        width = self.m["images"]["status_lit"][0]
+        source = (self.pixmaps["status_lit"], 0) if self.lit == "system" else (self.pixmaps["bar"], self.width - width)
+        self.bar_pixmap.copy_area(self.gc, source[0], source[1], 0, width, self.bar_h, self.width - width, 0)
+        self.bar.clear_area(self.width - width, 0, width, self.bar_h)
+
+    def _light(self, item: str) -> None:
+        """Light the top bar's button ``item`` while its menu is open (``""``: none), as GNOME's."""
+        if item == self.lit:
+            return
+        before, self.lit = self.lit, item
+        for which in (before, item):
+            if which == "app":
+                self._paint_app_name()
+            elif which == "calendar":
+                self._clock()
+            elif which == "system":
+                self._paint_status()
 
     def _clock(self) -> None:
         """The clock, centred: ``Mar 22  21:58`` as GNOME shows it with the date."""
@@ -310,9 +347,12 @@ class Panel:
         text = f"{time.strftime('%b', now)} {now.tm_mday}  {now.tm_hour:02d}:{now.tm_min:02d}"
         x0, span = self.width // 2 - 110, 220
         self.bar_pixmap.copy_area(self.gc, self.pixmaps["bar"], x0, 0, span, self.bar_h, x0, 0)
-        self._text(
-            self.bar_pixmap, "bold", text, self.width // 2 - self._text_width("bold", text) // 2, int(self.m["text_y"])
-        )
+        x = self.width // 2 - self._text_width("bold", text) // 2
+        style = "bold"
+        if self.lit == "calendar":  # its menu is open: the clock's lit pill (the label's 12 px padding)
+            style = "bold_lit"
+            self._pill(x - 12, self._text_width("bold", text) + 24)
+        self._text(self.bar_pixmap, style, text, x, int(self.m["text_y"]))
         self.bar.clear_area(x0, 0, span, self.bar_h)
 
     # the overview: a search field and the app grid, over the work area
@@ -713,6 +753,7 @@ class Panel:
             self.expanded = ""
             self.rows = self._menu_rows(kind)
             self._draw_menu()
+        self._light(kind if kind in ("app", "calendar", "system") else "")
         self.popover.map()
         self.popover.clear_area(0, 0, *self.popover_size)
         self.popover.grab_pointer(
@@ -728,6 +769,7 @@ class Panel:
 
     def _close_popover(self) -> None:
         self.popover.unmap()
+        self._light("")
         self.popover_kind = ""
         self.rows = []
         self.d.ungrab_pointer(X.CurrentTime)
