@@ -461,6 +461,8 @@ def _tiles(apps: Sequence[AppEntry]) -> tuple[Any, dict[str, Any]]:
 def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
     from PIL import Image, ImageDraw
 
+    from legato_gym.backends.local.apps.gnome import AUDIO_VOLUME
+
     spot = layout(screen)
     width, height = screen
     files: dict[str, bytes] = {}
@@ -571,6 +573,7 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
         "apps": [{"name": a.name, "command": list(a.command)} for a in APPS],
         "tile": tile_table,
         "names": {**OTHER_NAMES},
+        "volume": AUDIO_VOLUME,  # the system menu's slider until the sound server says its own
     }
     return files, manifest
 
