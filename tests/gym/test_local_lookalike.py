@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import select
 import shutil
 import struct
 import subprocess
@@ -523,6 +524,33 @@ def test_the_top_bars_button_is_lit_while_its_menu_is_open(desktop: LocalDesktop
     assert wait_for(lambda: lit_columns(desktop)["system"] >= 40 and lit_columns(desktop)["calendar"] == 0, 10)
     desktop.act("pyautogui.click(900, 700)")
     assert wait_for(lambda: sum(lit_columns(desktop).values()) == 0, 10)
+
+
+def test_the_panels_wait_ends_for_events_python_xlib_already_read(desktop: LocalDesktop) -> None:
+    """The panel sleeps in :func:`.panel.wait_for_input`. An event python-xlib has read into its own queue (while
+    it flushed a redraw or waited for a reply) is not on the socket any more, so a sleep in select() alone went
+    on until the next event or the minute: the hover's lost click. The wait must end for it at once."""
+    from Xlib import X, Xatom
+
+    from legato_gym.backends.local.sandbox.panel import wait_for_input
+
+    own, other = open_display(desktop.display.name), open_display(desktop.display.name)
+    try:
+        window = own.screen().root.create_window(0, 0, 1, 1, 0, X.CopyFromParent, event_mask=X.PropertyChangeMask)
+        own.sync()
+        assert wait_for_input(own, [], 0) == []  # control: nothing to handle
+        atom = other.intern_atom("_LEGATO_WAIT_TEST")
+        other.create_resource_object("window", window.id).change_property(atom, Xatom.STRING, 8, b"x")
+        other.sync()  # the server has sent its PropertyNotify to the panel's connection
+        window.get_geometry()  # a reply's wait: python-xlib reads the event that came before it into its queue
+        assert select.select([own], [], [], 0)[0] == []  # the socket holds nothing: select() alone would sleep
+        assert wait_for_input(own, [], 120) == [own]
+        assert own.next_event().type == X.PropertyNotify
+        window.destroy()
+        own.sync()
+    finally:
+        own.close()
+        other.close()
 
 
 def test_the_app_menu_quits_the_focused_app(desktop: LocalDesktop) -> None:

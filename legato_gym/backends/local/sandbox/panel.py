@@ -81,6 +81,21 @@ DIALOGS = {
 }
 
 
+def wait_for_input(display: Any, files: list[Any], timeout: float) -> list[Any]:
+    """Send what ``display`` holds, then sleep until the X server sends something, one of ``files`` can be read,
+    or ``timeout`` passes; returns those of ``display`` (events to handle) and ``files`` that can be read.
+
+    Returns at once when python-xlib already holds events: it reads whatever the server sent while it flushed
+    (a redraw takes a while on a loaded machine) or waited for a reply into a queue of its own, which select()
+    on the socket does not see. Sleeping then left those events (the click that comes right after a hover's
+    motion) unhandled until the next event or the minute."""
+    display.flush()
+    if display.pending_events():
+        return [display]
+    readable, _, _ = select.select([display, *files], [], [], timeout)
+    return list(readable)
+
+
 def _matches(patterns: list[str], names: tuple[str, ...]) -> bool:
     for pattern in patterns:
         for name in names:
@@ -1075,16 +1090,9 @@ class Panel:
                 ready = True
             if time.localtime().tm_min != self.clock_minute:
                 self._clock()
-            self.d.flush()
-            # python-xlib reads whatever the server sent while it flushed (a redraw takes a while on a loaded
-            # machine) into a queue of its own, which select() on the socket does not see: sleeping now would
-            # leave those events (the click that comes right after a hover's motion) unhandled until the next
-            # event or the minute
-            if self.d.pending_events():
-                continue
             wake = 60 - time.time() % 60 + 0.05
             reader = [self.volume_reader.stdout] if self.volume_reader is not None else []
-            readable, _, _ = select.select([self.d.fileno(), *reader], [], [], wake if ready else min(wake, 0.05))
+            readable = wait_for_input(self.d, reader, wake if ready else min(wake, 0.05))
             if reader and reader[0] in readable:
                 self._volume_read()
 
