@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import select
 import shutil
@@ -165,6 +166,8 @@ class Panel:
         self.volume = int(self.m.get("volume", 50))
         self.pactl = shutil.which("pactl")
         self.volume_reader: subprocess.Popen[bytes] | None = None
+        self.volume_answer = b""
+        self.exited: list[subprocess.Popen[bytes]] = []  # pactl that answered, to reap
         self.sliding = False  # the slider's knob is held
         self.volume_moved = False  # by the pointer, since the menu opened (a late reading leaves it)
         self.has_shape = self.d.has_extension("SHAPE")
@@ -941,12 +944,18 @@ class Panel:
 
     def _volume_read(self) -> None:
         """The sound server's volume (``Volume: front-left: 32768 /  50% / ...``) on the slider, unless the
-        pointer moved it meanwhile."""
-        reader, self.volume_reader = self.volume_reader, None
+        pointer moved it meanwhile. Read as it comes, never waiting: the answer's line, or the end of pactl's
+        output, ends the reading (pactl is reaped later if it has not exited yet)."""
+        reader = self.volume_reader
         assert reader is not None and reader.stdout is not None
-        out = reader.stdout.read().decode(errors="replace")
+        chunk = os.read(reader.stdout.fileno(), 4096)
+        self.volume_answer += chunk
+        if chunk and b"\n" not in self.volume_answer:
+            return
+        self.volume_reader, out, self.volume_answer = None, self.volume_answer.decode(errors="replace"), b""
         reader.stdout.close()
-        reader.wait()
+        if reader.poll() is None:
+            self.exited.append(reader)
         found = re.search(r"(\d+)%", out)
         if found is None or self.volume_moved:
             return
@@ -1095,6 +1104,7 @@ class Panel:
             readable = wait_for_input(self.d, reader, wake if ready else min(wake, 0.05))
             if reader and reader[0] in readable:
                 self._volume_read()
+            self.exited = [child for child in self.exited if child.poll() is None]
 
 
 def main(argv: list[str]) -> int:
