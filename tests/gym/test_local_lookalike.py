@@ -27,8 +27,8 @@ from legato_gym.backends.local import LocalDesktop, LocalOptions, apps, vscode
 from legato_gym.backends.local.sandbox.lookalike import (
     BAR_BUTTON_LIT,
     BAR_COLOUR,
-    BUTTON_COLOUR,
     DOT_COLOUR,
+    INSENSITIVE_BUTTON,
     LAUNCHERS,
     MENU_COLOUR,
     MENU_HIGHLIGHT,
@@ -645,7 +645,7 @@ def orange_in(desktop: LocalDesktop, box: tuple[int, int, int, int]) -> int:
 def test_the_date_menus_arrows_change_the_month_and_its_switch_and_clear_act(desktop: LocalDesktop) -> None:
     """As GNOME's date menu: its arrows show the month before or after, with that month's days (today's circle
     only on today's month), and it opens on today's month again; Do Not Disturb's switch turns on and off; Clear
-    leaves the (empty) notification list as it is, the menu open."""
+    (insensitive: nothing to clear) leaves the empty notification list as it is, the menu open."""
     desktop.reset(EMPTY)
     grid = (DAYS[0], DAYS[1], DAYS[0] + 7 * DAY_CELL[0], DAYS[1] + 6 * DAY_CELL[1])
     desktop.act(f"pyautogui.click({CLOCK[0]}, {CLOCK[1]})")
@@ -667,7 +667,7 @@ def test_the_date_menus_arrows_change_the_month_and_its_switch_and_clear_act(des
     desktop.act(f"pyautogui.click({DO_NOT_DISTURB[0]}, {DO_NOT_DISTURB[1]})")
     assert wait_for(lambda: orange_in(desktop, switch) == 0, 10)
     notifications = pixels(desktop)[DATE_MENU[1] + 100 : DATE_MENU[1] + 300, DATE_MENU[0] : DATE_MENU[0] + 420]
-    assert is_menu(desktop, CLEAR[0], CLEAR[1] - 14, BUTTON_COLOUR)  # control: the spot is Clear's button
+    assert is_menu(desktop, CLEAR[0], CLEAR[1] - 14, INSENSITIVE_BUTTON)  # control: the spot is Clear's button
     desktop.act(f"pyautogui.click({CLEAR[0]}, {CLEAR[1]})")
     desktop.act(f"pyautogui.click({NEXT_MONTH[0]}, {NEXT_MONTH[1]})")  # a click after it: still served
     assert wait_for(lambda: bright_days(desktop) == month_days(1), 10)

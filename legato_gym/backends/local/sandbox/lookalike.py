@@ -64,6 +64,10 @@ MENU_BORDER = (62, 62, 62)
 MENU_SEPARATOR = (70, 70, 70)
 SUBMENU_COLOUR = (52, 52, 52)
 BUTTON_COLOUR = (44, 44, 44)
+#: A button that cannot be pressed (Yaru's ``.button:insensitive``: 5 % white over the popover, its text at
+#: 50 %): the date menu's Clear while the notification list is empty, as GNOME makes it non-reactive then.
+INSENSITIVE_BUTTON = (40, 40, 40)
+INSENSITIVE_TEXT = (144, 144, 144)
 TEXT_COLOUR = (247, 247, 247)
 DIM_COLOUR = (138, 138, 138)
 #: The icons drawn for the system menu's rows (:func:`_menu_icons`), in this order, each ``MENU_ICON`` square.
@@ -523,6 +527,7 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
         "small_dim": ("regular", 12, DIM_COLOUR, MENU_COLOUR),
         "today": ("bold", 12, (255, 255, 255), DOT_COLOUR),
         "button": ("regular", 15, TEXT_COLOUR, BUTTON_COLOUR),
+        "button_off": ("regular", 15, INSENSITIVE_TEXT, INSENSITIVE_BUTTON),
     }
     glyph_tables = {}
     for style, (kind, size, fg, bg) in menu_styles.items():
@@ -546,6 +551,7 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
             "separator": MENU_SEPARATOR,
             "submenu": SUBMENU_COLOUR,
             "button": BUTTON_COLOUR,
+            "button_off": INSENSITIVE_BUTTON,
             "today": DOT_COLOUR,
             "bar_lit": BAR_BUTTON_LIT,
         },

@@ -702,10 +702,10 @@ class Panel:
         self._text(target, "menu", "Do Not Disturb", 24, bottom + (36 - glyphs["menu"]["height"]) // 2)
         switch_x = 24 + self._text_width("menu", "Do Not Disturb") + 14
         self._switch(target, switch_x, bottom + 6, self.do_not_disturb)
-        clear_w = self._text_width("button", "Clear") + 32
-        self._fill(target, "button", split - 12 - clear_w, bottom, clear_w, 36)
+        clear_w = self._text_width("button", "Clear") + 32  # insensitive: there is nothing to clear
+        self._fill(target, "button_off", split - 12 - clear_w, bottom, clear_w, 36)
         self._text(
-            target, "button", "Clear", split - 12 - clear_w + 16, bottom + (36 - glyphs["button"]["height"]) // 2
+            target, "button_off", "Clear", split - 12 - clear_w + 16, bottom + (36 - glyphs["button"]["height"]) // 2
         )
         self._fill(target, "separator", split, PAD + 6, 1, height - 2 * PAD - 12)
         # right: the day and the date, the month shown, its weeks (Sunday first, as the VM's en_US locale)
@@ -838,7 +838,8 @@ class Panel:
                 self.month_shown += row["step"]
             elif row["kind"] == "do-not-disturb":
                 self.do_not_disturb = not self.do_not_disturb
-            # Clear: the notification list is empty (nothing here sends notifications); it stays so
+            # Clear: the notification list is empty (nothing here sends notifications) and Clear insensitive, as
+            # GNOME's then: it stays so
             self._draw_calendar()
             return
         if row["kind"] == "button" or row["kind"] == "separator" or row["kind"] == "slider":
