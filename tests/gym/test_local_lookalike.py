@@ -8,6 +8,8 @@ One 1920x1080 desktop is shared by the tests; one more at 1280x720 checks anothe
 from __future__ import annotations
 
 import io
+import os
+import select
 import shutil
 import struct
 import subprocess
@@ -23,10 +25,13 @@ from desktop_kit import wait_for
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, LocalOptions, apps, vscode
 from legato_gym.backends.local.sandbox.lookalike import (
+    BAR_BUTTON_LIT,
     BAR_COLOUR,
     DOT_COLOUR,
+    INSENSITIVE_BUTTON,
     LAUNCHERS,
     MENU_COLOUR,
+    MENU_HIGHLIGHT,
     SUBMENU_COLOUR,
     TITLE_BAR_COLOURS,
     TITLE_BAR_HEIGHT,
@@ -37,6 +42,7 @@ from legato_gym.backends.local.sandbox.lookalike import (
 from legato_gym.backends.local.sandbox.panel import GAP, PAD, ROW, SEPARATOR
 from legato_gym.backends.local.sandbox.shell import APP_WINDOWS
 from legato_gym.backends.local.xstate import open_display
+from legato_gym.config import OSWORLD_ENV_VAR
 
 pytestmark = [
     pytest.mark.desktop,
@@ -52,6 +58,12 @@ EMPTY = Task("t-lookalike", "Look.", {"config": [], "evaluator": {"func": "infea
 WORK_AREA = (70, 27, 1850, 1053)
 FILES = 65 + 68 * 8  # the Files launcher's centre, the 9th, as on the VM
 SHOW_APPS = 1040
+#: OSWorld's task data, for the one task the system menu's volume slider solves.
+EXAMPLES = (
+    Path(os.environ.get(OSWORLD_ENV_VAR) or Path(__file__).resolve().parents[3] / "shared" / "osworld")
+    / "evaluation_examples"
+    / "examples"
+)
 
 
 def options() -> LocalOptions:
@@ -557,6 +569,84 @@ def test_the_top_bars_menus_open_under_it_and_close_on_escape_or_a_click_beside(
     assert wait_for(lambda: not is_menu(desktop, 700, 200), 10)
 
 
+def test_the_menu_row_under_the_pointer_is_lit_and_the_light_follows_it(desktop: LocalDesktop) -> None:
+    """As GNOME's hover: the system menu's row under the pointer is lit (Yaru's 10 % white), the one it left is
+    not any more, and off the menu none is; a click on a lit row still does what the row says."""
+    desktop.reset(EMPTY)
+    settings, lock = POWER_ROW - 2 * ROW, POWER_ROW - ROW  # under volume, network: Settings, Lock, Power Off
+    desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")
+    assert wait_for(lambda: is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+    assert is_menu(desktop, 1628, settings) and is_menu(desktop, 1628, lock)  # control: nothing lit yet
+    for y, other in ((settings, lock), (lock, settings), (POWER_ROW, lock)):
+        desktop.act(f"pyautogui.moveTo(1700, {y})")
+        assert wait_for(lambda: is_menu(desktop, 1628, y, MENU_HIGHLIGHT), 10), y  # noqa: B023
+        assert is_menu(desktop, 1628, other), other
+    desktop.act("pyautogui.moveTo(900, 700)")  # off the menu: no row lit, the menu stays open
+    assert wait_for(lambda: is_menu(desktop, 1628, POWER_ROW), 10)
+    assert is_menu(desktop, 1700, FIRST_ROW + 60)
+    desktop.act(f"pyautogui.click(1700, {POWER_ROW})")  # the lit row's click: its submenu, under it
+    assert wait_for(lambda: is_menu(desktop, 1890, POWER_ROW + ROW, SUBMENU_COLOUR), 10)
+    desktop.act("pyautogui.press('escape')")
+    assert wait_for(lambda: not is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+
+
+def lit_columns(desktop: LocalDesktop) -> dict[str, int]:
+    """How many columns of the bar's row 5 (over the text) are a lit button's, at each of the bar's buttons."""
+    row = pixels(desktop)[5].astype(int)
+    lit = np.abs(row - np.array(BAR_BUTTON_LIT)).sum(axis=1) <= 6
+    spans = {"app": (90, 300), "calendar": (800, 1120), "system": (1780, 1920)}
+    return {name: int(lit[a:b].sum()) for name, (a, b) in spans.items()}
+
+
+def test_the_top_bars_button_is_lit_while_its_menu_is_open(desktop: LocalDesktop) -> None:
+    """As GNOME's checked panel button: a pill behind the app's name, the clock or the status icons while their
+    menu is open, only that one, and none once it is closed."""
+    desktop.reset(EMPTY)
+    desktop.client.post_json("/setup/launch", {"command": ["xterm", "-T", "lit"]})
+    assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
+    assert wait_for(lambda: app_name_shown(desktop), 10)
+    assert lit_columns(desktop) == {"app": 0, "calendar": 0, "system": 0}
+    for name, (x, y) in {"app": (125, 13), "calendar": CLOCK, "system": STATUS}.items():
+        desktop.act(f"pyautogui.click({x}, {y})")
+        assert wait_for(lambda: lit_columns(desktop)[name] >= 40, 10), (name, lit_columns(desktop))  # noqa: B023
+        assert sum(lit_columns(desktop).values()) == lit_columns(desktop)[name]  # the others are not lit
+        desktop.act("pyautogui.press('escape')")
+        assert wait_for(lambda: sum(lit_columns(desktop).values()) == 0, 10), (name, lit_columns(desktop))
+    desktop.act(f"pyautogui.click({CLOCK[0]}, {CLOCK[1]})")  # from one menu to the next: the light goes along
+    assert wait_for(lambda: lit_columns(desktop)["calendar"] >= 40, 10)
+    desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")
+    assert wait_for(lambda: lit_columns(desktop)["system"] >= 40 and lit_columns(desktop)["calendar"] == 0, 10)
+    desktop.act("pyautogui.click(900, 700)")
+    assert wait_for(lambda: sum(lit_columns(desktop).values()) == 0, 10)
+
+
+def test_the_panels_wait_ends_for_events_python_xlib_already_read(desktop: LocalDesktop) -> None:
+    """The panel sleeps in :func:`.panel.wait_for_input`. An event python-xlib has read into its own queue (while
+    it flushed a redraw or waited for a reply) is not on the socket any more, so a sleep in select() alone went
+    on until the next event or the minute: the hover's lost click. The wait must end for it at once."""
+    from Xlib import X, Xatom
+
+    from legato_gym.backends.local.sandbox.panel import wait_for_input
+
+    own, other = open_display(desktop.display.name), open_display(desktop.display.name)
+    try:
+        window = own.screen().root.create_window(0, 0, 1, 1, 0, X.CopyFromParent, event_mask=X.PropertyChangeMask)
+        own.sync()
+        assert wait_for_input(own, [], 0) == []  # control: nothing to handle
+        atom = other.intern_atom("_LEGATO_WAIT_TEST")
+        other.create_resource_object("window", window.id).change_property(atom, Xatom.STRING, 8, b"x")
+        other.sync()  # the server has sent its PropertyNotify to the panel's connection
+        window.get_geometry()  # a reply's wait: python-xlib reads the event that came before it into its queue
+        assert select.select([own], [], [], 0)[0] == []  # the socket holds nothing: select() alone would sleep
+        assert wait_for_input(own, [], 120) == [own]
+        assert own.next_event().type == X.PropertyNotify
+        window.destroy()
+        own.sync()
+    finally:
+        own.close()
+        other.close()
+
+
 def test_the_app_menu_quits_the_focused_app(desktop: LocalDesktop) -> None:
     desktop.reset(EMPTY)
     desktop.client.post_json("/setup/launch", {"command": ["xterm", "-T", "to-quit"]})
@@ -588,3 +678,153 @@ def test_power_off_and_log_out_ask_and_end_nothing(desktop: LocalDesktop) -> Non
     desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")  # and so does the top bar
     assert wait_for(lambda: is_menu(desktop, 1700, FIRST_ROW + 60), 10)
     desktop.act("pyautogui.press('escape')")
+
+
+# the parts of the menus that act (the date menu's arrows, Do Not Disturb and Clear; the volume slider)
+
+#: The date menu (720 x 420, centred under the clock, hanging under the bar), and its month's day cells.
+DATE_MENU = (960 - 360, 27 + GAP)
+DAYS = (DATE_MENU[0] + 438, DATE_MENU[1] + PAD + 80 + 32 + 24)  # the first cell's top left
+DAY_CELL = ((702 - 438) // 7, 32)
+PREVIOUS_MONTH = (DATE_MENU[0] + 450, DATE_MENU[1] + PAD + 88)
+NEXT_MONTH = (DATE_MENU[0] + 690, DATE_MENU[1] + PAD + 88)
+DO_NOT_DISTURB = (DATE_MENU[0] + 60, DATE_MENU[1] + 420 - PAD - 30)
+CLEAR = (DATE_MENU[0] + 375, DATE_MENU[1] + 420 - PAD - 30)
+
+
+def bright_days(desktop: LocalDesktop) -> list[int]:
+    """The day cells (0-41, Sunday first) whose number is drawn bright: the days of the month shown."""
+    screen = pixels(desktop)
+    found = []
+    for cell in range(42):
+        x = DAYS[0] + (cell % 7) * DAY_CELL[0]
+        y = DAYS[1] + (cell // 7) * DAY_CELL[1]
+        if (screen[y : y + 18, x : x + DAY_CELL[0]].min(axis=2) > 200).any():
+            found.append(cell)
+    return found
+
+
+def month_days(offset: int) -> list[int]:
+    """The cells drawn bright for the month ``offset`` months from today's (Sunday first): its days, and today
+    wherever the grid shows it (GNOME marks today in another month's weeks too)."""
+    import calendar
+    import datetime
+
+    today = datetime.date.today()
+    year, month = divmod(today.year * 12 + today.month - 1 + offset, 12)
+    first = datetime.date(year, month + 1, 1)
+    start = (first.weekday() + 1) % 7
+    cells = set(range(start, start + calendar.monthrange(year, month + 1)[1]))
+    today_cell = (today - first).days + start
+    if 0 <= today_cell < 42:
+        cells.add(today_cell)
+    return sorted(cells)
+
+
+def today_shown(offset: int) -> bool:
+    import datetime
+
+    today = datetime.date.today()
+    year, month = divmod(today.year * 12 + today.month - 1 + offset, 12)
+    first = datetime.date(year, month + 1, 1)
+    return 0 <= (today - first).days + (first.weekday() + 1) % 7 < 42
+
+
+def orange_in(desktop: LocalDesktop, box: tuple[int, int, int, int]) -> int:
+    """How many pixels of ``box`` (x0, y0, x1, y1) are Ubuntu's orange (today's circle, a switch that is on)."""
+    part = pixels(desktop)[box[1] : box[3], box[0] : box[2]].astype(int)
+    return int((np.abs(part - np.array(DOT_COLOUR)).sum(axis=2) <= 6).sum())
+
+
+def test_the_date_menus_arrows_change_the_month_and_its_switch_and_clear_act(desktop: LocalDesktop) -> None:
+    """As GNOME's date menu: its arrows show the month before or after, with that month's days (today's circle
+    only on today's month), and it opens on today's month again; Do Not Disturb's switch turns on and off; Clear
+    (insensitive: nothing to clear) leaves the empty notification list as it is, the menu open."""
+    desktop.reset(EMPTY)
+    grid = (DAYS[0], DAYS[1], DAYS[0] + 7 * DAY_CELL[0], DAYS[1] + 6 * DAY_CELL[1])
+    desktop.act(f"pyautogui.click({CLOCK[0]}, {CLOCK[1]})")
+    assert wait_for(lambda: is_menu(desktop, 700, 200), 10)
+    assert wait_for(lambda: bright_days(desktop) == month_days(0), 10), bright_days(desktop)
+    assert orange_in(desktop, grid) > 100  # today's circle
+    for step, (x, y), offset in ((1, NEXT_MONTH, 1), (-1, PREVIOUS_MONTH, 0), (-1, PREVIOUS_MONTH, -1)):
+        desktop.act(f"pyautogui.click({x}, {y})")
+        assert wait_for(lambda: bright_days(desktop) == month_days(offset), 10), (step, offset, bright_days(desktop))  # noqa: B023
+        assert (orange_in(desktop, grid) > 100) == today_shown(offset)
+    desktop.act("pyautogui.press('escape')")
+    assert wait_for(lambda: not is_menu(desktop, 700, 200), 10)
+    desktop.act(f"pyautogui.click({CLOCK[0]}, {CLOCK[1]})")  # opened again: today's month
+    assert wait_for(lambda: is_menu(desktop, 700, 200) and bright_days(desktop) == month_days(0), 10)
+    switch = (DATE_MENU[0], DO_NOT_DISTURB[1] - 20, DATE_MENU[0] + 400, DO_NOT_DISTURB[1] + 20)
+    assert orange_in(desktop, switch) == 0  # off
+    desktop.act(f"pyautogui.click({DO_NOT_DISTURB[0]}, {DO_NOT_DISTURB[1]})")
+    assert wait_for(lambda: orange_in(desktop, switch) > 200, 10)  # on: orange, its knob right
+    desktop.act(f"pyautogui.click({DO_NOT_DISTURB[0]}, {DO_NOT_DISTURB[1]})")
+    assert wait_for(lambda: orange_in(desktop, switch) == 0, 10)
+    notifications = pixels(desktop)[DATE_MENU[1] + 100 : DATE_MENU[1] + 300, DATE_MENU[0] : DATE_MENU[0] + 420]
+    assert is_menu(desktop, CLEAR[0], CLEAR[1] - 14, INSENSITIVE_BUTTON)  # control: the spot is Clear's button
+    desktop.act(f"pyautogui.click({CLEAR[0]}, {CLEAR[1]})")
+    desktop.act(f"pyautogui.click({NEXT_MONTH[0]}, {NEXT_MONTH[1]})")  # a click after it: still served
+    assert wait_for(lambda: bright_days(desktop) == month_days(1), 10)
+    after = pixels(desktop)[DATE_MENU[1] + 100 : DATE_MENU[1] + 300, DATE_MENU[0] : DATE_MENU[0] + 420]
+    assert (after == notifications).all()  # "No Notifications", as before
+    desktop.act("pyautogui.press('escape')")
+    assert wait_for(lambda: not is_menu(desktop, 700, 200), 10)
+
+
+#: The system menu's volume slider (its first row): the track's ends on the screen and its row's middle.
+TRACK = (1920 - 4 - 300 + PAD + 1 + 44, 1920 - 4 - 300 + PAD + 1 + 44 + 300 - 2 * PAD - 2 - 62)
+SLIDER_Y = FIRST_ROW + ROW // 2
+
+
+def slider_level(desktop: LocalDesktop) -> int:
+    """Where the slider's orange fill ends, in percent of its track."""
+    row = pixels(desktop)[SLIDER_Y, TRACK[0] : TRACK[1]].astype(int)
+    orange = np.nonzero(np.abs(row - np.array(DOT_COLOUR)).sum(axis=1) <= 6)[0]
+    return round((int(orange.max()) + 1 + 9) * 100 / (TRACK[1] - TRACK[0])) if orange.size else 0
+
+
+def sink_volume(desktop: LocalDesktop) -> str:
+    out = desktop.client.execute(["pactl", "get-sink-volume", "@DEFAULT_SINK@"])
+    return str(out.get("output", ""))
+
+
+def test_the_volume_slider_follows_the_pointer_and_sets_the_sound_servers_volume(desktop: LocalDesktop) -> None:
+    """The system menu's slider moves where it is clicked and dragged; let go, it sets the sound server's volume
+    (PulseAudio inside the sandbox, with pactl), and it opens on that volume again. OSWorld's os task 28cc3b7e
+    (turn the volume up to the maximum) is solved by dragging it to its right end, as on the VM."""
+    sound = shutil.which("pactl") is not None and shutil.which("pulseaudio") is not None
+    desktop.reset(EMPTY)
+    desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")
+    assert wait_for(lambda: is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+    assert wait_for(lambda: abs(slider_level(desktop) - 50) <= 2, 10), slider_level(desktop)  # the baseline's 50 %
+    desktop.act(f"pyautogui.click({TRACK[0] + (TRACK[1] - TRACK[0]) // 4}, {SLIDER_Y})")
+    assert wait_for(lambda: abs(slider_level(desktop) - 25) <= 2, 10), slider_level(desktop)
+    assert is_menu(desktop, 1700, FIRST_ROW + 60)  # the menu stays open
+    if sound:
+        assert wait_for(lambda: "25%" in sink_volume(desktop), 20), sink_volume(desktop)
+    desktop.act(f"pyautogui.moveTo({TRACK[0] + 10}, {SLIDER_Y}); pyautogui.dragTo(1700, {SLIDER_Y}, duration=0.3)")
+    assert wait_for(lambda: abs(slider_level(desktop) - (1700 - TRACK[0]) * 100 / (TRACK[1] - TRACK[0])) <= 2, 10)
+    desktop.act("pyautogui.press('escape')")
+    assert wait_for(lambda: not is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+    if not sound:
+        return
+    level = round((1700 - TRACK[0]) * 100 / (TRACK[1] - TRACK[0]))
+    assert wait_for(lambda: f"{level}%" in sink_volume(desktop), 20), (level, sink_volume(desktop))
+    desktop.client.execute(["pactl", "set-sink-volume", "@DEFAULT_SINK@", "80%"])  # set elsewhere: shown
+    desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")
+    assert wait_for(lambda: abs(slider_level(desktop) - 80) <= 2, 10), slider_level(desktop)
+    desktop.act("pyautogui.press('escape')")
+    if not EXAMPLES.is_dir():
+        return
+    from legato_gym.tasks import load_tasks
+
+    (task,) = load_tasks([{"task_id": "28cc3b7e-b194-4bc9-8353-d04c0f4d56d2", "domain": "os"}])
+    desktop.reset(task)
+    desktop.wait_after_reset()
+    desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")
+    assert wait_for(lambda: is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+    desktop.act(f"pyautogui.moveTo({TRACK[0] + 100}, {SLIDER_Y}); pyautogui.dragTo(1912, {SLIDER_Y}, duration=0.3)")
+    assert wait_for(lambda: slider_level(desktop) >= 99, 10)
+    desktop.act("pyautogui.press('escape')")
+    desktop.wait_before_eval()
+    assert desktop.evaluate() == 1.0

@@ -795,8 +795,9 @@ def _dialog_buttons(desktop: LocalDesktop, count: int) -> list[tuple[int, int]]:
 
 def test_lookalike_top_bar_menus_end_nothing_and_run_nothing_outside(lookalike: LocalDesktop) -> None:
     """Every entry of the system menu (Power Off / Log Out's submenu and each button of its dialogs, Lock,
-    Settings, the network's) and the app menu's New Window and Quit: the session, its panel and the X server
-    go on, and nothing runs outside the sandbox."""
+    Settings, the network's, the volume slider), the date menu's arrows, Do Not Disturb and Clear, and the app
+    menu's New Window and Quit: the session, its panel and the X server go on, and nothing runs outside the
+    sandbox."""
     from legato_gym.backends.local.sandbox.panel import GAP, PAD, ROW, SEPARATOR
 
     lookalike.reset(TASK)
@@ -846,6 +847,24 @@ def test_lookalike_top_bar_menus_end_nothing_and_run_nothing_outside(lookalike: 
     system(power - ROW)  # Lock
     system(wired, wired + ROW, submenu=wired)  # the network's Turn Off
     system(wired, wired + 2 * ROW, submenu=wired)  # and Wired Settings
+    lookalike.act("pyautogui.click(1860, 13)")  # the volume slider, dragged to its end: pactl, inside
+    assert wait_for(menu_shown, 30)
+    lookalike.act(f"pyautogui.moveTo(1700, {first}); pyautogui.dragTo(1905, {first}, duration=0.2)")
+    lookalike.act("pyautogui.press('escape')")
+    assert wait_for(lambda: not menu_shown(), 30)
+    if shutil.which("pactl") and shutil.which("pulseaudio"):  # control: the sound server took it, in the sandbox
+        assert wait_for(lambda: "100%" in agent(lookalike, "pactl get-sink-volume @DEFAULT_SINK@")[1], 30)
+    date_menu = (600, 27 + GAP)  # its arrows, Do Not Disturb and Clear
+
+    def calendar_shown() -> bool:
+        return _shown(lookalike, 700, 200, MENU_COLOUR)
+
+    lookalike.act("pyautogui.click(960, 13)")
+    assert wait_for(calendar_shown, 30)
+    for x, y in ((450, PAD + 88), (690, PAD + 88), (60, 420 - PAD - 30), (375, 420 - PAD - 30)):
+        lookalike.act(f"pyautogui.click({date_menu[0] + x}, {date_menu[1] + y})")
+    lookalike.act("pyautogui.press('escape')")
+    assert wait_for(lambda: not calendar_shown(), 30)
     files = 65 + 68 * 8
     lookalike.act(f"pyautogui.click(35, {files})")  # Files, focused: its app menu has New Window, then Quit
 

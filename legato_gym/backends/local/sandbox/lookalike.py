@@ -44,6 +44,9 @@ PANEL_FILE = Path(__file__).with_name("panel.py")
 
 #: The VM's colours (reference/osworld-vm-look.md, read from its screenshot).
 BAR_COLOUR = (19, 19, 19)
+#: A top bar's button while its menu is open (Yaru's ``.panel-button:checked``: 20 % of #f2f2f2 over the bar), a
+#: pill inside the button's 3 px border.
+BAR_BUTTON_LIT = (64, 64, 64)
 DOT_COLOUR = (233, 84, 32)
 #: The dock is a dark band at 80 % over the wallpaper: ``0.8 * DOCK_TINT + 0.2 * wallpaper``.
 DOCK_TINT = (20, 19, 20)
@@ -61,6 +64,10 @@ MENU_BORDER = (62, 62, 62)
 MENU_SEPARATOR = (70, 70, 70)
 SUBMENU_COLOUR = (52, 52, 52)
 BUTTON_COLOUR = (44, 44, 44)
+#: A button that cannot be pressed (Yaru's ``.button:insensitive``: 5 % white over the popover, its text at
+#: 50 %): the date menu's Clear while the notification list is empty, as GNOME makes it non-reactive then.
+INSENSITIVE_BUTTON = (40, 40, 40)
+INSENSITIVE_TEXT = (144, 144, 144)
 TEXT_COLOUR = (247, 247, 247)
 DIM_COLOUR = (138, 138, 138)
 #: The icons drawn for the system menu's rows (:func:`_menu_icons`), in this order, each ``MENU_ICON`` square.
@@ -293,6 +300,8 @@ def _text_width(table: dict[str, Any], text: str) -> int:
 
 #: The status icons' button at the top bar's right (a click there opens the system menu).
 STATUS_WIDTH = 106
+#: The columns at the bar's right that its lit status button repaints (:func:`_status_lit`).
+STATUS_LIT_WIDTH = 116
 
 
 def _status_icons(bar: Any, right: int) -> None:
@@ -320,6 +329,23 @@ def _status_icons(bar: Any, right: int) -> None:
     draw.line((x - 6, cy, x + 6, cy), fill=white, width=2)
     draw.line((x - 6, cy, x - 6, cy + 3), fill=white, width=2)
     draw.line((x + 6, cy, x + 6, cy + 3), fill=white, width=2)
+
+
+def _status_lit() -> Any:
+    """The status icons' end of the top bar with the lit pill behind them (their menu open): the icons with
+    the button's 12 px of padding, drawn four times as large and scaled down (round ends as smooth as GNOME's)."""
+    from PIL import Image, ImageDraw
+
+    width, scale = STATUS_LIT_WIDTH, 4
+    big = Image.new("RGB", (width * scale, BAR_HEIGHT * scale), BAR_COLOUR)
+    ImageDraw.Draw(big).rounded_rectangle(
+        ((width - 111) * scale, 3 * scale, (width - 13) * scale - 1, (BAR_HEIGHT - 3) * scale - 1),
+        radius=(BAR_HEIGHT - 6) * scale // 2,
+        fill=BAR_BUTTON_LIT,
+    )
+    image = big.resize((width, BAR_HEIGHT), Image.Resampling.LANCZOS)
+    _status_icons(image, width)
+    return image
 
 
 def _menu_icons(bg: tuple[int, int, int]) -> Any:
@@ -439,6 +465,8 @@ def _tiles(apps: Sequence[AppEntry]) -> tuple[Any, dict[str, Any]]:
 def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
     from PIL import Image, ImageDraw
 
+    from legato_gym.backends.local.apps.gnome import AUDIO_VOLUME
+
     spot = layout(screen)
     width, height = screen
     files: dict[str, bytes] = {}
@@ -461,6 +489,9 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
     keep("bar", bar)
     keep("glyphs_bar", bar_glyphs)
     keep("glyphs_bold", bold_glyphs)
+    keep("glyphs_bar_lit", _glyphs("regular", 15, (238, 238, 236), BAR_BUTTON_LIT)[0])
+    keep("glyphs_bold_lit", _glyphs("bold", 15, (238, 238, 236), BAR_BUTTON_LIT)[0])
+    keep("status_lit", _status_lit())
     del activities
     # the dock: the wallpaper under a dark band, the launchers, Trash after a separator, Show Applications
     band = wallpaper.crop((0, BAR_HEIGHT, DOCK_WIDTH, height))
@@ -496,6 +527,7 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
         "small_dim": ("regular", 12, DIM_COLOUR, MENU_COLOUR),
         "today": ("bold", 12, (255, 255, 255), DOT_COLOUR),
         "button": ("regular", 15, TEXT_COLOUR, BUTTON_COLOUR),
+        "button_off": ("regular", 15, INSENSITIVE_TEXT, INSENSITIVE_BUTTON),
     }
     glyph_tables = {}
     for style, (kind, size, fg, bg) in menu_styles.items():
@@ -519,12 +551,16 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
             "separator": MENU_SEPARATOR,
             "submenu": SUBMENU_COLOUR,
             "button": BUTTON_COLOUR,
+            "button_off": INSENSITIVE_BUTTON,
             "today": DOT_COLOUR,
+            "bar_lit": BAR_BUTTON_LIT,
         },
         "images": images,
         "glyphs": {
             "bar": bar_table,
             "bold": bold_table,
+            "bar_lit": bar_table,
+            "bold_lit": bold_table,
             "search": search_table,
             "hint": search_table,
             **glyph_tables,
@@ -543,6 +579,7 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
         "apps": [{"name": a.name, "command": list(a.command)} for a in APPS],
         "tile": tile_table,
         "names": {**OTHER_NAMES},
+        "volume": AUDIO_VOLUME,  # the system menu's slider until the sound server says its own
     }
     return files, manifest
 

@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 import select
+import shutil
 import subprocess
 import sys
 import time
@@ -77,6 +80,21 @@ DIALOGS = {
     "restart": ("Restart", "The system will restart automatically in 60 seconds.", ("Cancel", "Restart")),
     "log-out": ("Log Out", "user will be logged out automatically in 60 seconds.", ("Cancel", "Log Out")),
 }
+
+
+def wait_for_input(display: Any, files: list[Any], timeout: float) -> list[Any]:
+    """Send what ``display`` holds, then sleep until the X server sends something, one of ``files`` can be read,
+    or ``timeout`` passes; returns those of ``display`` (events to handle) and ``files`` that can be read.
+
+    Returns at once when python-xlib already holds events: it reads whatever the server sent while it flushed
+    (a redraw takes a while on a loaded machine) or waited for a reply into a queue of its own, which select()
+    on the socket does not see. Sleeping then left those events (the click that comes right after a hover's
+    motion) unhandled until the next event or the minute."""
+    display.flush()
+    if display.pending_events():
+        return [display]
+    readable, _, _ = select.select([display, *files], [], [], timeout)
+    return list(readable)
 
 
 def _matches(patterns: list[str], names: tuple[str, ...]) -> bool:
@@ -139,6 +157,19 @@ class Panel:
         self.rows: list[dict[str, Any]] = []  # the open menu's rows, with their y and height
         self.focus = -1  # the row the keyboard is on
         self.expanded = ""  # the system menu's open submenu
+        self.lit = ""  # the top bar's button whose menu is open
+        self.month_shown = 0  # the date menu's month, from today's
+        self.do_not_disturb = False
+        #: the system menu's volume (percent): the sound server's, read with pactl when the menu opens and set
+        #: with it when the slider is let go, where PulseAudio is installed (the desktop's apps start it on
+        #: demand); else only the slider's
+        self.volume = int(self.m.get("volume", 50))
+        self.pactl = shutil.which("pactl")
+        self.volume_reader: subprocess.Popen[bytes] | None = None
+        self.volume_answer = b""
+        self.exited: list[subprocess.Popen[bytes]] = []  # pactl that answered, to reap
+        self.sliding = False  # the slider's knob is held
+        self.volume_moved = False  # by the pointer, since the menu opened (a late reading leaves it)
         self.has_shape = self.d.has_extension("SHAPE")
         self.root.change_attributes(event_mask=X.PropertyChangeMask)
         self.root.grab_key(self.super_code, X.AnyModifier, False, X.GrabModeAsync, X.GrabModeAsync)
@@ -297,11 +328,47 @@ class Panel:
         if name == self.active_name:
             return
         self.active_name = name
+        self._paint_app_name()
+
+    def _paint_app_name(self) -> None:
+        """Draw the app's name on the bar, on its button's lit pill while the app menu is open."""
         x = int(self.m["app_name_x"])
-        room = self.width // 2 - 120 - x
-        self.bar_pixmap.copy_area(self.gc, self.pixmaps["bar"], x, 0, room, self.bar_h, x, 0)
-        self._text(self.bar_pixmap, "bar", name, x, int(self.m["text_y"]))
-        self.bar.clear_area(x, 0, room, self.bar_h)
+        left, room = x - 12, self.width // 2 - 120 - x + 12  # its button: the name and 12 px each side
+        self.bar_pixmap.copy_area(self.gc, self.pixmaps["bar"], left, 0, room, self.bar_h, left, 0)
+        style = "bar"
+        if self.lit == "app" and self.active_name:
+            style = "bar_lit"
+            self._pill(x - 9, self._text_width("bar", self.active_name) + 18)
+        self._text(self.bar_pixmap, style, self.active_name, x, int(self.m["text_y"]))
+        self.bar.clear_area(left, 0, room, self.bar_h)
+
+    def _pill(self, x: int, width: int) -> None:
+        """A lit button's pill on the bar (GNOME's checked ``.panel-button``: round ends inside a 3 px border)."""
+        height = self.bar_h - 6
+        self.gc.change(foreground=self.colours["bar_lit"])
+        for left in (x, x + width - height):
+            self.bar_pixmap.fill_arc(self.gc, left, 3, height, height, 0, 360 * 64)
+        self.bar_pixmap.fill_rectangle(self.gc, x + height // 2, 3, width - height, height)
+
+    def _paint_status(self) -> None:
+        """The status icons, on their button's lit pill while the system menu is open."""
+        width = self.m["images"]["status_lit"][0]
+        source = (self.pixmaps["status_lit"], 0) if self.lit == "system" else (self.pixmaps["bar"], self.width - width)
+        self.bar_pixmap.copy_area(self.gc, source[0], source[1], 0, width, self.bar_h, self.width - width, 0)
+        self.bar.clear_area(self.width - width, 0, width, self.bar_h)
+
+    def _light(self, item: str) -> None:
+        """Light the top bar's button ``item`` while its menu is open (``""``: none), as GNOME's."""
+        if item == self.lit:
+            return
+        before, self.lit = self.lit, item
+        for which in (before, item):
+            if which == "app":
+                self._paint_app_name()
+            elif which == "calendar":
+                self._clock()
+            elif which == "system":
+                self._paint_status()
 
     def _clock(self) -> None:
         """The clock, centred: ``Mar 22  21:58`` as GNOME shows it with the date."""
@@ -310,9 +377,12 @@ class Panel:
         text = f"{time.strftime('%b', now)} {now.tm_mday}  {now.tm_hour:02d}:{now.tm_min:02d}"
         x0, span = self.width // 2 - 110, 220
         self.bar_pixmap.copy_area(self.gc, self.pixmaps["bar"], x0, 0, span, self.bar_h, x0, 0)
-        self._text(
-            self.bar_pixmap, "bold", text, self.width // 2 - self._text_width("bold", text) // 2, int(self.m["text_y"])
-        )
+        x = self.width // 2 - self._text_width("bold", text) // 2
+        style = "bold"
+        if self.lit == "calendar":  # its menu is open: the clock's lit pill (the label's 12 px padding)
+            style = "bold_lit"
+            self._pill(x - 12, self._text_width("bold", text) + 24)
+        self._text(self.bar_pixmap, style, text, x, int(self.m["text_y"]))
         self.bar.clear_area(x0, 0, span, self.bar_h)
 
     # the overview: a search field and the app grid, over the work area
@@ -545,42 +615,49 @@ class Panel:
             width = max(width, 300)
         height = 2 * PAD + sum(ROW if r["kind"] != "separator" else SEPARATOR for r in self.rows)
         self._resize_popover(width, height)
-        target = self.popover_pixmap
-        self._rounded(target, width, height, CORNER, "menu", "menu_border")
-        text_h = self.m["glyphs"]["menu"]["height"]
-        icon = int(self.m["menu_icons"]["size"])
+        self._rounded(self.popover_pixmap, width, height, CORNER, "menu", "menu_border")
         y = PAD
         for n, r in enumerate(self.rows):
             r["y"] = y
             r["h"] = ROW if r["kind"] != "separator" else SEPARATOR
-            left, inner = PAD + 1, width - 2 * PAD - 2
-            if r["sub"]:
-                self._fill(target, "submenu", left, y, inner, r["h"])
-            if r["kind"] == "separator":
-                self._fill(target, "separator", left + (12 if not r["sub"] else 24), y + 6, inner - 36, 1)
-            elif r["kind"] == "slider":
-                self._icon(target, r["icon"], False, left + 12, y + (ROW - icon) // 2)
-                track_x, track_w, mid = left + 44, inner - 44 - 18, y + ROW // 2
-                self._fill(target, "separator", track_x, mid - 2, track_w, 4)
-                level = track_x + track_w * 3 // 5  # the VM's volume: some
-                self._fill(target, "today", track_x, mid - 2, level - track_x, 4)
-                self.gc.change(foreground=0xF7F7F7)  # the knob
-                target.fill_arc(self.gc, level - 9, mid - 9, 18, 18, 0, 360 * 64)
-            else:
-                hot = n == self.focus
-                style = "menu_hot" if hot else ("submenu" if r["sub"] else "menu")
-                if hot:
-                    self._fill(target, "menu_hot", left, y, inner, ROW)
-                x = left + (12 if not r["sub"] else 40)
-                if r["icon"]:
-                    self._icon(target, r["icon"], hot, x, y + (ROW - icon) // 2)
-                    x += icon + 12
-                self._text(target, style, r["label"], x, y + (ROW - text_h) // 2)
-                if isinstance(r["action"], tuple) and r["action"][0] == "submenu":
-                    arrow = "down" if self.expanded == r["label"] else "right"
-                    self._icon(target, arrow, hot, left + inner - icon - 12, y + (ROW - icon) // 2)
+            self._draw_row(n, show=False)
             y += r["h"]
         self.popover.clear_area(0, 0, width, height)
+
+    def _draw_row(self, n: int, show: bool = True) -> None:
+        """Draw the open menu's row ``n`` (lit if it is the keyboard's or the pointer's); ``show``: on the screen
+        now (a hover redraws only the rows it changes)."""
+        r, target = self.rows[n], self.popover_pixmap
+        text_h = self.m["glyphs"]["menu"]["height"]
+        icon = int(self.m["menu_icons"]["size"])
+        y = r["y"]
+        left, inner = PAD + 1, self.popover_size[0] - 2 * PAD - 2
+        self._fill(target, "submenu" if r["sub"] else "menu", left, y, inner, r["h"])
+        if r["kind"] == "separator":
+            self._fill(target, "separator", left + (12 if not r["sub"] else 24), y + 6, inner - 36, 1)
+        elif r["kind"] == "slider":
+            self._icon(target, r["icon"], False, left + 12, y + (ROW - icon) // 2)
+            track_x, track_w, mid = left + 44, inner - 44 - 18, y + ROW // 2
+            self._fill(target, "separator", track_x, mid - 2, track_w, 4)
+            level = track_x + track_w * self.volume // 100
+            self._fill(target, "today", track_x, mid - 2, level - track_x, 4)
+            self.gc.change(foreground=0xF7F7F7)  # the knob
+            target.fill_arc(self.gc, level - 9, mid - 9, 18, 18, 0, 360 * 64)
+        else:
+            hot = n == self.focus
+            style = "menu_hot" if hot else ("submenu" if r["sub"] else "menu")
+            if hot:
+                self._fill(target, "menu_hot", left, y, inner, ROW)
+            x = left + (12 if not r["sub"] else 40)
+            if r["icon"]:
+                self._icon(target, r["icon"], hot, x, y + (ROW - icon) // 2)
+                x += icon + 12
+            self._text(target, style, r["label"], x, y + (ROW - text_h) // 2)
+            if isinstance(r["action"], tuple) and r["action"][0] == "submenu":
+                arrow = "down" if self.expanded == r["label"] else "right"
+                self._icon(target, arrow, hot, left + inner - icon - 12, y + (ROW - icon) // 2)
+        if show:
+            self.popover.clear_area(left, y, inner, r["h"])
 
     def _resize_popover(self, width: int, height: int) -> None:
         """Give the popover a fresh picture of ``width`` x ``height`` and put it where its kind hangs."""
@@ -605,13 +682,15 @@ class Panel:
         self._shape(self.popover, width, height, radius)
 
     def _draw_calendar(self) -> None:
-        """GNOME's date menu: the notification list (empty) left, today and the month's calendar right."""
+        """GNOME's date menu: the notification list (empty) left, today and a month's calendar right (the month
+        :attr:`month_shown` away from today's; its arrows go from one to the next). Its clickable parts are its
+        rows: the arrows, the Do Not Disturb switch and Clear."""
         width, height = 720, 420
         self._resize_popover(width, height)
         target = self.popover_pixmap
         self._rounded(target, width, height, CORNER, "menu", "menu_border")
         glyphs = self.m["glyphs"]
-        # left: no notifications, Do Not Disturb and Clear at the bottom
+        # left: the notifications (none: Clear leaves none), Do Not Disturb and Clear at the bottom
         split = 420
         bell = self.m["images"]["bell"]
         target.copy_area(self.gc, self.pixmaps["bell"], 0, 0, bell[0], bell[1], split // 2 - bell[0] // 2, 130)
@@ -622,29 +701,33 @@ class Panel:
         bottom = height - PAD - 12 - 36
         self._text(target, "menu", "Do Not Disturb", 24, bottom + (36 - glyphs["menu"]["height"]) // 2)
         switch_x = 24 + self._text_width("menu", "Do Not Disturb") + 14
-        self.gc.change(foreground=self.colours["separator"])
-        target.fill_arc(self.gc, switch_x, bottom + 6, 24, 24, 90 * 64, 180 * 64)
-        target.fill_arc(self.gc, switch_x + 24, bottom + 6, 24, 24, 270 * 64, 180 * 64)
-        target.fill_rectangle(self.gc, switch_x + 12, bottom + 6, 24, 24)
-        self.gc.change(foreground=0xF7F7F7)
-        target.fill_arc(self.gc, switch_x + 2, bottom + 8, 20, 20, 0, 360 * 64)
-        clear_w = self._text_width("button", "Clear") + 32
-        self._fill(target, "button", split - 12 - clear_w, bottom, clear_w, 36)
+        self._switch(target, switch_x, bottom + 6, self.do_not_disturb)
+        clear_w = self._text_width("button", "Clear") + 32  # insensitive: there is nothing to clear
+        self._fill(target, "button_off", split - 12 - clear_w, bottom, clear_w, 36)
         self._text(
-            target, "button", "Clear", split - 12 - clear_w + 16, bottom + (36 - glyphs["button"]["height"]) // 2
+            target, "button_off", "Clear", split - 12 - clear_w + 16, bottom + (36 - glyphs["button"]["height"]) // 2
         )
         self._fill(target, "separator", split, PAD + 6, 1, height - 2 * PAD - 12)
-        # right: the day and the date, the month, its weeks (Sunday first, as the VM's en_US locale)
+        # right: the day and the date, the month shown, its weeks (Sunday first, as the VM's en_US locale)
         now = time.localtime()
         x0, right = split + 18, width - PAD - 12
         self._text(target, "menu_bold", time.strftime("%A", now), x0, PAD + 12)
         date = f"{time.strftime('%B', now)} {now.tm_mday} {now.tm_year}"
         self._text(target, "title", date, x0, PAD + 12 + glyphs["menu_bold"]["height"] + 2)
         top = PAD + 80
-        month = time.strftime("%B", now)
-        self._text(target, "menu_bold", month, (x0 + right) // 2 - self._text_width("menu_bold", month) // 2, top)
+        months = now.tm_year * 12 + now.tm_mon - 1 + self.month_shown
+        year, month = divmod(months, 12)
+        first = time.mktime((year, month + 1, 1, 12, 0, 0, 0, 0, -1))
+        title = time.strftime("%B" if year == now.tm_year else "%B %Y", time.localtime(first))  # as GNOME's
+        self._text(target, "menu_bold", title, (x0 + right) // 2 - self._text_width("menu_bold", title) // 2, top)
         self._icon(target, "right", False, right - 20, top + 2)
         self._text(target, "menu_bold", "<", x0 + 4, top)
+        self.rows = [
+            {"kind": "month", "step": -1, "x": x0 - 4, "w": 32, "y": top - 8, "h": 32},
+            {"kind": "month", "step": 1, "x": right - 28, "w": 32, "y": top - 8, "h": 32},
+            {"kind": "do-not-disturb", "x": 12, "w": switch_x + 48 + 6 - 12, "y": bottom, "h": 36},
+            {"kind": "clear", "x": split - 12 - clear_w, "w": clear_w, "y": bottom, "h": 36},
+        ]
         cell_w, cell_h = (right - x0) // 7, 32
         top += 32
         for i, day in enumerate("SMTWTFS"):
@@ -652,20 +735,28 @@ class Panel:
                 target, "small_dim", day, x0 + i * cell_w + cell_w // 2 - self._text_width("small_dim", day) // 2, top
             )
         top += 24
-        first = time.mktime((now.tm_year, now.tm_mon, 1, 12, 0, 0, 0, 0, -1))
         start = (time.localtime(first).tm_wday + 1) % 7  # Sunday 0
         day_seconds = 86400
         for cell in range(42):
             when = time.localtime(first + (cell - start) * day_seconds)
             text = str(when.tm_mday)
             cx, cy = x0 + (cell % 7) * cell_w + cell_w // 2, top + (cell // 7) * cell_h
-            style = "small" if when.tm_mon == now.tm_mon else "small_dim"
-            if when.tm_mon == now.tm_mon and when.tm_mday == now.tm_mday:
+            style = "small" if when.tm_mon == month + 1 else "small_dim"
+            if (when.tm_year, when.tm_mon, when.tm_mday) == (now.tm_year, now.tm_mon, now.tm_mday):
                 style = "today"
                 self.gc.change(foreground=self.colours["today"])
                 target.fill_arc(self.gc, cx - 14, cy + glyphs["small"]["height"] // 2 - 14, 28, 28, 0, 360 * 64)
             self._text(target, style, text, cx - self._text_width(style, text) // 2, cy)
         self.popover.clear_area(0, 0, width, height)
+
+    def _switch(self, target: Any, x: int, y: int, on: bool) -> None:
+        """A 48 x 24 switch as Yaru's: grey with its knob left when off, orange with its knob right when on."""
+        self.gc.change(foreground=self.colours["today" if on else "separator"])
+        target.fill_arc(self.gc, x, y, 24, 24, 90 * 64, 180 * 64)
+        target.fill_arc(self.gc, x + 24, y, 24, 24, 270 * 64, 180 * 64)
+        target.fill_rectangle(self.gc, x + 12, y, 24, 24)
+        self.gc.change(foreground=0xF7F7F7)
+        target.fill_arc(self.gc, x + (26 if on else 2), y + 2, 20, 20, 0, 360 * 64)
 
     def _draw_dialog(self) -> None:
         """An end-session dialog as GNOME's: its title and text centred, its buttons side by side at the bottom."""
@@ -698,7 +789,7 @@ class Panel:
         self.popover_kind = kind
         self.focus = -1
         if kind == "calendar":
-            self.rows = []
+            self.month_shown = 0  # GNOME's date menu opens on today's month
             self._draw_calendar()
         elif kind.startswith("dialog:"):
             self._draw_dialog()
@@ -706,15 +797,27 @@ class Panel:
             self.expanded = ""
             self.rows = self._menu_rows(kind)
             self._draw_menu()
+            if kind == "system":
+                self._read_volume()
+        self._light(kind if kind in ("app", "calendar", "system") else "")
         self.popover.map()
         self.popover.clear_area(0, 0, *self.popover_size)
         self.popover.grab_pointer(
-            True, X.ButtonPressMask, X.GrabModeAsync, X.GrabModeAsync, X.NONE, X.NONE, X.CurrentTime
+            True,
+            X.ButtonPressMask | X.ButtonReleaseMask | X.PointerMotionMask,
+            X.GrabModeAsync,
+            X.GrabModeAsync,
+            X.NONE,
+            X.NONE,
+            X.CurrentTime,
         )
         self.popover.grab_keyboard(True, X.GrabModeAsync, X.GrabModeAsync, X.CurrentTime)
 
     def _close_popover(self) -> None:
+        if self.sliding:
+            self._slid()
         self.popover.unmap()
+        self._light("")
         self.popover_kind = ""
         self.rows = []
         self.d.ungrab_pointer(X.CurrentTime)
@@ -730,6 +833,15 @@ class Panel:
         """Do what a menu's row says (a dialog's buttons only close it)."""
         action = row.get("action", "none")
         kind = self.popover_kind
+        if row["kind"] in ("month", "do-not-disturb", "clear"):  # the date menu's: it stays open
+            if row["kind"] == "month":
+                self.month_shown += row["step"]
+            elif row["kind"] == "do-not-disturb":
+                self.do_not_disturb = not self.do_not_disturb
+            # Clear: the notification list is empty (nothing here sends notifications) and Clear insensitive, as
+            # GNOME's then: it stays so
+            self._draw_calendar()
+            return
         if row["kind"] == "button" or row["kind"] == "separator" or row["kind"] == "slider":
             if row["kind"] == "button":
                 self._close_popover()
@@ -758,7 +870,11 @@ class Panel:
                 return  # a modal dialog holds the screen until it is answered
             for row in self.rows:
                 if row["y"] <= y < row["y"] + row["h"] and row.get("x", 0) <= x < row.get("x", 0) + row.get("w", width):
-                    self._activate(row)
+                    if row["kind"] == "slider" and event.detail == 1:  # the knob goes where it was pressed
+                        self.sliding = True
+                        self._slide(x)
+                    else:
+                        self._activate(row)
                     return
             return
         if self.popover_kind.startswith("dialog"):
@@ -769,6 +885,84 @@ class Panel:
             item = self.bar_item(event.event_x)
             if item != open_kind:  # another of the bar's buttons: its own menu (or the overview)
                 self._bar_click(item)
+
+    def _popover_motion(self, event: Any) -> None:
+        """The menu's row under the pointer is lit, as GNOME's hover (the keyboard's row goes with it); off the
+        menu, none is. Only the two rows that change are redrawn."""
+        if self.popover_kind not in ("app", "system") or event.window.id != self.popover.id:
+            return
+        if self.sliding:  # the knob follows the pointer while held
+            self._slide(event.event_x)
+            return
+        x, y = event.event_x, event.event_y
+        width, height = self.popover_size
+        row = -1
+        if 0 <= x < width and 0 <= y < height:
+            row = next((i for i, r in enumerate(self.rows) if r["y"] <= y < r["y"] + r["h"]), -1)
+        if row != -1 and self.rows[row]["kind"] != "item":
+            row = -1
+        if row != self.focus:
+            before, self.focus = self.focus, row
+            for n in (before, row):
+                if n != -1:
+                    self._draw_row(n)
+
+    def _track(self) -> tuple[int, int]:
+        """The volume slider's track: its left end and its width in the popover."""
+        left, inner = PAD + 1, self.popover_size[0] - 2 * PAD - 2
+        return left + 44, inner - 44 - 18
+
+    def _slide(self, x: int) -> None:
+        """Put the volume where the pointer is on the slider's track (0 to 100 %), and redraw the slider."""
+        track_x, track_w = self._track()
+        volume = max(0, min(100, round((x - track_x) * 100 / track_w)))
+        self.volume_moved = True
+        if volume != self.volume:
+            self.volume = volume
+            self._draw_row(next(i for i, r in enumerate(self.rows) if r["kind"] == "slider"))
+
+    def _slid(self) -> None:
+        """The slider let go: the sound server's volume is the slider's (pactl, inside the sandbox)."""
+        self.sliding = False
+        if self.pactl:
+            self._launch([self.pactl, "set-sink-volume", "@DEFAULT_SINK@", f"{self.volume}%"])
+
+    def _read_volume(self) -> None:
+        """Ask the sound server for its volume, without waiting: :meth:`_volume_read` takes the answer."""
+        self.volume_moved = False
+        if not self.pactl or self.volume_reader is not None:
+            return
+        try:
+            self.volume_reader = subprocess.Popen(
+                [self.pactl, "get-sink-volume", "@DEFAULT_SINK@"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            logger.warning("could not read the volume with %s: %s", self.pactl, exc)
+
+    def _volume_read(self) -> None:
+        """The sound server's volume (``Volume: front-left: 32768 /  50% / ...``) on the slider, unless the
+        pointer moved it meanwhile. Read as it comes, never waiting: the answer's line, or the end of pactl's
+        output, ends the reading (pactl is reaped later if it has not exited yet)."""
+        reader = self.volume_reader
+        assert reader is not None and reader.stdout is not None
+        chunk = os.read(reader.stdout.fileno(), 4096)
+        self.volume_answer += chunk
+        if chunk and b"\n" not in self.volume_answer:
+            return
+        self.volume_reader, out, self.volume_answer = None, self.volume_answer.decode(errors="replace"), b""
+        reader.stdout.close()
+        if reader.poll() is None:
+            self.exited.append(reader)
+        found = re.search(r"(\d+)%", out)
+        if found is None or self.volume_moved:
+            return
+        self.volume = min(100, int(found.group(1)))
+        if self.popover_kind == "system":
+            self._draw_row(next(i for i, r in enumerate(self.rows) if r["kind"] == "slider"))
 
     def _popover_key(self, event: Any) -> None:
         keysym = self.d.keycode_to_keysym(event.detail, 0)
@@ -868,6 +1062,10 @@ class Panel:
     def handle(self, event: Any) -> None:
         if event.type == X.ButtonPress:
             self._click(event)
+        elif event.type == X.MotionNotify and self.popover_kind:
+            self._popover_motion(event)
+        elif event.type == X.ButtonRelease and self.sliding:
+            self._slid()
         elif event.type == X.PropertyNotify and event.window.id == self.root.id:
             if event.atom == self.atoms["_NET_CLIENT_LIST"]:
                 self._dots()
@@ -902,9 +1100,12 @@ class Panel:
                 ready = True
             if time.localtime().tm_min != self.clock_minute:
                 self._clock()
-            self.d.flush()
             wake = 60 - time.time() % 60 + 0.05
-            select.select([self.d.fileno()], [], [], wake if ready else min(wake, 0.05))
+            reader = [self.volume_reader.stdout] if self.volume_reader is not None else []
+            readable = wait_for_input(self.d, reader, wake if ready else min(wake, 0.05))
+            if reader and reader[0] in readable:
+                self._volume_read()
+            self.exited = [child for child in self.exited if child.poll() is None]
 
 
 def main(argv: list[str]) -> int:
