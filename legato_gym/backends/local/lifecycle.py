@@ -232,7 +232,7 @@ class DesktopProcesses:
         """Start the X server and a sandbox; capture the home baseline and the X baseline the first time."""
         self._display = self._new_display(self._slot)
         self._display.start(deadline)
-        self._paint_background(self._display)
+        self._prepare_display(self._display)
         # The window manager lives in the sandbox and dies with it: the X baseline is the server as a
         # first, untouched sandbox leaves it (the window manager's root properties, the repainted root),
         # which is what every fast reset's kill leaves too.
@@ -526,7 +526,7 @@ class DesktopProcesses:
             display = self._new_display(slot)
             display.start(deadline)
             try:
-                self._paint_background(display)
+                self._prepare_display(display)
                 sandbox, client = self._open_sandbox(display, slot, deadline)
             except BaseException:
                 display.stop()
@@ -570,10 +570,10 @@ class DesktopProcesses:
         """The root window's background of the session (the lookalike's wallpaper; ``None``: the server's black)."""
         return wallpaper(self.config.screen) if self.spec.session == "lookalike" else None
 
-    def _paint_background(self, display: Display) -> None:
-        """Paint a new X server's root with the session's wallpaper, which it keeps across fast resets."""
-        if (picture := self._wallpaper()) is not None:
-            xstate.paint_background(display.name, picture)
+    def _prepare_display(self, display: Display) -> None:
+        """Set up a new X server before its first sandbox (:func:`.xstate.prepare_display`): the session's
+        wallpaper, which it keeps across fast resets, and its keyboard's source."""
+        xstate.prepare_display(display.name, self._wallpaper())
 
 
 def sweep_stale(root: Path) -> None:

@@ -8,7 +8,7 @@ background, windows of a client that set ``RetainPermanent``, selection owners (
 pointer, keyboard and pointer controls, the font path and the host access list.
 
 The root's background is the X server's black, or a picture (:class:`Wallpaper`: the lookalike session's):
-painted once by the host (:func:`paint_background`), it stays in the X server across fast resets, and the
+painted once by the host (:func:`prepare_display`), it stays in the X server across fast resets, and the
 server repaints it by itself wherever a window goes away. A reset checks the screen it leaves against the
 baseline's, every pixel, and paints the background again only when it differs (an agent can set the root's
 background: ``xsetroot``, any X client).
@@ -35,7 +35,7 @@ from typing import Any
 
 from legato_gym.errors import DesktopCrashed, MissingDependencyError
 
-__all__ = ["Wallpaper", "XBaseline", "open_display", "paint_background", "restore"]
+__all__ = ["Wallpaper", "XBaseline", "open_display", "prepare_display", "restore"]
 
 logger = logging.getLogger(__name__)
 
@@ -127,19 +127,35 @@ class Wallpaper:
     pixels: bytes
 
 
-def paint_background(display_name: str, wallpaper: Wallpaper | None) -> None:
-    """Make ``wallpaper`` the root window's background (``None``: the server's black) and paint the root with it.
+def prepare_display(display_name: str, wallpaper: Wallpaper | None) -> None:
+    """Set up a new X server before any client of a desktop connects: its background and its keyboard's source.
 
-    The X server keeps the picture as the root's background after this connection closes (the pixmap's id is
-    freed at once, as ``xsetroot`` frees it) and repaints it by itself wherever a window goes away."""
+    With ``wallpaper``, the picture becomes the root window's background and is painted (else the server's black
+    stays). The X server keeps it after this connection closes (the pixmap's id is freed at once, as ``xsetroot``
+    frees it) and repaints it by itself wherever a window goes away.
+
+    Then Shift is pressed and released once through XTest. The first key event an X server gets from XTest makes
+    its XTest keyboard the core keyboard's source: the server tells every client the keyboard changed, and GNOME
+    Shell then loads its keymap and grabs its shortcuts again, losing a shortcut pressed meanwhile (the agent's
+    first ctrl+alt+t did nothing in 8 of 17 fresh GNOME sessions, and in none of 6 with this Shift). Done here, that
+    change is over before any session runs; the X baseline is taken after it.
+    """
     xlib = _xlib()
+    from Xlib import X
+    from Xlib.ext import xtest
+
     try:
         with _connect(display_name) as display:
-            _paint(display, wallpaper)
+            if wallpaper is not None:
+                _paint(display, wallpaper)
+            shift = _keycode(display, 0xFFE1)  # XK_Shift_L
+            if shift:
+                xtest.fake_input(display, X.KeyPress, shift)
+                xtest.fake_input(display, X.KeyRelease, shift)
             display.sync()
     except (xlib.error.XError, xlib.error.DisplayError, ConnectionError, OSError) as exc:
         raise DesktopCrashed(
-            f"could not paint the root window of the X server {display_name}: {type(exc).__name__}: {exc}"
+            f"could not set up the X server {display_name} for a desktop: {type(exc).__name__}: {exc}"
         ) from exc
 
 
@@ -204,7 +220,7 @@ class XBaseline:
     def capture(cls, display_name: str, screen: Callable[[], bytes], wallpaper: Wallpaper | None = None) -> XBaseline:
         """Record the state of the X server at ``display_name`` (``:N``); ``screen()`` digests its pixels.
 
-        ``wallpaper`` is the root's background it shows (:func:`paint_background`, painted before)."""
+        ``wallpaper`` is the root's background it shows (:func:`prepare_display`, painted before)."""
         with _connect(display_name) as display:
             return cls._read(display, screen, wallpaper)
 

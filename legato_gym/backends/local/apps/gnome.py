@@ -34,6 +34,7 @@ __all__ = [
     "openbox_keybinds",
     "skeleton_files",
     "system_files",
+    "terminal_command",
 ]
 
 #: Default application per MIME type, as the VM's GNOME has them (desktop file names), from each app's record
@@ -149,9 +150,14 @@ TERMINALS = ("gnome-terminal", "xterm")
 SKELETON = ("/etc/skel/.bashrc", "/etc/skel/.profile", "/etc/skel/.bash_logout")
 
 
+def terminal_command(which: Any = shutil.which) -> str | None:
+    """What the VM's ctrl+alt+t runs here: the first of :data:`TERMINALS` installed (``None``: none is)."""
+    return next((name for name in TERMINALS if which(name)), None)
+
+
 def openbox_keybinds(which: Any = shutil.which) -> str:
     """openbox ``<keybind>`` rules of the VM's GNOME that run a program (inside the sandbox): ctrl+alt+t."""
-    terminal = next((name for name in TERMINALS if which(name)), None)
+    terminal = terminal_command(which)
     if terminal is None:
         return ""
     return f'    <keybind key="C-A-t"><action name="Execute"><command>{terminal}</command></action></keybind>\n'

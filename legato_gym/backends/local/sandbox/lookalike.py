@@ -10,7 +10,7 @@ the top bar (openbox's margins), an overview with an app grid and a search, and 
 Everything the panel shows is drawn here once per screen size with Pillow (:func:`write_lookalike_files`)
 into the desktop's own folder, bound read-only at :data:`LOOKALIKE_DIR`: raw pixmaps (zlib) and a manifest
 with the layout. The wallpaper is not among them: it is the root window's background, which the host paints
-(:func:`wallpaper`, :func:`.xstate.paint_background`) and the X server keeps across fast resets, so a reset
+(:func:`wallpaper`, :func:`.xstate.prepare_display`) and the X server keeps across fast resets, so a reset
 sends it again only when something in the sandbox changed it. Inside, the panel only copies the pictures
 into X pixmaps and copies rectangles around (text is glyphs copied from a pre-drawn strip), so it imports
 neither Pillow nor numpy (docs/benchmarks.md: its memory and idle CPU).
