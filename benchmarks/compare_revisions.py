@@ -10,8 +10,9 @@ number in the tables the scripts print is compared by its median over the rounds
     python benchmarks/compare_revisions.py 8e79d19 --out /tmp/compare.md
 
 The benchmarks (``--bench``): ``vector`` (``vector_overhead.py --sizes 8 64 256``), ``overhead``
-(``collect_bench.py overhead``) and ``disk`` (``collect_bench.py disk``). ``--head .`` (the default) is the
-working tree as it is, uncommitted edits included.
+(``collect_bench.py overhead``), ``disk`` (``collect_bench.py disk``) and ``sessions`` (``local_sessions.py``
+on openbox and the lookalike: memory, idle CPU, start and reset times; not run by default). ``--head .`` (the
+default) is the working tree as it is, uncommitted edits included.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ BENCHMARKS = {
     "vector": ["benchmarks/vector_overhead.py", "--sizes", "8", "64", "256"],
     "overhead": ["benchmarks/collect_bench.py", "overhead"],
     "disk": ["benchmarks/collect_bench.py", "disk"],
+    "sessions": ["benchmarks/local_sessions.py", "--idle", "5", "--resets", "10", "--sessions", "openbox,lookalike"],
 }
 _NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?")
 

@@ -38,6 +38,7 @@ from legato_gym.backends.local.sandbox.lookalike import (
     TITLE_BUTTON_SLACK,
     YARU_TITLE_BUTTONS,
     layout,
+    wallpaper,
 )
 from legato_gym.backends.local.sandbox.panel import GAP, PAD, ROW, SEPARATOR
 from legato_gym.backends.local.sandbox.shell import APP_WINDOWS
@@ -155,6 +156,104 @@ def test_top_bar_and_dock_take_the_vms_rows_and_columns(desktop: LocalDesktop) -
         cell = screen[65 + 68 * k - 20 : 65 + 68 * k + 20, 15:55]
         assert np.abs(cell - screen[65 + 68 * k, 66]).sum(axis=2).max() > 100, k
     assert (screen[SHOW_APPS - 16 : SHOW_APPS + 16, 19:51] > 200).any()  # Show Applications' dots
+
+
+def wallpaper_shown(desktop: LocalDesktop) -> np.ndarray:
+    """Where the screen's work area is not the session's wallpaper (pixel for pixel), the pointer's box left out."""
+    import zlib
+
+    picture = wallpaper(SCREEN)
+    bgrx = np.frombuffer(zlib.decompress(picture.pixels), np.uint8).reshape(picture.height, picture.width, 4)
+    screen = desktop.display.screenshot()
+    differ = (screen != bgrx[:, :, 2::-1]).any(axis=2)
+    screen_x = open_display(desktop.display.name)
+    try:
+        pointer = screen_x.screen().root.query_pointer()
+    finally:
+        screen_x.close()
+    differ[max(0, pointer.root_y - 8) : pointer.root_y + 40, max(0, pointer.root_x - 8) : pointer.root_x + 40] = False
+    x, y, _, _ = WORK_AREA
+    return np.argwhere(differ[y:, x:])
+
+
+def flash(desktop: LocalDesktop, x: int, y: int) -> None:
+    """Show a black 200 px square of the host's at ``(x, y)`` and take it away: the root shows its background there."""
+    host = open_display(desktop.display.name)
+    try:
+        s = host.screen()
+        window = s.root.create_window(x, y, 200, 200, 0, s.root_depth, background_pixel=0, override_redirect=1)
+        window.map()
+        host.sync()
+        assert wait_for(lambda: tuple(pixels(desktop)[y + 100, x + 100]) == (0, 0, 0), 10)  # control: it was shown
+        window.destroy()
+        host.sync()
+    finally:
+        host.close()
+
+
+#: An action that makes the root window's background red, and shows it only where a window of its own went away
+#: (a 100 px square at 900, 500): everywhere else the red background is latent, seen once a window there goes.
+RED_ROOT = """
+from Xlib import display
+d = display.Display()
+s = d.screen()
+s.root.change_attributes(background_pixel=0xFF0000)
+w = s.root.create_window(900, 500, 100, 100, 0, s.root_depth, background_pixel=0, override_redirect=1)
+w.map()
+d.sync()
+w.destroy()
+d.sync()
+"""
+
+
+def test_a_reset_leaves_the_wallpaper_of_a_fresh_desktop_though_the_sandbox_changed_the_root(
+    desktop: LocalDesktop,
+) -> None:
+    desktop.reset(EMPTY)
+    desktop.wait_after_reset()
+    assert len(wallpaper_shown(desktop)) == 0  # a fresh desktop's work area is the wallpaper, every pixel
+    desktop.act(f"exec({RED_ROOT!r})")
+    assert wait_for(lambda: tuple(pixels(desktop)[550, 950]) == (255, 0, 0), 10)  # control: the root is red
+    desktop.reset(EMPTY)
+    assert desktop.last_reset_kind == "fast"
+    desktop.wait_after_reset()
+    assert len(wallpaper_shown(desktop)) == 0
+    # the latent red is gone too: a window of the host's, mapped and destroyed elsewhere, leaves the wallpaper
+    flash(desktop, 300, 300)
+    assert wait_for(lambda: len(wallpaper_shown(desktop)) == 0, 10)
+
+
+def test_a_background_that_differs_only_where_nothing_went_away_is_painted_over_at_reset(
+    desktop: LocalDesktop,
+) -> None:
+    """The wallpaper with a red square in the work area as the root's background, the root left unpainted: where
+    the bar and the dock go at the kill it is the wallpaper, so only the repaint of the whole root shows it."""
+    import zlib
+
+    from Xlib import X
+
+    desktop.reset(EMPTY)
+    desktop.wait_after_reset()
+    picture = wallpaper(SCREEN)
+    bgrx = np.frombuffer(zlib.decompress(picture.pixels), np.uint8).reshape(picture.height, picture.width, 4).copy()
+    bgrx[600:700, 1200:1300] = (0, 0, 255, 0)  # red, as BGRX
+    host = open_display(desktop.display.name)
+    try:
+        s = host.screen()
+        pixmap = s.root.create_pixmap(picture.width, picture.height, s.root_depth)
+        gc = pixmap.create_gc()
+        for top in range(0, picture.height, 20):
+            pixmap.put_image(gc, 0, top, picture.width, 20, X.ZPixmap, s.root_depth, 0, bgrx[top : top + 20].tobytes())
+        s.root.change_attributes(background_pixmap=pixmap)  # and no clear: nothing shows it yet
+        pixmap.free()
+        host.sync()
+    finally:
+        host.close()
+    assert len(wallpaper_shown(desktop)) == 0
+    desktop.reset(EMPTY)
+    assert desktop.last_reset_kind == "fast"
+    flash(desktop, 1150, 550)
+    assert wait_for(lambda: len(wallpaper_shown(desktop)) == 0, 10)
 
 
 def extents(desktop: LocalDesktop, cls: str) -> list[int]:

@@ -88,8 +88,7 @@ def test_usr_bin_thunderbird_gives_the_vms_window_class_and_defaults_without_fir
     assert 'pref("mail.rights.override", true);' in syspref
     assert "lockPref" not in syspref  # defaults only: a task's profile still sets what it sets
     tracker = f"{apps.DBUS_SERVICES}/org.freedesktop.Tracker3.Miner.Files.service"
-    if Path(tracker).is_file():  # nautilus waits on the indexer's first query otherwise ("Loading…")
-        assert files[tracker].endswith("Exec=/bin/false\n")
+    assert tracker not in files  # the file indexer starts on demand, as on the VM (GNOME Videos browses with it)
 
 
 def test_ready_titles_of_thunderbird_the_file_manager_and_the_pdf_viewer() -> None:

@@ -36,6 +36,10 @@ SCREEN = (1280, 720)
 VLC = "VLC_VERBOSE=-1 vlc --no-audio --no-video-title-show"  # as OSWorld's vlc tasks launch it
 
 needs_gimp = pytest.mark.skipif(shutil.which("gimp") is None, reason="needs GIMP (apt: gimp)")
+needs_totem = pytest.mark.skipif(
+    not (shutil.which("totem") and Path("/usr/libexec/tracker-miner-fs-3").exists()),
+    reason="needs GNOME Videos and Tracker's file indexer (apt: totem tracker-miner-fs)",
+)
 needs_vlc = pytest.mark.skipif(not apps.vlc_http_installed(), reason="needs VLC with its Lua HTTP interface (apt: vlc)")
 
 
@@ -262,6 +266,21 @@ def test_vlcs_http_interface_answers_outside_the_sandbox_with_the_vms_password(d
     assert "<state>stopped</state>" in response.text
     unauthorised = _status(desktop, auth=None)
     assert unauthorised is not None and unauthorised.status_code == 401
+
+
+@pytest.mark.desktop
+@needs_totem
+def test_gnome_videos_browses_through_tracker_and_shows_no_error_dialog(desktop: LocalDesktop) -> None:
+    """On the VM Tracker's file indexer runs and GNOME Videos opens on its (empty) library; without the indexer it
+    shows a modal "Browse Error" dialog, a second window of its class with no title."""
+    desktop.reset(_task([{"type": "launch", "parameters": {"command": ["totem"]}}]))
+    assert desktop.wait_after_reset().ready
+    assert _until(lambda: [w.title for w in desktop.display.windows()] == ["Videos"])
+    indexer = "pgrep -f ^/usr/libexec/tracker-miner-fs-3"
+    # control: Videos' query started the indexer (D-Bus activation, inside the sandbox)
+    assert _until(lambda: desktop.client.execute(indexer, shell=True)["returncode"] == 0, 30)
+    assert desktop.display.wait_settled(time.monotonic() + 30, 1.0, 0.05)  # the answer drawn, or a dialog shown
+    assert [(w.title, w.wm_class) for w in desktop.display.windows()] == [("Videos", "totem.Totem")]
 
 
 @pytest.mark.desktop

@@ -717,6 +717,21 @@ def test_gnome_dock_context_menu_starts_nothing_outside(gnome: LocalDesktop) -> 
     assert gnome.display.alive()
 
 
+def terminal_shortcut_opens_inside(desktop: LocalDesktop) -> None:
+    """ctrl+alt+t opens GNOME Terminal, as on the VM, and it runs inside the sandbox."""
+    desktop.reset(TASK)
+    desktop.act("pyautogui.hotkey('ctrl', 'alt', 't')")
+    assert wait_for(lambda: any(w.wm_class.endswith(".Gnome-terminal") for w in desktop.display.windows()), 30)
+    code, out = agent(desktop, "ps -eo args")
+    assert code == 0 and "gnome-terminal-server" in out, out  # control: the terminal runs, and inside
+    assert outside_sandbox(desktop) == []
+
+
+@pytest.mark.skipif(shutil.which("gnome-terminal") is None, reason="needs GNOME Terminal (apt: gnome-terminal)")
+def test_gnome_terminal_shortcut_opens_the_terminal_inside(gnome: LocalDesktop) -> None:
+    terminal_shortcut_opens_inside(gnome)
+
+
 def test_gnome_extension_settings_and_shell_eval_stay_inside(gnome: LocalDesktop) -> None:
     gnome.reset(TASK)
     marker = f"/tmp/shell-eval-{uuid.uuid4().hex}"
@@ -743,6 +758,11 @@ def lookalike() -> Iterator[LocalDesktop]:
     with LocalDesktop(DesktopConfig(screen=(1920, 1080), options=options)) as desktop:
         desktop.reset(TASK)
         yield desktop
+
+
+@pytest.mark.skipif(shutil.which("gnome-terminal") is None, reason="needs GNOME Terminal (apt: gnome-terminal)")
+def test_lookalike_terminal_shortcut_opens_the_terminal_inside(lookalike: LocalDesktop) -> None:
+    terminal_shortcut_opens_inside(lookalike)
 
 
 def test_lookalike_panel_and_what_it_launches_run_inside_the_sandbox(lookalike: LocalDesktop) -> None:

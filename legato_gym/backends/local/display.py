@@ -8,6 +8,7 @@ framebuffer file that ``Xvfb -fbdir`` memory-maps (no X client library, no copy 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import select
@@ -261,6 +262,13 @@ class Display:
     def fingerprint(self) -> bytes:
         """A cheap digest of the screen (every 4th pixel of every 4th row) to tell whether it changed."""
         return self._framebuffer()[::4, ::4, :3].tobytes()
+
+    def digest(self) -> bytes:
+        """A digest of every pixel of the screen (its padding byte left out): exact where :meth:`fingerprint` is
+        cheap, for a reset to tell whether the screen it leaves is the baseline's to the pixel (about 7 ms at
+        1920x1080)."""
+        words = np.ascontiguousarray(self._framebuffer()).view(np.uint32) & np.uint32(0xFFFFFF)
+        return hashlib.sha256(words.data).digest()
 
     def wait_settled(
         self,

@@ -44,7 +44,8 @@ from legato_gym.backends.local.sandbox import (
     SandboxSpec,
     UidLease,
 )
-from legato_gym.backends.local.xstate import XBaseline
+from legato_gym.backends.local.sandbox.lookalike import wallpaper
+from legato_gym.backends.local.xstate import Wallpaper, XBaseline
 from legato_gym.bounds import ReadCaps
 from legato_gym.config import DesktopConfig
 from legato_gym.contract import Task
@@ -231,6 +232,7 @@ class DesktopProcesses:
         """Start the X server and a sandbox; capture the home baseline and the X baseline the first time."""
         self._display = self._new_display(self._slot)
         self._display.start(deadline)
+        self._prepare_display(self._display)
         # The window manager lives in the sandbox and dies with it: the X baseline is the server as a
         # first, untouched sandbox leaves it (the window manager's root properties, the repainted root),
         # which is what every fast reset's kill leaves too.
@@ -239,7 +241,7 @@ class DesktopProcesses:
             self._capture_baseline(deadline)
         if not self._kill_sandbox(deadline):
             raise DesktopCrashed("the first sandbox of the desktop did not die when killed")
-        self._x_baseline = XBaseline.capture(self._display.name, self._display.fingerprint)
+        self._x_baseline = XBaseline.capture(self._display.name, self._display.digest, self._wallpaper())
         self._x_display = self._display
         self._start_sandbox(deadline)
 
@@ -524,6 +526,7 @@ class DesktopProcesses:
             display = self._new_display(slot)
             display.start(deadline)
             try:
+                self._prepare_display(display)
                 sandbox, client = self._open_sandbox(display, slot, deadline)
             except BaseException:
                 display.stop()
@@ -561,7 +564,16 @@ class DesktopProcesses:
         """Put back what the episode changed in the X server (it outlives the sandbox); what is still off."""
         if self._x_baseline is None:
             return ["no X server baseline"]
-        return xstate.restore(self.display.name, self._x_baseline, self.display.fingerprint)
+        return xstate.restore(self.display.name, self._x_baseline, self.display.digest)
+
+    def _wallpaper(self) -> Wallpaper | None:
+        """The root window's background of the session (the lookalike's wallpaper; ``None``: the server's black)."""
+        return wallpaper(self.config.screen) if self.spec.session == "lookalike" else None
+
+    def _prepare_display(self, display: Display) -> None:
+        """Set up a new X server before its first sandbox (:func:`.xstate.prepare_display`): the session's
+        wallpaper, which it keeps across fast resets, and its keyboard's source."""
+        xstate.prepare_display(display.name, self._wallpaper())
 
 
 def sweep_stale(root: Path) -> None:

@@ -7,6 +7,12 @@ openbox takes its desktops), keys and buttons left pressed through XTest, Caps L
 background, windows of a client that set ``RetainPermanent``, selection owners (the clipboard), the
 pointer, keyboard and pointer controls, the font path and the host access list.
 
+The root's background is the X server's black, or a picture (:class:`Wallpaper`: the lookalike session's):
+painted once by the host (:func:`prepare_display`), it stays in the X server across fast resets, and the
+server repaints it by itself wherever a window goes away. A reset checks the screen it leaves against the
+baseline's, every pixel, and paints the background again only when it differs (an agent can set the root's
+background: ``xsetroot``, any X client).
+
 :class:`XBaseline` records all of it from the host side, with no client of a sandbox connected;
 :func:`restore`, called at the same point of every fast reset (the old sandbox dead, the new one not yet
 started), puts it back and returns what is still different, so that the reset restarts the whole
@@ -22,17 +28,20 @@ import shutil
 import subprocess
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from legato_gym.errors import MissingDependencyError
+from legato_gym.errors import DesktopCrashed, MissingDependencyError
 
-__all__ = ["XBaseline", "open_display", "restore"]
+__all__ = ["Wallpaper", "XBaseline", "open_display", "prepare_display", "restore"]
 
 logger = logging.getLogger(__name__)
 
 SELECTIONS = ("PRIMARY", "SECONDARY", "CLIPBOARD")
+#: What :meth:`XBaseline.differences` says when the screen's pixels differ (then the background is painted again).
+SCREEN_DIFFERS = "the screen's pixels (root background or a window nothing lists)"
 
 PropertyValue = tuple[str, int, bytes]
 
@@ -103,6 +112,80 @@ def _properties(display: Any) -> dict[str, PropertyValue]:
     return result
 
 
+@dataclass(frozen=True)
+class Wallpaper:
+    """A picture the root window shows as its background (the lookalike session's wallpaper).
+
+    Attributes:
+        width: its width in pixels (the screen's).
+        height: its height.
+        pixels: its rows as the X server's 24-bit ZPixmap (BGRX), zlib-compressed.
+    """
+
+    width: int
+    height: int
+    pixels: bytes
+
+
+def prepare_display(display_name: str, wallpaper: Wallpaper | None) -> None:
+    """Set up a new X server before any client of a desktop connects: its background and its keyboard's source.
+
+    With ``wallpaper``, the picture becomes the root window's background and is painted (else the server's black
+    stays). The X server keeps it after this connection closes (the pixmap's id is freed at once, as ``xsetroot``
+    frees it) and repaints it by itself wherever a window goes away.
+
+    Then Shift is pressed and released once through XTest. The first key event an X server gets from XTest makes
+    its XTest keyboard the core keyboard's source: the server tells every client the keyboard changed, and GNOME
+    Shell then loads its keymap and grabs its shortcuts again, losing a shortcut pressed meanwhile (the agent's
+    first ctrl+alt+t did nothing in 8 of 17 fresh GNOME sessions, and in none of 6 with this Shift). Done here, that
+    change is over before any session runs; the X baseline is taken after it.
+    """
+    xlib = _xlib()
+    from Xlib import X
+    from Xlib.ext import xtest
+
+    try:
+        with _connect(display_name) as display:
+            if wallpaper is not None:
+                _paint(display, wallpaper)
+            shift = _keycode(display, 0xFFE1)  # XK_Shift_L
+            if shift:
+                xtest.fake_input(display, X.KeyPress, shift)
+                xtest.fake_input(display, X.KeyRelease, shift)
+            display.sync()
+    except (xlib.error.XError, xlib.error.DisplayError, ConnectionError, OSError) as exc:
+        raise DesktopCrashed(
+            f"could not set up the X server {display_name} for a desktop: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _paint(display: Any, wallpaper: Wallpaper | None) -> None:
+    from Xlib import X
+
+    screen = display.screen()
+    root = screen.root
+    if wallpaper is None:
+        # painted once, as a compositing window manager (GNOME Shell) leaves its last frame on the root, which a
+        # background of None would keep
+        root.change_attributes(background_pixel=screen.black_pixel)
+        root.clear_area()
+        root.change_attributes(background_pixmap=X.NONE)
+        return
+    pixmap = root.create_pixmap(wallpaper.width, wallpaper.height, screen.root_depth)
+    gc = pixmap.create_gc(graphics_exposures=False)
+    data = zlib.decompress(wallpaper.pixels)
+    stride = wallpaper.width * 4
+    rows = max(1, 200_000 // stride)  # strips under the core protocol's request size
+    for top in range(0, wallpaper.height, rows):
+        count = min(rows, wallpaper.height - top)
+        chunk = data[top * stride : (top + count) * stride]
+        pixmap.put_image(gc, 0, top, wallpaper.width, count, X.ZPixmap, screen.root_depth, 0, chunk)
+    root.change_attributes(background_pixmap=pixmap)
+    root.clear_area()
+    gc.free()
+    pixmap.free()
+
+
 def _base(window: int, mask: int) -> int:
     """The client a resource id belongs to (its id base)."""
     return window & ~mask
@@ -121,6 +204,7 @@ class XBaseline:
         pointer: the pointer position.
         screen: a digest of the screen's pixels (no window is up when it is taken), to see a changed root
             background or anything else drawn that the checks above miss.
+        wallpaper: the root's background (``None``: the server's black), painted again when the screen differs.
     """
 
     properties: dict[str, PropertyValue]
@@ -130,15 +214,18 @@ class XBaseline:
     clients: frozenset[int]
     pointer: tuple[int, int]
     screen: bytes
+    wallpaper: Wallpaper | None = None
 
     @classmethod
-    def capture(cls, display_name: str, screen: Callable[[], bytes]) -> XBaseline:
-        """Record the state of the X server at ``display_name`` (``:N``); ``screen()`` digests its pixels."""
+    def capture(cls, display_name: str, screen: Callable[[], bytes], wallpaper: Wallpaper | None = None) -> XBaseline:
+        """Record the state of the X server at ``display_name`` (``:N``); ``screen()`` digests its pixels.
+
+        ``wallpaper`` is the root's background it shows (:func:`prepare_display`, painted before)."""
         with _connect(display_name) as display:
-            return cls._read(display, screen)
+            return cls._read(display, screen, wallpaper)
 
     @classmethod
-    def _read(cls, display: Any, screen: Callable[[], bytes]) -> XBaseline:
+    def _read(cls, display: Any, screen: Callable[[], bytes], wallpaper: Wallpaper | None = None) -> XBaseline:
         root = display.screen().root
         mask = display.display.info.resource_id_mask
         geometry = root.get_geometry()
@@ -151,6 +238,7 @@ class XBaseline:
             clients=frozenset(_base(w.id, mask) for w in root.query_tree().children),
             pointer=(pointer.root_x, pointer.root_y),
             screen=screen(),
+            wallpaper=wallpaper,
         )
 
     def differences(self, display: Any, screen: Callable[[], bytes]) -> list[str]:
@@ -158,7 +246,7 @@ class XBaseline:
         from Xlib import X
 
         display.sync()
-        now = XBaseline._read(display, screen)
+        now = XBaseline._read(display, screen, self.wallpaper)
         found = []
         for name in sorted(set(self.properties) | set(now.properties)):
             if self.properties.get(name) != now.properties.get(name):
@@ -172,7 +260,7 @@ class XBaseline:
         if now.pointer != self.pointer:
             found.append(f"pointer at {now.pointer}")
         if now.screen != self.screen:
-            found.append("the screen's pixels (root background or a window nothing lists)")
+            found.append(SCREEN_DIFFERS)
         held = _held_keys(display)
         if held:
             found.append(f"keys held down (keycodes {held})")
@@ -247,18 +335,22 @@ def restore(display_name: str, baseline: XBaseline, screen: Callable[[], bytes])
 
     Returns what still differs afterwards (or why the X server could not be checked): the caller
     restarts the display for those. ``screen()`` digests the screen's pixels.
+
+    The root is repainted with the background it has first (the server's own work, no picture sent), so that a
+    background set during the episode shows in the pixels even where no window of it went away.
     """
     xlib = _xlib()
     try:
         with _connect(display_name) as display:
             display.set_error_handler(lambda error, request: logger.debug("X error while restoring: %s", error))
+            display.screen().root.clear_area()
             found = baseline.differences(display, screen)
             if not found:
                 return []
             logger.debug("X server state changed during the episode (%s); restoring it", "; ".join(found))
             if _keymap(display) != baseline.keymap:  # first: which key is Caps Lock depends on it
                 _reload_keymap(display_name, baseline)
-            _restore(display, baseline)
+            _restore(display, baseline, repaint=SCREEN_DIFFERS in found)
             # The server repaints what the episode's windows covered once their clients are gone, which can
             # lag the kill by a moment: look again until the state matches or the grace runs out.
             deadline = time.monotonic() + _SETTLE_S
@@ -269,7 +361,7 @@ def restore(display_name: str, baseline: XBaseline, screen: Callable[[], bytes])
         return [f"the X server could not be checked: {type(exc).__name__}: {exc}"]
 
 
-def _restore(display: Any, baseline: XBaseline) -> None:
+def _restore(display: Any, baseline: XBaseline, *, repaint: bool) -> None:
     from Xlib import X
     from Xlib.ext import xtest
 
@@ -323,12 +415,10 @@ def _restore(display: Any, baseline: XBaseline) -> None:
             display.change_hosts(X.HostDelete, family, name)
         for family, name in set(hosts[1]) - set(now_hosts[1]):
             display.change_hosts(X.HostInsert, family, name)
-    # the server's own black background again; painted once, as a compositing window manager (GNOME Shell)
-    # leaves its last frame on the root, which a background of None would keep. The root's cursor stays the
-    # one the window manager set, as the baseline's kill left it (a changed one shows in the pixels).
-    root.change_attributes(background_pixel=display.screen().black_pixel)
-    root.clear_area()
-    root.change_attributes(background_pixmap=X.NONE)
+    # the baseline's background again when the screen is not the baseline's (the server's black, or the wallpaper
+    # sent again). The root's cursor stays the one the window manager set, as the baseline's kill left it.
+    if repaint:
+        _paint(display, baseline.wallpaper)
     root.warp_pointer(*baseline.pointer)
 
 

@@ -53,6 +53,7 @@ from legato_gym.backends.local.apps.gnome import (
     openbox_keybinds,
     skeleton_files,
     system_files,
+    terminal_command,
 )
 from legato_gym.backends.local.apps.media import (
     GIMP_PROFILE,
@@ -135,6 +136,7 @@ __all__ = [
     "sandbox_which",
     "skeleton_files",
     "system_files",
+    "terminal_command",
     "thunderbird_dir",
     "thunderbird_files",
     "thunderbird_system_files",

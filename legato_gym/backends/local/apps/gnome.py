@@ -34,6 +34,7 @@ __all__ = [
     "openbox_keybinds",
     "skeleton_files",
     "system_files",
+    "terminal_command",
 ]
 
 #: Default application per MIME type, as the VM's GNOME has them (desktop file names), from each app's record
@@ -119,10 +120,12 @@ def environment() -> dict[str, str]:
     return env
 
 
-#: D-Bus services the sandbox's session bus does not start. Tracker's file indexer answers no query while it
-#: sets itself up in the sandbox, and nautilus shows "Loading…" (a spinner: the screen never settles) until
-#: its query times out; without the indexer nautilus lists folders at once and searches them itself.
-DISABLED_SERVICES = ("org.freedesktop.Tracker3.Miner.Files",)
+#: D-Bus services the sandbox's session bus does not start (none now). Tracker's file indexer
+#: (``tracker-miner-fs-3``, Debian ``tracker-miner-fs``) starts on demand, as the VM runs it: GNOME Videos browses
+#: through it and shows a "Browse Error" dialog when it cannot start. It was disabled once because nautilus
+#: showed "Loading…" until the indexer's first query timed out; with GTK 4 drawn by cairo (:data:`GTK4_RENDERER`)
+#: nautilus lists folders at once with the indexer running (tests/gym/test_local_files.py).
+DISABLED_SERVICES: tuple[str, ...] = ()
 DBUS_SERVICES = "/usr/share/dbus-1/services"
 
 
@@ -147,9 +150,14 @@ TERMINALS = ("gnome-terminal", "xterm")
 SKELETON = ("/etc/skel/.bashrc", "/etc/skel/.profile", "/etc/skel/.bash_logout")
 
 
+def terminal_command(which: Any = shutil.which) -> str | None:
+    """What the VM's ctrl+alt+t runs here: the first of :data:`TERMINALS` installed (``None``: none is)."""
+    return next((name for name in TERMINALS if which(name)), None)
+
+
 def openbox_keybinds(which: Any = shutil.which) -> str:
     """openbox ``<keybind>`` rules of the VM's GNOME that run a program (inside the sandbox): ctrl+alt+t."""
-    terminal = next((name for name in TERMINALS if which(name)), None)
+    terminal = terminal_command(which)
     if terminal is None:
         return ""
     return f'    <keybind key="C-A-t"><action name="Execute"><command>{terminal}</command></action></keybind>\n'

@@ -9,9 +9,11 @@ the top bar (openbox's margins), an overview with an app grid and a search, and 
 
 Everything the panel shows is drawn here once per screen size with Pillow (:func:`write_lookalike_files`)
 into the desktop's own folder, bound read-only at :data:`LOOKALIKE_DIR`: raw pixmaps (zlib) and a manifest
-with the layout. Inside, the panel only copies them into X pixmaps and copies rectangles around (text is
-glyphs copied from a pre-drawn strip), so it imports neither Pillow nor numpy (docs/benchmarks.md: its
-memory and idle CPU).
+with the layout. The wallpaper is not among them: it is the root window's background, which the host paints
+(:func:`wallpaper`, :func:`.xstate.prepare_display`) and the X server keeps across fast resets, so a reset
+sends it again only when something in the sandbox changed it. Inside, the panel only copies the pictures
+into X pixmaps and copies rectangles around (text is glyphs copied from a pre-drawn strip), so it imports
+neither Pillow nor numpy (docs/benchmarks.md: its memory and idle CPU).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from legato_gym.backends.local.xstate import Wallpaper
+
 __all__ = [
     "APPS",
     "LAUNCHERS",
@@ -35,6 +39,7 @@ __all__ = [
     "layout",
     "lookalike_margins",
     "lookalike_theme",
+    "wallpaper",
     "write_lookalike_files",
 ]
 
@@ -250,6 +255,7 @@ def _icon(names: Sequence[str], size: int) -> Any:
     return image if image.size == (size, size) else image.resize((size, size), Image.Resampling.LANCZOS)
 
 
+@functools.lru_cache(maxsize=4)
 def _wallpaper(screen: tuple[int, int]) -> Any:
     """Ubuntu 22.04's default wallpaper, as far as a gradient with its diagonal facets goes."""
     import numpy as np
@@ -476,8 +482,7 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
         files[f"{name}.z"] = _raw(image)
         images[name] = [image.width, image.height, f"{name}.z"]
 
-    wallpaper = _wallpaper(screen)
-    keep("wallpaper", wallpaper)
+    wallpaper = _wallpaper(screen)  # the root's background (:func:`wallpaper`), under the dock's band
     bar = Image.new("RGB", (width, BAR_HEIGHT), BAR_COLOUR)
     bar_glyphs, bar_table = _glyphs("regular", 15, (238, 238, 236), BAR_COLOUR)
     bold_glyphs, bold_table = _glyphs("bold", 15, (238, 238, 236), BAR_COLOUR)
@@ -631,6 +636,15 @@ def lookalike_theme() -> str:
         for place in ("ActiveWindow", "InactiveWindow")
     )
     return f"  <theme><name>{LOOKALIKE_DIR}/theme</name><titleLayout>LIMC</titleLayout>{fonts}</theme>\n"
+
+
+@functools.lru_cache(maxsize=4)
+def wallpaper(screen: tuple[int, int]) -> Wallpaper:
+    """The session's wallpaper on a ``screen`` of ``(width, height)``, as the root window's background: the X
+    server shows it under every window and repaints it by itself; the panel's desktop window over it only takes
+    the clicks on it."""
+    width, height = screen
+    return Wallpaper(width, height, _raw(_wallpaper((width, height))))
 
 
 @functools.lru_cache(maxsize=4)

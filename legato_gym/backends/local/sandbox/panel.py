@@ -1,11 +1,11 @@
 """The lookalike session's top bar and dock: one python-xlib process inside the sandbox (``session="lookalike"``).
 
 Run inside as ``python panel.py FOLDER MARKER`` (:func:`.lookalike.write_lookalike_files` puts this file, its
-pictures and its manifest in ``FOLDER``). It maps the wallpaper, a top bar and a dock as windows of its own that
-the window manager does not manage (as GNOME Shell's: no window list shows them; openbox's ``<margins>``
-keep maximized windows right of the dock and under the bar), and creates ``MARKER`` once the window manager's
-work area says so. Then it sleeps in
-``select`` and wakes for a click, a key, a change of the root's window list or active window (the dots, the
+pictures and its manifest in ``FOLDER``). Over the wallpaper (the root window's background, which the host
+paints) it maps a top bar and a dock as windows of its own that the window manager does not manage (as GNOME
+Shell's: no window list shows them; openbox's ``<margins>`` keep maximized windows right of the dock and under
+the bar), and creates ``MARKER`` once the window manager's work area says so. Then it sleeps in ``select`` and
+wakes for a click, a key, a change of the root's window list or active window (the dots, the
 app's name), or the minute (the clock). The top bar's buttons open GNOME 42's menus (the app menu, the date
 menu, the system menu and its end-session dialogs, which end nothing: :data:`DIALOGS`), the dock's launchers a
 menu of their own, Activities and Show Applications the overview. It draws only by copying pre-drawn pictures
@@ -134,9 +134,12 @@ class Panel:
         self.menu_items: list[tuple[str, Any]] = []
         self.menu_launcher = -1
         self.super_code = self.d.keysym_to_keycode(XK.XK_Super_L)
-        # the wallpaper: the background of a desktop window under all others, which the X server repaints by
-        # itself and which goes with the panel (the root's own background stays as a reset leaves it)
-        self.desktop = self._panel_window(0, 0, self.width, self.height, self.pixmaps["wallpaper"])
+        # the wallpaper is the root window's background, painted by the host and kept by the X server across
+        # resets (:func:`.lookalike.wallpaper`); a window under all others that draws nothing takes the clicks on it
+        self.desktop = self.root.create_window(
+            0, 0, self.width, self.height, 0, 0, X.InputOnly, X.CopyFromParent,
+            override_redirect=True, event_mask=X.ButtonPressMask,
+        )  # fmt: skip
         self.bar_pixmap = self._copy_of("bar", self.width, self.bar_h)
         self.dock_pixmap = self._copy_of("dock", self.dock_w, self.height - self.bar_h)
         self.bar = self._panel_window(0, 0, self.width, self.bar_h, self.bar_pixmap)

@@ -8,7 +8,8 @@ order (:data:`FAVORITES`). The settings are schema overrides compiled into a fol
 (:func:`write_gnome_files`): they are the defaults, as Ubuntu's own overrides are on the VM, so ``gsettings
 reset`` gives them back and a task's ``gsettings set`` changes them in the session's dconf as on the VM. A small
 extension of legato's own (:data:`READY_EXTENSION`) marks the session ready once the shell's start-up is
-complete, as openbox's ``--startup`` does.
+complete, as openbox's ``--startup`` does, and binds ctrl+alt+t to the terminal as the VM's does (Ubuntu's
+settings daemon binds it; Debian's 43 has no such key: :data:`SHORTCUT_SCHEMA`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import subprocess
 from pathlib import Path
 
 from legato_gym.backends.local.apps.catalog import window_table
+from legato_gym.backends.local.apps.gnome import terminal_command
 from legato_gym.errors import MissingDependencyError
 
 __all__ = [
@@ -146,13 +148,35 @@ def openbox_applications() -> str:
 
 
 _EXTENSION_JS = """// legato: marks the session ready (the file named by LEGATO_WM_READY) once GNOME Shell's start-up
-// is done, and opens the windows of the apps that open maximized on the VM maximized (windows.json: legato's table)
-const { GLib, Meta } = imports.gi;
+// is done, opens the windows of the apps that open maximized on the VM maximized (windows.json: legato's table),
+// and opens the terminal on ctrl+alt+t as the VM's (Ubuntu's) settings daemon does (shortcuts.json)
+const { Gio, GLib, Meta, Shell } = imports.gi;
 const Main = imports.ui.main;
 const Me = imports.misc.extensionUtils.getCurrentExtension();
 
 let _table = {};
 let _created = 0;
+let _keys = null;
+
+function _read(name) {
+    const [, bytes] = GLib.file_get_contents(`${Me.path}/${name}`);
+    return JSON.parse(new TextDecoder().decode(bytes));
+}
+
+function _bindTerminal() {
+    const command = _read('shortcuts.json').terminal;
+    if (!command)
+        return;
+    _keys = new Gio.Settings({ schema_id: 'org.gnome.shell.extensions.legato' });
+    Main.wm.addKeybinding('terminal', _keys, Meta.KeyBindingFlags.IGNORE_AUTOREPEAT,
+        Shell.ActionMode.NORMAL | Shell.ActionMode.OVERVIEW, () => {
+            try {
+                GLib.spawn_command_line_async(command);
+            } catch (e) {
+                logError(e, 'legato: the terminal shortcut');
+            }
+        });
+}
 
 function _opensMaximized(window) {
     if (window.get_window_type() !== Meta.WindowType.NORMAL)
@@ -176,8 +200,8 @@ function _ready() {
 function init() {}
 
 function enable() {
-    const [, bytes] = GLib.file_get_contents(`${Me.path}/windows.json`);
-    _table = JSON.parse(new TextDecoder().decode(bytes));
+    _table = _read('windows.json');
+    _bindTerminal();
     _created = global.display.connect('window-created', (display, window) => {
         if (_opensMaximized(window))
             window.maximize(Meta.MaximizeFlags.BOTH);
@@ -190,7 +214,24 @@ function enable() {
 
 function disable() {
     global.display.disconnect(_created);
+    if (_keys !== null)
+        Main.wm.removeKeybinding('terminal');
+    _keys = null;
 }
+"""
+
+#: The extension's settings schema: the terminal shortcut's keys, Ubuntu's (its settings daemon's ``terminal``
+#: media key, which Debian's gnome-settings-daemon 43 does not have).
+SHORTCUT_SCHEMA = "org.gnome.shell.extensions.legato"
+_SCHEMA_XML = f"""<?xml version="1.0" encoding="UTF-8"?>
+<schemalist>
+  <schema id="{SHORTCUT_SCHEMA}" path="/org/gnome/shell/extensions/legato/">
+    <key name="terminal" type="as">
+      <default>['&lt;Primary&gt;&lt;Alt&gt;t']</default>
+      <summary>Launch terminal</summary>
+    </key>
+  </schema>
+</schemalist>
 """
 
 
@@ -273,6 +314,7 @@ def write_gnome_files(folder: Path) -> None:
     (extension / "metadata.json").write_text(json.dumps(metadata))
     (extension / "extension.js").write_text(_EXTENSION_JS)
     (extension / "windows.json").write_text(json.dumps(APP_WINDOWS))
+    (extension / "shortcuts.json").write_text(json.dumps({"terminal": terminal_command()}))
     (folder / "share" / "applications").mkdir(exist_ok=True)
     (folder / "share" / "applications" / "code.desktop").write_text(_CODE_DESKTOP)
     _write_wallpaper(folder / "share" / "backgrounds" / WALLPAPER)
@@ -282,6 +324,7 @@ def write_gnome_files(folder: Path) -> None:
         if source.suffix in (".xml", ".override"):
             shutil.copyfile(source, schemas / source.name)
     (schemas / "99_legato.gschema.override").write_text(_override_file())
+    (schemas / f"{SHORTCUT_SCHEMA}.gschema.xml").write_text(_SCHEMA_XML)
     subprocess.run(["glib-compile-schemas", str(schemas)], check=True, capture_output=True, timeout=60)
 
 
