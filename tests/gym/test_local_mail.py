@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -193,6 +194,17 @@ def test_thunderbird_starts_on_its_baseline_profile_without_first_run_dialogs(de
     desktop.reset(_task([]))  # the fast reset puts the baseline profile back
     baseline = apps.thunderbird_files()[f"{apps.THUNDERBIRD_PROFILE}/prefs.js"]
     assert desktop.client.file(f"{PROFILE}/prefs.js") == baseline != written
+
+
+@pytest.mark.desktop
+def test_the_users_folders_have_their_xdg_names_as_after_the_vms_first_login(desktop: LocalDesktop) -> None:
+    if subprocess.run(["/usr/bin/python3", "-c", "import gi"], capture_output=True).returncode != 0:
+        pytest.skip("this host's /usr/bin/python3 has no gi (python3-gi) to ask GLib with")
+    desktop.reset(_task([]))
+    ask = "from gi.repository import GLib; print(GLib.get_user_special_dir(GLib.UserDirectory.DIRECTORY_{}))"
+    for key, folder in (("DOCUMENTS", "Documents"), ("DOWNLOAD", "Downloads"), ("VIDEOS", "Videos")):
+        result = desktop.client.execute(["/usr/bin/python3", "-c", ask.format(key)])
+        assert result["output"].strip() == f"/home/user/{folder}", result
 
 
 @pytest.mark.desktop

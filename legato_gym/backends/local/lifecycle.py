@@ -57,7 +57,7 @@ __all__ = ["HOME_DIRS", "DesktopProcesses", "Port", "sweep_stale"]
 logger = logging.getLogger(__name__)
 
 #: The folders of a fresh Ubuntu home, as OSWorld's VM user has them (tasks write to ~/Desktop).
-HOME_DIRS = ("Desktop", "Documents", "Downloads", "Music", "Pictures", "Public", "Templates", "Videos")
+HOME_DIRS = tuple(sorted(folder for _, folder in apps.USER_DIRS))
 
 #: The desktop's ports that a loopback TCP forwarder reaches: its server, Chrome's DevTools, VLC's HTTP.
 Port = Literal["server", "devtools", "vlc"]

@@ -163,6 +163,18 @@ def openbox_keybinds(which: Any = shutil.which) -> str:
     return f'    <keybind key="C-A-t"><action name="Execute"><command>{terminal}</command></action></keybind>\n'
 
 
+#: The VM user's folders by their XDG names (``~/.config/user-dirs.dirs``, as ``xdg-user-dirs-update`` writes it at
+#: the first login): GTK's file chooser, the file manager's sidebar and the file indexer read them.
+USER_DIRS = (
+    ("DESKTOP", "Desktop"), ("DOWNLOAD", "Downloads"), ("TEMPLATES", "Templates"), ("PUBLICSHARE", "Public"),
+    ("DOCUMENTS", "Documents"), ("MUSIC", "Music"), ("PICTURES", "Pictures"), ("VIDEOS", "Videos"),
+)  # fmt: skip
+
+
 def skeleton_files() -> dict[str, bytes]:
-    """The home's shell start-up files from ``/etc/skel`` (those that exist), relative to ``/home/user``."""
-    return {Path(path).name: Path(path).read_bytes() for path in SKELETON if Path(path).is_file()}
+    """The home's shell start-up files from ``/etc/skel`` (those that exist) and the user's folders by their XDG
+    names as the first login leaves them, relative to ``/home/user``."""
+    files = {Path(path).name: Path(path).read_bytes() for path in SKELETON if Path(path).is_file()}
+    files[".config/user-dirs.dirs"] = "".join(f'XDG_{key}_DIR="$HOME/{folder}"\n' for key, folder in USER_DIRS).encode()
+    files[".config/user-dirs.locale"] = b"en_US\n"
+    return files
