@@ -11,7 +11,7 @@ Run: ``python benchmarks/xfwm4_lookalike.py [--idle 60] [--theme DIR]``. It star
 its own (1920x1080), mutter 43 with Yaru's GTK theme (Debian's yaru-theme-gtk, Ubuntu's button layout, Cantarell
 Bold 11), xfwm4 with this theme drawn in the same Yaru's colours, and openbox with the lookalike's rc; an xterm
 in each. It prints markdown: the title bar's pixels against mutter's (own size, maximized, hovered, pressed,
-unfocused), the frame of a maximized window beside two dock windows whose struts are the VM's top bar and dock,
+unfocused), the frame of a maximized window beside a dock window whose struts are the VM's top bar and dock,
 whether a ``_NET_WM_STATE`` set before the window is mapped opens it maximized, and xfwm4's (and xfconfd's,
 which xfwm4 takes its settings from) PSS and idle CPU beside openbox's, with ``GDK_GL=disable`` and without
 (GTK's start-up otherwise probes GLX and maps Mesa's llvmpipe into xfwm4). ``--theme DIR`` also writes the theme
@@ -359,18 +359,17 @@ def active(d: display.Display) -> int:
 
 
 def struts(d: display.Display) -> None:
-    """Two dock windows reserving the VM's top bar and dock, as GNOME Shell's do (``_NET_WM_STRUT_PARTIAL``)."""
+    """The VM's top bar and dock reserved as GNOME Shell reserves them (``_NET_WM_STRUT_PARTIAL``), by one 1x1
+    input-only dock window: invisible, and under the lookalike's own (override-redirect) bar it would take no click.
+    """
     screen, atom = d.screen(), d.intern_atom
     width, height = SCREEN
     top, left = lookalike.BAR_HEIGHT, lookalike.DOCK_WIDTH
-    for geometry, strut in (
-        ((0, 0, width, top), [0, 0, top, 0, 0, 0, 0, 0, 0, width - 1, 0, 0]),
-        ((0, top, left, height - top), [left, 0, 0, 0, top, height - 1, 0, 0, 0, 0, 0, 0]),
-    ):
-        window = screen.root.create_window(*geometry, 0, screen.root_depth, background_pixel=screen.black_pixel)
-        window.change_property(atom("_NET_WM_WINDOW_TYPE"), Xatom.ATOM, 32, [atom("_NET_WM_WINDOW_TYPE_DOCK")])
-        window.change_property(atom("_NET_WM_STRUT_PARTIAL"), Xatom.CARDINAL, 32, strut)
-        window.map()
+    window = screen.root.create_window(0, 0, 1, 1, 0, 0, window_class=X.InputOnly, visual=X.CopyFromParent)
+    window.change_property(atom("_NET_WM_WINDOW_TYPE"), Xatom.ATOM, 32, [atom("_NET_WM_WINDOW_TYPE_DOCK")])
+    strut = [left, 0, top, 0, top, height - 1, 0, 0, 0, width - 1, 0, 0]
+    window.change_property(atom("_NET_WM_STRUT_PARTIAL"), Xatom.CARDINAL, 32, strut)
+    window.map()
     d.flush()
 
 
