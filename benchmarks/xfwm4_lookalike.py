@@ -1,6 +1,6 @@
 """xfwm4 instead of openbox under the lookalike session: how near its title bars come to mutter's, and its cost.
 
-A feasibility measurement for issue 29; no session uses xfwm4 or this theme. openbox 3.6
+A feasibility measurement: no session uses xfwm4 or this theme. openbox 3.6
 draws a title button as a rectangle with a one-colour mask and always an even title height, so the lookalike's
 buttons are squares, an own-size window has a 1 px row under its client and its top corners are square. xfwm4
 (Debian's 4.18) draws each part of the frame from a full-colour picture (a shaped one for the corners), so a
