@@ -24,6 +24,7 @@ from desktop_kit import wait_for
 
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, LocalOptions, apps, vscode
+from legato_gym.backends.local.sandbox import fonts
 from legato_gym.backends.local.sandbox.lookalike import (
     BAR_BUTTON_LIT,
     BAR_COLOUR,
@@ -828,3 +829,73 @@ def test_the_volume_slider_follows_the_pointer_and_sets_the_sound_servers_volume
     desktop.act("pyautogui.press('escape')")
     desktop.wait_before_eval()
     assert desktop.evaluate() == 1.0
+
+
+def drawn_activities(font_file: Path) -> np.ndarray:
+    """The top bar's left end with "Activities" drawn as :mod:`.lookalike` draws it (at 15 px, x = 18, centred
+    in the bar's rows), in ``font_file``."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    font = ImageFont.truetype(str(font_file), 15)
+    ascent, descent = font.getmetrics()
+    bar = Image.new("RGB", (90, 27), BAR_COLOUR)
+    ImageDraw.Draw(bar).text((18, (27 - ascent - descent) // 2), "Activities", font=font, fill=(238, 238, 236))
+    return np.asarray(bar, dtype=int)
+
+
+@pytest.mark.skipif(not fonts.installed(), reason=f"the Ubuntu font is not installed: {fonts.SETUP_HINT}")
+def test_the_top_bars_text_is_drawn_in_the_vms_ubuntu_font(desktop: LocalDesktop) -> None:
+    ubuntu, cantarell = fonts.ubuntu_file(400), Path("/usr/share/fonts/opentype/cantarell/Cantarell-Regular.otf")
+    assert ubuntu is not None
+    shown = pixels(desktop)[:27, :90]  # "Activities" (the focused app's name comes after x = 90)
+    assert (np.abs(shown - drawn_activities(ubuntu)) <= 2).all()  # pixel for pixel, as the font file draws it
+    if cantarell.is_file():  # control: the fallback font draws it otherwise
+        assert (np.abs(shown - drawn_activities(cantarell)) > 40).sum() > 50
+
+
+@pytest.mark.skipif(not fonts.installed(), reason=f"the Ubuntu font is not installed: {fonts.SETUP_HINT}")
+def test_openbox_and_the_apps_find_the_ubuntu_font_inside(desktop: LocalDesktop) -> None:
+    assert desktop.client.execute(["fc-match", "Ubuntu:bold"])["output"].startswith("ubuntu-latin-700-normal.woff")
+    assert "Ubuntu Mono" in desktop.client.execute(["fc-match", "Ubuntu Mono"])["output"]
+    assert "Ubuntu" not in desktop.client.execute(["fc-match", "Cantarell"])["output"]  # control: another family
+
+
+def xsettings(desktop: LocalDesktop) -> dict[str, str | int] | None:
+    """The XSETTINGS manager's settings on screen 0 (the XSETTINGS spec's ``_XSETTINGS_SETTINGS``), if one runs."""
+    own = open_display(desktop.display.name)
+    try:
+        owner = own.get_selection_owner(own.intern_atom("_XSETTINGS_S0"))
+        if owner == 0:
+            return None
+        atom = own.intern_atom("_XSETTINGS_SETTINGS")
+        prop = own.create_resource_object("window", owner).get_full_property(atom, 0)
+        data = bytes(prop.value) if prop is not None else b""
+    finally:
+        own.close()
+    order = "<" if data[:1] == b"\x00" else ">"
+    (count,) = struct.unpack_from(order + "I", data, 8)
+    found: dict[str, str | int] = {}
+    at = 12
+    for _ in range(count):
+        kind, (length,) = data[at], struct.unpack_from(order + "H", data, at + 2)
+        name = data[at + 4 : at + 4 + length].decode()
+        at += 4 + (length + 3) // 4 * 4 + 4  # the name, padded, and the serial
+        if kind == 0:  # an integer
+            (found[name],) = struct.unpack_from(order + "i", data, at)
+            at += 4
+        elif kind == 1:  # a string
+            (size,) = struct.unpack_from(order + "I", data, at)
+            found[name] = data[at + 4 : at + 4 + size].decode()
+            at += 4 + (size + 3) // 4 * 4
+        else:  # a colour: 4 x 16 bits
+            at += 8
+    return found
+
+
+@pytest.mark.skipif(not fonts.xsettingsd_installed(), reason="needs xsettingsd (Debian xsettingsd)")
+def test_apps_get_the_vms_gtk_settings_from_xsettings_and_a_reset_keeps_them(desktop: LocalDesktop) -> None:
+    assert wait_for(lambda: xsettings(desktop) == fonts.XSETTINGS, 30), xsettings(desktop)
+    found = xsettings(desktop) or {}
+    assert (found["Net/ThemeName"], found["Gtk/FontName"]) == ("Yaru", "Ubuntu 11")
+    desktop.reset(EMPTY)  # a fresh sandbox: a new manager with the same settings
+    assert wait_for(lambda: xsettings(desktop) == fonts.XSETTINGS, 30), xsettings(desktop)

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from legato_gym.backends.local.sandbox import fonts
+
 __all__ = [
     "APPS",
     "LAUNCHERS",
@@ -41,6 +43,9 @@ __all__ = [
 #: Where the desktop's lookalike files are bound inside the sandbox (the panel, its pictures, its manifest).
 LOOKALIKE_DIR = "/run/legato-lookalike"
 PANEL_FILE = Path(__file__).with_name("panel.py")
+#: The sandbox's fontconfig configuration (:func:`.fonts.fontconfig_conf`) and xsettingsd's, in that folder.
+FONTCONFIG_NAME = "fonts.conf"
+XSETTINGS_NAME = "xsettingsd.conf"
 
 #: The VM's colours (reference/osworld-vm-look.md, read from its screenshot).
 BAR_COLOUR = (19, 19, 19)
@@ -230,8 +235,14 @@ def _find_icon(names: Sequence[str], size: int) -> Path | None:
 
 
 def _font(kind: str, size: int) -> Any:
+    """The VM's font, Ubuntu (:mod:`.fonts`, from npm), of ``kind`` ("regular", "bold") at ``size`` pixels;
+    Cantarell, then DejaVu, where it is not installed."""
     from PIL import ImageFont
 
+    ubuntu = fonts.ubuntu_file(700 if kind == "bold" else 400)
+    if ubuntu is not None:
+        return ImageFont.truetype(str(ubuntu), size)
+    fonts.say_missing()
     for path in _FONTS[kind]:
         if Path(path).is_file():
             return ImageFont.truetype(path, size)
@@ -616,15 +627,22 @@ TITLE_BAR_COLOURS = {
 #: buttons; mutter does not).
 YARU_TITLE_BUTTONS = {"own size": (85.5, 51.5, 17.5), "maximized": (83.5, 49.5, 15.5), "top": 17.5, "diameter": 22}
 TITLE_BUTTON_SLACK = 6
-#: GNOME's title bar font is Ubuntu Bold 11 on the VM; Cantarell Bold 11 stands in (the Ubuntu font is not in Debian).
-TITLE_FONT = ("Cantarell", 11, "Bold")
+#: GNOME's title bar font on the VM, Ubuntu Bold 11 (:mod:`.fonts`); Cantarell Bold 11 stands in where the
+#: Ubuntu font is not installed (:func:`title_font`).
+TITLE_FONT = ("Ubuntu", 11, "Bold")
+FALLBACK_TITLE_FONT = ("Cantarell", 11, "Bold")
+
+
+def title_font() -> tuple[str, int, str]:
+    """openbox's title bar font: :data:`TITLE_FONT` if the Ubuntu font is installed, else the fallback."""
+    return TITLE_FONT if fonts.installed() else FALLBACK_TITLE_FONT
 
 
 def lookalike_theme() -> str:
     """openbox's ``<theme>``: :data:`THEME_DIR` as copied into the sandbox, the title alone at the left of
-    minimize, maximize and close (``LIMC``; the theme centres it), in :data:`TITLE_FONT`, as mutter's title bars
+    minimize, maximize and close (``LIMC``; the theme centres it), in :func:`title_font`, as mutter's title bars
     under Yaru are."""
-    name, size, weight = TITLE_FONT
+    name, size, weight = title_font()
     fonts = "".join(
         f'<font place="{place}"><name>{name}</name><size>{size}</size><weight>{weight}</weight>'
         "<slant>Normal</slant></font>"
@@ -651,3 +669,6 @@ def write_lookalike_files(folder: Path, screen: tuple[int, int]) -> None:
     (folder / "panel.json").write_text(manifest)
     shutil.copyfile(PANEL_FILE, folder / "panel.py")
     shutil.copytree(THEME_DIR, folder / "theme", dirs_exist_ok=True)
+    if (conf := fonts.fontconfig_conf()) is not None:  # FONTCONFIG_FILE inside (.shell.session_environment)
+        (folder / FONTCONFIG_NAME).write_text(conf)
+    (folder / XSETTINGS_NAME).write_text(fonts.xsettings_conf())
