@@ -899,3 +899,18 @@ def test_apps_get_the_vms_gtk_settings_from_xsettings_and_a_reset_keeps_them(des
     assert (found["Net/ThemeName"], found["Gtk/FontName"]) == ("Yaru", "Ubuntu 11")
     desktop.reset(EMPTY)  # a fresh sandbox: a new manager with the same settings
     assert wait_for(lambda: xsettings(desktop) == fonts.XSETTINGS, 30), xsettings(desktop)
+    if not shutil.which("mousepad"):
+        return
+    # a GTK app draws in Yaru: selected text on Yaru's orange (#E95420), not on Adwaita's blue (#3584E4)
+    desktop.client.post_json("/setup/launch", {"command": ["mousepad"]})
+    assert wait_for(lambda: frame_of(desktop, "Mousepad") is not None, 30)
+    desktop.act("pyautogui.typewrite('hello world hello world'); pyautogui.hotkey('ctrl', 'a')")
+    x, y, width, height = frame_of(desktop, "Mousepad") or (0, 0, 0, 0)
+
+    def selected(colour: tuple[int, int, int]) -> int:
+        window = pixels(desktop)[y : y + height, x : x + width]
+        return int((np.abs(window - np.array(colour)).sum(axis=2) <= 12).sum())
+
+    assert wait_for(lambda: selected((233, 84, 32)) > 1000, 10), (selected((233, 84, 32)), selected((53, 132, 228)))
+    assert selected((53, 132, 228)) == 0
+    desktop.reset(EMPTY)
