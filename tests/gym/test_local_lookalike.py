@@ -530,7 +530,7 @@ def test_the_pointer_is_pasted_into_the_screenshot_as_osworlds_server_pastes_it(
 # the top bar's menus (GNOME Shell 42's: the app menu, the calendar, the system menu and its end-session dialogs)
 
 #: A menu's first row (under the bar, its gap and its padding), and the system menu's rows (panel.SYSTEM_MENU).
-FIRST_ROW = 27 + GAP + PAD
+FIRST_ROW = 27 + GAP + PAD  # the system menu is open where (1628, FIRST_ROW + 60) is its background, left of the texts
 POWER_ROW = FIRST_ROW + 4 * ROW + 2 * SEPARATOR + ROW // 2  # "Power Off / Log Out", under volume, network, ...
 POWER_OFF_ROW = POWER_ROW + 3 * ROW  # its submenu: Suspend, Restart…, Power Off…, a separator, Log Out
 LOG_OUT_ROW = POWER_ROW + 4 * ROW + SEPARATOR
@@ -549,7 +549,7 @@ def app_name_shown(desktop: LocalDesktop) -> bool:
 
 def test_the_top_bars_menus_open_under_it_and_close_on_escape_or_a_click_beside(desktop: LocalDesktop) -> None:
     desktop.reset(EMPTY)
-    spots = {"calendar": (CLOCK, (700, 200)), "system": (STATUS, (1700, FIRST_ROW + 60))}
+    spots = {"calendar": (CLOCK, (700, 200)), "system": (STATUS, (1628, FIRST_ROW + 60))}
     for name, ((bx, by), (x, y)) in spots.items():
         assert not is_menu(desktop, x, y), name  # the wallpaper there
         desktop.act(f"pyautogui.click({bx}, {by})")
@@ -559,11 +559,11 @@ def test_the_top_bars_menus_open_under_it_and_close_on_escape_or_a_click_beside(
     desktop.act(f"pyautogui.click({CLOCK[0]}, {CLOCK[1]})")  # the calendar, then the status icons: their menu
     assert wait_for(lambda: is_menu(desktop, 700, 200), 10)
     desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")
-    assert wait_for(lambda: is_menu(desktop, 1700, FIRST_ROW + 60) and not is_menu(desktop, 700, 200), 10)
+    assert wait_for(lambda: is_menu(desktop, 1628, FIRST_ROW + 60) and not is_menu(desktop, 700, 200), 10)
     desktop.act("pyautogui.press('down', presses=4); pyautogui.press('enter')")  # the keyboard: 4th row, opened
     assert wait_for(lambda: is_menu(desktop, 1890, POWER_ROW + ROW, SUBMENU_COLOUR), 10)
     desktop.act("pyautogui.click(900, 700)")  # a click beside it closes it, and only that
-    assert wait_for(lambda: not is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+    assert wait_for(lambda: not is_menu(desktop, 1628, FIRST_ROW + 60), 10)
     desktop.act(f"pyautogui.click({CLOCK[0]}, {CLOCK[1]})")
     assert wait_for(lambda: is_menu(desktop, 700, 200), 10)
     desktop.act(f"pyautogui.click({CLOCK[0]}, {CLOCK[1]})")  # its own button again: closed
@@ -576,7 +576,7 @@ def test_the_menu_row_under_the_pointer_is_lit_and_the_light_follows_it(desktop:
     desktop.reset(EMPTY)
     settings, lock = POWER_ROW - 2 * ROW, POWER_ROW - ROW  # under volume, network: Settings, Lock, Power Off
     desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")
-    assert wait_for(lambda: is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+    assert wait_for(lambda: is_menu(desktop, 1628, FIRST_ROW + 60), 10)
     assert is_menu(desktop, 1628, settings) and is_menu(desktop, 1628, lock)  # control: nothing lit yet
     for y, other in ((settings, lock), (lock, settings), (POWER_ROW, lock)):
         desktop.act(f"pyautogui.moveTo(1700, {y})")
@@ -584,11 +584,11 @@ def test_the_menu_row_under_the_pointer_is_lit_and_the_light_follows_it(desktop:
         assert is_menu(desktop, 1628, other), other
     desktop.act("pyautogui.moveTo(900, 700)")  # off the menu: no row lit, the menu stays open
     assert wait_for(lambda: is_menu(desktop, 1628, POWER_ROW), 10)
-    assert is_menu(desktop, 1700, FIRST_ROW + 60)
+    assert is_menu(desktop, 1628, FIRST_ROW + 60)
     desktop.act(f"pyautogui.click(1700, {POWER_ROW})")  # the lit row's click: its submenu, under it
     assert wait_for(lambda: is_menu(desktop, 1890, POWER_ROW + ROW, SUBMENU_COLOUR), 10)
     desktop.act("pyautogui.press('escape')")
-    assert wait_for(lambda: not is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+    assert wait_for(lambda: not is_menu(desktop, 1628, FIRST_ROW + 60), 10)
 
 
 def lit_columns(desktop: LocalDesktop) -> dict[str, int]:
@@ -667,17 +667,17 @@ def test_power_off_and_log_out_ask_and_end_nothing(desktop: LocalDesktop) -> Non
     assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
     for row, answer in ((POWER_OFF_ROW, "pyautogui.press('enter')"), (LOG_OUT_ROW, "pyautogui.press('escape')")):
         desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")
-        assert wait_for(lambda: is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+        assert wait_for(lambda: is_menu(desktop, 1628, FIRST_ROW + 60), 10)
         desktop.act(f"pyautogui.click(1700, {POWER_ROW})")  # its submenu opens under it
         assert wait_for(lambda: is_menu(desktop, 1890, row, SUBMENU_COLOUR), 10)  # noqa: B023
         desktop.act(f"pyautogui.click(1700, {row})")
-        assert wait_for(lambda: is_menu(desktop, 760, 470) and not is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+        assert wait_for(lambda: is_menu(desktop, 760, 470) and not is_menu(desktop, 1628, FIRST_ROW + 60), 10)
         desktop.act(answer)  # "Power Off" (the focused answer) / Escape
         assert wait_for(lambda: not is_menu(desktop, 760, 470), 10)
     assert desktop.display.alive()
     assert frame_of(desktop, "XTerm") is not None  # the session and its apps go on
     desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")  # and so does the top bar
-    assert wait_for(lambda: is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+    assert wait_for(lambda: is_menu(desktop, 1628, FIRST_ROW + 60), 10)
     desktop.act("pyautogui.press('escape')")
 
 
@@ -796,17 +796,17 @@ def test_the_volume_slider_follows_the_pointer_and_sets_the_sound_servers_volume
     sound = shutil.which("pactl") is not None and shutil.which("pulseaudio") is not None
     desktop.reset(EMPTY)
     desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")
-    assert wait_for(lambda: is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+    assert wait_for(lambda: is_menu(desktop, 1628, FIRST_ROW + 60), 10)
     assert wait_for(lambda: abs(slider_level(desktop) - 50) <= 2, 10), slider_level(desktop)  # the baseline's 50 %
     desktop.act(f"pyautogui.click({TRACK[0] + (TRACK[1] - TRACK[0]) // 4}, {SLIDER_Y})")
     assert wait_for(lambda: abs(slider_level(desktop) - 25) <= 2, 10), slider_level(desktop)
-    assert is_menu(desktop, 1700, FIRST_ROW + 60)  # the menu stays open
+    assert is_menu(desktop, 1628, FIRST_ROW + 60)  # the menu stays open
     if sound:
         assert wait_for(lambda: "25%" in sink_volume(desktop), 20), sink_volume(desktop)
     desktop.act(f"pyautogui.moveTo({TRACK[0] + 10}, {SLIDER_Y}); pyautogui.dragTo(1700, {SLIDER_Y}, duration=0.3)")
     assert wait_for(lambda: abs(slider_level(desktop) - (1700 - TRACK[0]) * 100 / (TRACK[1] - TRACK[0])) <= 2, 10)
     desktop.act("pyautogui.press('escape')")
-    assert wait_for(lambda: not is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+    assert wait_for(lambda: not is_menu(desktop, 1628, FIRST_ROW + 60), 10)
     if not sound:
         return
     level = round((1700 - TRACK[0]) * 100 / (TRACK[1] - TRACK[0]))
@@ -823,7 +823,7 @@ def test_the_volume_slider_follows_the_pointer_and_sets_the_sound_servers_volume
     desktop.reset(task)
     desktop.wait_after_reset()
     desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")
-    assert wait_for(lambda: is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+    assert wait_for(lambda: is_menu(desktop, 1628, FIRST_ROW + 60), 10)
     desktop.act(f"pyautogui.moveTo({TRACK[0] + 100}, {SLIDER_Y}); pyautogui.dragTo(1912, {SLIDER_Y}, duration=0.3)")
     assert wait_for(lambda: slider_level(desktop) >= 99, 10)
     desktop.act("pyautogui.press('escape')")
