@@ -60,3 +60,14 @@ def test_xsettingsd_gets_the_vms_gtk_settings() -> None:
     assert 'Net/ThemeName "Yaru"' in conf and 'Gtk/FontName "Ubuntu 11"' in conf
     assert "Gtk/CursorThemeSize 24" in conf and 'Gtk/MonospaceFontName "Ubuntu Mono 13"' in conf
     assert len(conf) == len(fonts.XSETTINGS)
+
+
+def test_a_glyph_is_copied_with_its_ink_right_of_its_advance() -> None:
+    """Ubuntu's "f" reaches into the next cell: the strip's table copies it whole (the panel copies right to
+    left, so that the next glyph's cell does not cut it)."""
+    _, table = lookalike._glyphs("regular", 15, (255, 255, 255), (0, 0, 0))
+    font = lookalike._font("regular", 15)
+    for char, (_, advance, ink) in table["chars"].items():
+        assert ink == max(advance, font.getbbox(char)[2]), char
+    if fonts.installed():
+        assert table["chars"]["f"][2] > table["chars"]["f"][1]

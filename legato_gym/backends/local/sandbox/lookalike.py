@@ -286,7 +286,9 @@ def _raw(image: Any) -> bytes:
 
 
 def _glyphs(kind: str, size: int, fg: tuple[int, int, int], bg: tuple[int, int, int]) -> tuple[Any, dict[str, Any]]:
-    """A strip of the printable ASCII characters drawn in ``fg`` over ``bg``, and where each one is."""
+    """A strip of the printable ASCII characters drawn in ``fg`` over ``bg``, and where each one is: its x in the
+    strip, its advance and the width to copy, which takes in the ink right of the advance (Ubuntu's "f", "r"
+    and others reach into the next glyph's cell; the panel copies right to left, so that it is kept)."""
     from PIL import Image, ImageDraw
 
     font = _font(kind, size)
@@ -294,14 +296,15 @@ def _glyphs(kind: str, size: int, fg: tuple[int, int, int], bg: tuple[int, int, 
     height = ascent + descent
     chars = [*(chr(c) for c in range(32, 127)), "…"]
     advances = [round(font.getlength(c)) for c in chars]
-    strip = Image.new("RGB", (sum(advances) + 2 * len(chars), height), bg)
+    inks = [max(advance, font.getbbox(c)[2]) for c, advance in zip(chars, advances, strict=True)]
+    strip = Image.new("RGB", (sum(inks) + 2 * len(chars), height), bg)
     draw = ImageDraw.Draw(strip)
     table: dict[str, list[int]] = {}
     x = 0
-    for char, advance in zip(chars, advances, strict=True):
+    for char, advance, ink in zip(chars, advances, inks, strict=True):
         draw.text((x, 0), char, font=font, fill=fg)
-        table[char] = [x, advance]
-        x += advance + 2
+        table[char] = [x, advance, ink]
+        x += ink + 2
     return strip, {"height": height, "chars": table}
 
 
