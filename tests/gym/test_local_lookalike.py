@@ -24,6 +24,7 @@ from desktop_kit import wait_for
 
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, LocalOptions, apps, vscode
+from legato_gym.backends.local.sandbox import fonts
 from legato_gym.backends.local.sandbox.lookalike import (
     BAR_BUTTON_LIT,
     BAR_COLOUR,
@@ -628,7 +629,7 @@ def test_the_pointer_is_pasted_into_the_screenshot_as_osworlds_server_pastes_it(
 # the top bar's menus (GNOME Shell 42's: the app menu, the calendar, the system menu and its end-session dialogs)
 
 #: A menu's first row (under the bar, its gap and its padding), and the system menu's rows (panel.SYSTEM_MENU).
-FIRST_ROW = 27 + GAP + PAD
+FIRST_ROW = 27 + GAP + PAD  # the system menu is open where (1628, FIRST_ROW + 60) is its background, left of the texts
 POWER_ROW = FIRST_ROW + 4 * ROW + 2 * SEPARATOR + ROW // 2  # "Power Off / Log Out", under volume, network, ...
 POWER_OFF_ROW = POWER_ROW + 3 * ROW  # its submenu: Suspend, Restart…, Power Off…, a separator, Log Out
 LOG_OUT_ROW = POWER_ROW + 4 * ROW + SEPARATOR
@@ -647,7 +648,7 @@ def app_name_shown(desktop: LocalDesktop) -> bool:
 
 def test_the_top_bars_menus_open_under_it_and_close_on_escape_or_a_click_beside(desktop: LocalDesktop) -> None:
     desktop.reset(EMPTY)
-    spots = {"calendar": (CLOCK, (700, 200)), "system": (STATUS, (1700, FIRST_ROW + 60))}
+    spots = {"calendar": (CLOCK, (700, 200)), "system": (STATUS, (1628, FIRST_ROW + 60))}
     for name, ((bx, by), (x, y)) in spots.items():
         assert not is_menu(desktop, x, y), name  # the wallpaper there
         desktop.act(f"pyautogui.click({bx}, {by})")
@@ -657,11 +658,11 @@ def test_the_top_bars_menus_open_under_it_and_close_on_escape_or_a_click_beside(
     desktop.act(f"pyautogui.click({CLOCK[0]}, {CLOCK[1]})")  # the calendar, then the status icons: their menu
     assert wait_for(lambda: is_menu(desktop, 700, 200), 10)
     desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")
-    assert wait_for(lambda: is_menu(desktop, 1700, FIRST_ROW + 60) and not is_menu(desktop, 700, 200), 10)
+    assert wait_for(lambda: is_menu(desktop, 1628, FIRST_ROW + 60) and not is_menu(desktop, 700, 200), 10)
     desktop.act("pyautogui.press('down', presses=4); pyautogui.press('enter')")  # the keyboard: 4th row, opened
     assert wait_for(lambda: is_menu(desktop, 1890, POWER_ROW + ROW, SUBMENU_COLOUR), 10)
     desktop.act("pyautogui.click(900, 700)")  # a click beside it closes it, and only that
-    assert wait_for(lambda: not is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+    assert wait_for(lambda: not is_menu(desktop, 1628, FIRST_ROW + 60), 10)
     desktop.act(f"pyautogui.click({CLOCK[0]}, {CLOCK[1]})")
     assert wait_for(lambda: is_menu(desktop, 700, 200), 10)
     desktop.act(f"pyautogui.click({CLOCK[0]}, {CLOCK[1]})")  # its own button again: closed
@@ -674,7 +675,7 @@ def test_the_menu_row_under_the_pointer_is_lit_and_the_light_follows_it(desktop:
     desktop.reset(EMPTY)
     settings, lock = POWER_ROW - 2 * ROW, POWER_ROW - ROW  # under volume, network: Settings, Lock, Power Off
     desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")
-    assert wait_for(lambda: is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+    assert wait_for(lambda: is_menu(desktop, 1628, FIRST_ROW + 60), 10)
     assert is_menu(desktop, 1628, settings) and is_menu(desktop, 1628, lock)  # control: nothing lit yet
     for y, other in ((settings, lock), (lock, settings), (POWER_ROW, lock)):
         desktop.act(f"pyautogui.moveTo(1700, {y})")
@@ -682,11 +683,11 @@ def test_the_menu_row_under_the_pointer_is_lit_and_the_light_follows_it(desktop:
         assert is_menu(desktop, 1628, other), other
     desktop.act("pyautogui.moveTo(900, 700)")  # off the menu: no row lit, the menu stays open
     assert wait_for(lambda: is_menu(desktop, 1628, POWER_ROW), 10)
-    assert is_menu(desktop, 1700, FIRST_ROW + 60)
+    assert is_menu(desktop, 1628, FIRST_ROW + 60)
     desktop.act(f"pyautogui.click(1700, {POWER_ROW})")  # the lit row's click: its submenu, under it
     assert wait_for(lambda: is_menu(desktop, 1890, POWER_ROW + ROW, SUBMENU_COLOUR), 10)
     desktop.act("pyautogui.press('escape')")
-    assert wait_for(lambda: not is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+    assert wait_for(lambda: not is_menu(desktop, 1628, FIRST_ROW + 60), 10)
 
 
 def lit_columns(desktop: LocalDesktop) -> dict[str, int]:
@@ -765,17 +766,17 @@ def test_power_off_and_log_out_ask_and_end_nothing(desktop: LocalDesktop) -> Non
     assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
     for row, answer in ((POWER_OFF_ROW, "pyautogui.press('enter')"), (LOG_OUT_ROW, "pyautogui.press('escape')")):
         desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")
-        assert wait_for(lambda: is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+        assert wait_for(lambda: is_menu(desktop, 1628, FIRST_ROW + 60), 10)
         desktop.act(f"pyautogui.click(1700, {POWER_ROW})")  # its submenu opens under it
         assert wait_for(lambda: is_menu(desktop, 1890, row, SUBMENU_COLOUR), 10)  # noqa: B023
         desktop.act(f"pyautogui.click(1700, {row})")
-        assert wait_for(lambda: is_menu(desktop, 760, 470) and not is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+        assert wait_for(lambda: is_menu(desktop, 760, 470) and not is_menu(desktop, 1628, FIRST_ROW + 60), 10)
         desktop.act(answer)  # "Power Off" (the focused answer) / Escape
         assert wait_for(lambda: not is_menu(desktop, 760, 470), 10)
     assert desktop.display.alive()
     assert frame_of(desktop, "XTerm") is not None  # the session and its apps go on
     desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")  # and so does the top bar
-    assert wait_for(lambda: is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+    assert wait_for(lambda: is_menu(desktop, 1628, FIRST_ROW + 60), 10)
     desktop.act("pyautogui.press('escape')")
 
 
@@ -894,17 +895,17 @@ def test_the_volume_slider_follows_the_pointer_and_sets_the_sound_servers_volume
     sound = shutil.which("pactl") is not None and shutil.which("pulseaudio") is not None
     desktop.reset(EMPTY)
     desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")
-    assert wait_for(lambda: is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+    assert wait_for(lambda: is_menu(desktop, 1628, FIRST_ROW + 60), 10)
     assert wait_for(lambda: abs(slider_level(desktop) - 50) <= 2, 10), slider_level(desktop)  # the baseline's 50 %
     desktop.act(f"pyautogui.click({TRACK[0] + (TRACK[1] - TRACK[0]) // 4}, {SLIDER_Y})")
     assert wait_for(lambda: abs(slider_level(desktop) - 25) <= 2, 10), slider_level(desktop)
-    assert is_menu(desktop, 1700, FIRST_ROW + 60)  # the menu stays open
+    assert is_menu(desktop, 1628, FIRST_ROW + 60)  # the menu stays open
     if sound:
         assert wait_for(lambda: "25%" in sink_volume(desktop), 20), sink_volume(desktop)
     desktop.act(f"pyautogui.moveTo({TRACK[0] + 10}, {SLIDER_Y}); pyautogui.dragTo(1700, {SLIDER_Y}, duration=0.3)")
     assert wait_for(lambda: abs(slider_level(desktop) - (1700 - TRACK[0]) * 100 / (TRACK[1] - TRACK[0])) <= 2, 10)
     desktop.act("pyautogui.press('escape')")
-    assert wait_for(lambda: not is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+    assert wait_for(lambda: not is_menu(desktop, 1628, FIRST_ROW + 60), 10)
     if not sound:
         return
     level = round((1700 - TRACK[0]) * 100 / (TRACK[1] - TRACK[0]))
@@ -921,9 +922,94 @@ def test_the_volume_slider_follows_the_pointer_and_sets_the_sound_servers_volume
     desktop.reset(task)
     desktop.wait_after_reset()
     desktop.act(f"pyautogui.click({STATUS[0]}, {STATUS[1]})")
-    assert wait_for(lambda: is_menu(desktop, 1700, FIRST_ROW + 60), 10)
+    assert wait_for(lambda: is_menu(desktop, 1628, FIRST_ROW + 60), 10)
     desktop.act(f"pyautogui.moveTo({TRACK[0] + 100}, {SLIDER_Y}); pyautogui.dragTo(1912, {SLIDER_Y}, duration=0.3)")
     assert wait_for(lambda: slider_level(desktop) >= 99, 10)
     desktop.act("pyautogui.press('escape')")
     desktop.wait_before_eval()
     assert desktop.evaluate() == 1.0
+
+
+def drawn_activities(font_file: Path) -> np.ndarray:
+    """The top bar's left end with "Activities" drawn as :mod:`.lookalike` draws it (at 15 px, x = 18, centred
+    in the bar's rows), in ``font_file``."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    font = ImageFont.truetype(str(font_file), 15)
+    ascent, descent = font.getmetrics()
+    bar = Image.new("RGB", (90, 27), BAR_COLOUR)
+    ImageDraw.Draw(bar).text((18, (27 - ascent - descent) // 2), "Activities", font=font, fill=(238, 238, 236))
+    return np.asarray(bar, dtype=int)
+
+
+@pytest.mark.skipif(not fonts.installed(), reason=f"the Ubuntu font is not installed: {fonts.SETUP_HINT}")
+def test_the_top_bars_text_is_drawn_in_the_vms_ubuntu_font(desktop: LocalDesktop) -> None:
+    ubuntu, cantarell = fonts.ubuntu_file(400), Path("/usr/share/fonts/opentype/cantarell/Cantarell-Regular.otf")
+    assert ubuntu is not None
+    shown = pixels(desktop)[:27, :90]  # "Activities" (the focused app's name comes after x = 90)
+    assert (np.abs(shown - drawn_activities(ubuntu)) <= 2).all()  # pixel for pixel, as the font file draws it
+    if cantarell.is_file():  # control: the fallback font draws it otherwise
+        assert (np.abs(shown - drawn_activities(cantarell)) > 40).sum() > 50
+
+
+@pytest.mark.skipif(not fonts.installed(), reason=f"the Ubuntu font is not installed: {fonts.SETUP_HINT}")
+def test_openbox_and_the_apps_find_the_ubuntu_font_inside(desktop: LocalDesktop) -> None:
+    assert desktop.client.execute(["fc-match", "Ubuntu:bold"])["output"].startswith("ubuntu-latin-700-normal.woff")
+    assert "Ubuntu Mono" in desktop.client.execute(["fc-match", "Ubuntu Mono"])["output"]
+    assert "Ubuntu" not in desktop.client.execute(["fc-match", "Cantarell"])["output"]  # control: another family
+
+
+def xsettings(desktop: LocalDesktop) -> dict[str, str | int] | None:
+    """The XSETTINGS manager's settings on screen 0 (the XSETTINGS spec's ``_XSETTINGS_SETTINGS``), if one runs."""
+    own = open_display(desktop.display.name)
+    try:
+        owner = own.get_selection_owner(own.intern_atom("_XSETTINGS_S0"))
+        if owner == 0:
+            return None
+        atom = own.intern_atom("_XSETTINGS_SETTINGS")
+        prop = own.create_resource_object("window", owner).get_full_property(atom, 0)
+        data = bytes(prop.value) if prop is not None else b""
+    finally:
+        own.close()
+    order = "<" if data[:1] == b"\x00" else ">"
+    (count,) = struct.unpack_from(order + "I", data, 8)
+    found: dict[str, str | int] = {}
+    at = 12
+    for _ in range(count):
+        kind, (length,) = data[at], struct.unpack_from(order + "H", data, at + 2)
+        name = data[at + 4 : at + 4 + length].decode()
+        at += 4 + (length + 3) // 4 * 4 + 4  # the name, padded, and the serial
+        if kind == 0:  # an integer
+            (found[name],) = struct.unpack_from(order + "i", data, at)
+            at += 4
+        elif kind == 1:  # a string
+            (size,) = struct.unpack_from(order + "I", data, at)
+            found[name] = data[at + 4 : at + 4 + size].decode()
+            at += 4 + (size + 3) // 4 * 4
+        else:  # a colour: 4 x 16 bits
+            at += 8
+    return found
+
+
+@pytest.mark.skipif(not fonts.xsettingsd_installed(), reason="needs xsettingsd (Debian xsettingsd)")
+def test_apps_get_the_vms_gtk_settings_from_xsettings_and_a_reset_keeps_them(desktop: LocalDesktop) -> None:
+    assert wait_for(lambda: xsettings(desktop) == fonts.XSETTINGS, 30), xsettings(desktop)
+    found = xsettings(desktop) or {}
+    assert (found["Net/ThemeName"], found["Gtk/FontName"]) == ("Yaru", "Ubuntu 11")
+    desktop.reset(EMPTY)  # a fresh sandbox: a new manager with the same settings
+    assert wait_for(lambda: xsettings(desktop) == fonts.XSETTINGS, 30), xsettings(desktop)
+    if not shutil.which("mousepad"):
+        return
+    # a GTK app draws in Yaru: selected text on Yaru's orange (#E95420), not on Adwaita's blue (#3584E4)
+    desktop.client.post_json("/setup/launch", {"command": ["mousepad"]})
+    assert wait_for(lambda: frame_of(desktop, "Mousepad") is not None, 30)
+    desktop.act("pyautogui.typewrite('hello world hello world'); pyautogui.hotkey('ctrl', 'a')")
+    x, y, width, height = frame_of(desktop, "Mousepad") or (0, 0, 0, 0)
+
+    def selected(colour: tuple[int, int, int]) -> int:
+        window = pixels(desktop)[y : y + height, x : x + width]
+        return int((np.abs(window - np.array(colour)).sum(axis=2) <= 12).sum())
+
+    assert wait_for(lambda: selected((233, 84, 32)) > 1000, 10), (selected((233, 84, 32)), selected((53, 132, 228)))
+    assert selected((53, 132, 228)) == 0
+    desktop.reset(EMPTY)

@@ -768,6 +768,7 @@ def test_lookalike_terminal_shortcut_opens_the_terminal_inside(lookalike: LocalD
 def test_lookalike_panel_and_what_it_launches_run_inside_the_sandbox(lookalike: LocalDesktop) -> None:
     code, out = agent(lookalike, "ps -eo args")
     assert code == 0 and "panel.py" in out, out  # control: the panel runs, and inside
+    assert "xsettingsd" in out or not shutil.which("xsettingsd"), out  # the apps' GTK settings: inside too
     files = 65 + 68 * 8
     lookalike.act(f"pyautogui.click(35, {files})")  # a launcher
     lookalike.act("pyautogui.press('win'); pyautogui.typewrite('mousepad\\n', interval=0.02)")  # the overview

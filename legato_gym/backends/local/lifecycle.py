@@ -43,6 +43,7 @@ from legato_gym.backends.local.sandbox import (
     Sandbox,
     SandboxSpec,
     UidLease,
+    fonts,
 )
 from legato_gym.backends.local.sandbox.lookalike import wallpaper
 from legato_gym.backends.local.xstate import Wallpaper, XBaseline
@@ -97,7 +98,8 @@ class DesktopProcesses:
             host_uid=self._uid.uid if self._uid is not None else None,
             limits=limits,
             system_paths=options.system_paths,
-            extra_paths=(*options.extra_paths, *vscode.sandbox_paths()),  # code-server, for `code`
+            # code-server, for `code`; the Ubuntu fonts, for the lookalike session
+            extra_paths=(*options.extra_paths, *vscode.sandbox_paths(), *fonts.sandbox_paths(options.session)),
             open_file_timeout=min(config.timeouts.reset, 1800.0),
             server_mode=options.server_mode,
             pointer=options.pointer,

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from legato_gym.backends.local.sandbox import fonts
 from legato_gym.backends.local.xstate import Wallpaper
 
 __all__ = [
@@ -46,6 +47,9 @@ __all__ = [
 #: Where the desktop's lookalike files are bound inside the sandbox (the panel, its pictures, its manifest).
 LOOKALIKE_DIR = "/run/legato-lookalike"
 PANEL_FILE = Path(__file__).with_name("panel.py")
+#: The sandbox's fontconfig configuration (:func:`.fonts.fontconfig_conf`) and xsettingsd's, in that folder.
+FONTCONFIG_NAME = "fonts.conf"
+XSETTINGS_NAME = "xsettingsd.conf"
 
 #: The VM's colours (reference/osworld-vm-look.md, read from its screenshot).
 BAR_COLOUR = (19, 19, 19)
@@ -235,8 +239,14 @@ def _find_icon(names: Sequence[str], size: int) -> Path | None:
 
 
 def _font(kind: str, size: int) -> Any:
+    """The VM's font, Ubuntu (:mod:`.fonts`, from npm), of ``kind`` ("regular", "bold") at ``size`` pixels;
+    Cantarell, then DejaVu, where it is not installed."""
     from PIL import ImageFont
 
+    ubuntu = fonts.ubuntu_file(700 if kind == "bold" else 400)
+    if ubuntu is not None:
+        return ImageFont.truetype(str(ubuntu), size)
+    fonts.say_missing()
     for path in _FONTS[kind]:
         if Path(path).is_file():
             return ImageFont.truetype(path, size)
@@ -281,7 +291,9 @@ def _raw(image: Any) -> bytes:
 
 
 def _glyphs(kind: str, size: int, fg: tuple[int, int, int], bg: tuple[int, int, int]) -> tuple[Any, dict[str, Any]]:
-    """A strip of the printable ASCII characters drawn in ``fg`` over ``bg``, and where each one is."""
+    """A strip of the printable ASCII characters drawn in ``fg`` over ``bg``, and where each one is: its x in the
+    strip, its advance and the width to copy, which takes in the ink right of the advance (Ubuntu's "f", "r"
+    and others reach into the next glyph's cell; the panel copies right to left, so that it is kept)."""
     from PIL import Image, ImageDraw
 
     font = _font(kind, size)
@@ -289,14 +301,15 @@ def _glyphs(kind: str, size: int, fg: tuple[int, int, int], bg: tuple[int, int, 
     height = ascent + descent
     chars = [*(chr(c) for c in range(32, 127)), "…"]
     advances = [round(font.getlength(c)) for c in chars]
-    strip = Image.new("RGB", (sum(advances) + 2 * len(chars), height), bg)
+    inks = [max(advance, font.getbbox(c)[2]) for c, advance in zip(chars, advances, strict=True)]
+    strip = Image.new("RGB", (sum(inks) + 2 * len(chars), height), bg)
     draw = ImageDraw.Draw(strip)
     table: dict[str, list[int]] = {}
     x = 0
-    for char, advance in zip(chars, advances, strict=True):
+    for char, advance, ink in zip(chars, advances, inks, strict=True):
         draw.text((x, 0), char, font=font, fill=fg)
-        table[char] = [x, advance]
-        x += advance + 2
+        table[char] = [x, advance, ink]
+        x += ink + 2
     return strip, {"height": height, "chars": table}
 
 
@@ -621,15 +634,22 @@ TITLE_BAR_COLOURS = {
 #: buttons; mutter does not).
 YARU_TITLE_BUTTONS = {"own size": (85.5, 51.5, 17.5), "maximized": (83.5, 49.5, 15.5), "top": 17.5, "diameter": 22}
 TITLE_BUTTON_SLACK = 6
-#: GNOME's title bar font is Ubuntu Bold 11 on the VM; Cantarell Bold 11 stands in (the Ubuntu font is not in Debian).
-TITLE_FONT = ("Cantarell", 11, "Bold")
+#: GNOME's title bar font on the VM, Ubuntu Bold 11 (:mod:`.fonts`); Cantarell Bold 11 stands in where the
+#: Ubuntu font is not installed (:func:`title_font`).
+TITLE_FONT = ("Ubuntu", 11, "Bold")
+FALLBACK_TITLE_FONT = ("Cantarell", 11, "Bold")
+
+
+def title_font() -> tuple[str, int, str]:
+    """openbox's title bar font: :data:`TITLE_FONT` if the Ubuntu font is installed, else the fallback."""
+    return TITLE_FONT if fonts.installed() else FALLBACK_TITLE_FONT
 
 
 def lookalike_theme() -> str:
     """openbox's ``<theme>``: :data:`THEME_DIR` as copied into the sandbox, the title alone at the left of
-    minimize, maximize and close (``LIMC``; the theme centres it), in :data:`TITLE_FONT`, as mutter's title bars
+    minimize, maximize and close (``LIMC``; the theme centres it), in :func:`title_font`, as mutter's title bars
     under Yaru are."""
-    name, size, weight = TITLE_FONT
+    name, size, weight = title_font()
     fonts = "".join(
         f'<font place="{place}"><name>{name}</name><size>{size}</size><weight>{weight}</weight>'
         "<slant>Normal</slant></font>"
@@ -665,3 +685,6 @@ def write_lookalike_files(folder: Path, screen: tuple[int, int]) -> None:
     (folder / "panel.json").write_text(manifest)
     shutil.copyfile(PANEL_FILE, folder / "panel.py")
     shutil.copytree(THEME_DIR, folder / "theme", dirs_exist_ok=True)
+    if (conf := fonts.fontconfig_conf()) is not None:  # FONTCONFIG_FILE inside (.shell.session_environment)
+        (folder / FONTCONFIG_NAME).write_text(conf)
+    (folder / XSETTINGS_NAME).write_text(fonts.xsettings_conf())

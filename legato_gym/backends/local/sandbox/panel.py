@@ -213,14 +213,20 @@ class Panel:
         return pixmap
 
     def _text(self, target: Any, style: str, text: str, x: int, y: int) -> int:
-        """Copy ``text``'s glyphs of ``style`` onto ``target`` from ``x``; returns the x after it."""
+        """Copy ``text``'s glyphs of ``style`` onto ``target`` from ``x``; returns the x after it.
+
+        Right to left: a glyph's ink right of its advance (an "f"'s hook) is copied after the next glyph's cell,
+        over its side bearing, rather than cut off by it."""
         table = self.m["glyphs"][style]
         strip = self.pixmaps[f"glyphs_{style}"]
+        placed = []
         for char in text:
-            offset, advance = table["chars"].get(char, table["chars"]["?"])
-            if advance:
-                target.copy_area(self.gc, strip, offset, 0, advance, table["height"], x, y)
+            offset, advance, ink = table["chars"].get(char, table["chars"]["?"])
+            placed.append((x, offset, ink))
             x += advance
+        for at, offset, ink in reversed(placed):
+            if ink:
+                target.copy_area(self.gc, strip, offset, 0, ink, table["height"], at, y)
         return x
 
     def _text_width(self, style: str, text: str) -> int:

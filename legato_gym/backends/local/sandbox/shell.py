@@ -352,9 +352,15 @@ def session_environment(session: str) -> dict[str, str]:
     """The variables ``session`` adds to the sandbox's environment (:func:`gnome_environment` for GNOME)."""
     if session == "gnome":
         return gnome_environment()
-    if session == "lookalike" and Path("/usr/share/icons/Yaru/cursors").is_dir():
-        return dict(LOOKALIKE_ENVIRONMENT)
-    return {}
+    if session != "lookalike":
+        return {}
+    from legato_gym.backends.local.sandbox import fonts
+    from legato_gym.backends.local.sandbox.lookalike import FONTCONFIG_NAME, LOOKALIKE_DIR
+
+    found = dict(LOOKALIKE_ENVIRONMENT) if Path("/usr/share/icons/Yaru/cursors").is_dir() else {}
+    if fonts.installed():  # the Ubuntu fonts' folders (.fonts.fontconfig_conf), for openbox and the apps
+        found["FONTCONFIG_FILE"] = f"{LOOKALIKE_DIR}/{FONTCONFIG_NAME}"
+    return found
 
 
 def prelude(session: str, marker: str = "") -> str:
@@ -367,10 +373,15 @@ def prelude(session: str, marker: str = "") -> str:
     indicators show what the VM's show with nothing to report (no battery, no network manager).
     """
     if session == "lookalike":
-        from legato_gym.backends.local.sandbox.lookalike import LOOKALIKE_DIR
+        from legato_gym.backends.local.sandbox import fonts
+        from legato_gym.backends.local.sandbox.lookalike import LOOKALIKE_DIR, XSETTINGS_NAME
 
         panel = f"python {LOOKALIKE_DIR}/panel.py {LOOKALIKE_DIR} {marker}"
-        return f"(while :; do {panel}; sleep 0.2; done) </dev/null >/dev/null 2>&1 4>&- & "
+        settings = ""  # the VM's GTK settings (.fonts.XSETTINGS) for the apps, as its gsd-xsettings gives them
+        if fonts.xsettingsd_installed():
+            xsettingsd = f"xsettingsd -c {LOOKALIKE_DIR}/{XSETTINGS_NAME}"
+            settings = f"(while :; do {xsettingsd}; sleep 1; done) </dev/null >/dev/null 2>&1 4>&- & "
+        return f"{settings}(while :; do {panel}; sleep 0.2; done) </dev/null >/dev/null 2>&1 4>&- & "
     if session != "gnome":
         return ""
     return (
