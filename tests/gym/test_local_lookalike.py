@@ -25,6 +25,7 @@ from desktop_kit import wait_for
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, LocalOptions, apps, vscode
 from legato_gym.backends.local.sandbox.lookalike import (
+    BAR_BUTTON_HOVER,
     BAR_BUTTON_LIT,
     BAR_COLOUR,
     DOT_COLOUR,
@@ -695,6 +696,60 @@ def lit_columns(desktop: LocalDesktop) -> dict[str, int]:
     lit = np.abs(row - np.array(BAR_BUTTON_LIT)).sum(axis=1) <= 6
     spans = {"app": (90, 300), "calendar": (800, 1120), "system": (1780, 1920)}
     return {name: int(lit[a:b].sum()) for name, (a, b) in spans.items()}
+
+
+def pills(desktop: LocalDesktop, colour: tuple[int, int, int]) -> list[tuple[int, int]]:
+    """The bar's pills of ``colour``: the runs of columns of its row 5 in that colour, as ``(start, end)``, runs
+    less than 12 px apart joined (the label's glyphs cut them), whatever the font's widths."""
+    row = pixels(desktop)[5].astype(int)
+    columns = (np.abs(row - np.array(colour)).sum(axis=1) <= 6).nonzero()[0]
+    runs: list[tuple[int, int]] = []
+    for x in columns.tolist():
+        if runs and x - runs[-1][1] < 12:
+            runs[-1] = (runs[-1][0], x + 1)
+        else:
+            runs.append((x, x + 1))
+    return runs
+
+
+def test_the_top_bars_buttons_light_under_the_pointer_and_activities_while_the_overview_is_open(
+    desktop: LocalDesktop,
+) -> None:
+    """As GNOME's ``.panel-button:hover``: Activities, the app's name, the clock and the status icons each get a
+    pill (Yaru's 15 % white) while the pointer is over them, only that one, none once it leaves the bar; and
+    Activities is lit (``:overview``, as checked) while the overview is open, hovered or not."""
+
+    def one_pill_at(x: int, colour: tuple[int, int, int] = BAR_BUTTON_HOVER) -> bool:
+        shown = pills(desktop, colour)
+        return len(shown) == 1 and shown[0][0] <= x < shown[0][1] and shown[0][1] - shown[0][0] >= 40
+
+    desktop.reset(EMPTY)
+    desktop.client.post_json("/setup/launch", {"command": ["xterm", "-T", "hover"]})
+    assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
+    assert wait_for(lambda: app_name_shown(desktop), 10)
+    desktop.act("pyautogui.moveTo(900, 700)")
+    assert wait_for(lambda: pills(desktop, BAR_BUTTON_HOVER) == [], 10), pills(desktop, BAR_BUTTON_HOVER)
+    for x, y in ((40, 13), (110, 13), CLOCK, STATUS):  # Activities, the app's name, the clock, the status icons
+        desktop.act(f"pyautogui.moveTo({x}, {y})")
+        assert wait_for(lambda: one_pill_at(x), 10), (x, pills(desktop, BAR_BUTTON_HOVER))  # noqa: B023
+        assert pills(desktop, BAR_BUTTON_LIT) == []  # hovered, not checked
+    desktop.act("pyautogui.moveTo(1500, 13)")  # on the bar, on no button
+    assert wait_for(lambda: pills(desktop, BAR_BUTTON_HOVER) == [], 10), pills(desktop, BAR_BUTTON_HOVER)
+    desktop.act(f"pyautogui.moveTo({STATUS[0]}, {STATUS[1]})")
+    assert wait_for(lambda: one_pill_at(STATUS[0]), 10)
+    desktop.act("pyautogui.moveTo(900, 700)")  # off the bar: none
+    assert wait_for(lambda: pills(desktop, BAR_BUTTON_HOVER) == [], 10), pills(desktop, BAR_BUTTON_HOVER)
+    desktop.act("pyautogui.click(40, 13)")  # the overview: Activities checked, also once the pointer leaves it
+    assert wait_for(lambda: one_pill_at(40, BAR_BUTTON_LIT), 10), pills(desktop, BAR_BUTTON_LIT)
+    desktop.act("pyautogui.moveTo(1500, 13)")
+    assert wait_for(lambda: one_pill_at(40, BAR_BUTTON_LIT) and pills(desktop, BAR_BUTTON_HOVER) == [], 10)
+    desktop.act("pyautogui.press('escape')")  # the overview closed: Activities plain
+    assert wait_for(lambda: pills(desktop, BAR_BUTTON_LIT) == [], 10), pills(desktop, BAR_BUTTON_LIT)
+    desktop.act("pyautogui.click(40, 13)")
+    assert wait_for(lambda: one_pill_at(40, BAR_BUTTON_LIT), 10)
+    desktop.act("pyautogui.click(40, 13)")  # Activities again closes it: hovered, not checked
+    assert wait_for(lambda: pills(desktop, BAR_BUTTON_LIT) == [] and one_pill_at(40), 10)
+    desktop.act("pyautogui.moveTo(900, 700)")
 
 
 def test_the_top_bars_button_is_lit_while_its_menu_is_open(desktop: LocalDesktop) -> None:

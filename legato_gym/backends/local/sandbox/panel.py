@@ -105,6 +105,11 @@ def _matches(patterns: list[str], names: tuple[str, ...]) -> bool:
     return False
 
 
+def _styled(style: str, state: str) -> str:
+    """The glyphs (or colour) of ``style`` on a bar's button in ``state`` (``""``, ``"lit"``, ``"hover"``)."""
+    return f"{style}_{state}" if state else style
+
+
 class Panel:
     """The top bar, the dock, the overview and the launcher menus of one desktop (see the module's text)."""
 
@@ -144,6 +149,11 @@ class Panel:
         self.dock_pixmap = self._copy_of("dock", self.dock_w, self.height - self.bar_h)
         self.bar = self._panel_window(0, 0, self.width, self.bar_h, self.bar_pixmap)
         self.dock = self._panel_window(0, self.bar_h, self.dock_w, self.height - self.bar_h, self.dock_pixmap)
+        # the bar's buttons light under the pointer: the bar follows it
+        self.bar.change_attributes(
+            event_mask=X.ButtonPressMask | X.PointerMotionMask | X.EnterWindowMask | X.LeaveWindowMask
+        )
+        self.overview_open = False
         self.overview_pixmap: Any = None  # while the overview is shown (a screen's worth of the X server's memory)
         self.overview = self._popup(self.dock_w, self.bar_h, self.width - self.dock_w, self.height - self.bar_h)
         self.menu = self._popup(0, 0, MENU_WIDTH, MENU_ROW)
@@ -161,6 +171,7 @@ class Panel:
         self.focus = -1  # the row the keyboard is on
         self.expanded = ""  # the system menu's open submenu
         self.lit = ""  # the top bar's button whose menu is open
+        self.hover = ""  # the top bar's button under the pointer
         self.month_shown = 0  # the date menu's month, from today's
         self.do_not_disturb = False
         #: the system menu's volume (percent): the sound server's, read with pactl when the menu opens and set
@@ -338,17 +349,35 @@ class Panel:
         x = int(self.m["app_name_x"])
         left, room = x - 12, self.width // 2 - 120 - x + 12  # its button: the name and 12 px each side
         self.bar_pixmap.copy_area(self.gc, self.pixmaps["bar"], left, 0, room, self.bar_h, left, 0)
-        style = "bar"
-        if self.lit == "app" and self.active_name:
-            style = "bar_lit"
-            self._pill(x - 9, self._text_width("bar", self.active_name) + 18)
-        self._text(self.bar_pixmap, style, self.active_name, x, int(self.m["text_y"]))
+        state = self._state("app") if self.active_name else ""
+        if state:
+            self._pill(x - 9, self._text_width("bar", self.active_name) + 18, state)
+        self._text(self.bar_pixmap, _styled("bar", state), self.active_name, x, int(self.m["text_y"]))
         self.bar.clear_area(left, 0, room, self.bar_h)
 
-    def _pill(self, x: int, width: int) -> None:
-        """A lit button's pill on the bar (GNOME's checked ``.panel-button``: round ends inside a 3 px border)."""
+    def _paint_activities(self) -> None:
+        """Activities, on its pill while the overview is open (GNOME's ``:overview``) or under the pointer."""
+        start, end = self.m["activities"]
+        self.bar_pixmap.copy_area(self.gc, self.pixmaps["bar"], start, 0, end - start, self.bar_h, start, 0)
+        state = self._state("activities")
+        if state:  # the label's 12 px each side, as the other buttons' pills
+            x = int(self.m["activities_x"])
+            self._pill(x - 12, self._text_width("bar", "Activities") + 24, state)
+            self._text(self.bar_pixmap, _styled("bar", state), "Activities", x, int(self.m["text_y"]))
+        self.bar.clear_area(start, 0, end - start, self.bar_h)
+
+    def _state(self, item: str) -> str:
+        """How the bar's button ``item`` is drawn: ``"lit"`` while its menu (Activities: the overview) is open,
+        ``"hover"`` under the pointer, else ``""``."""
+        if item and (item == self.lit or (item == "activities" and self.overview_open)):
+            return "lit"
+        return "hover" if item and item == self.hover else ""
+
+    def _pill(self, x: int, width: int, state: str) -> None:
+        """A button's pill on the bar in ``state``'s colour (GNOME's ``.panel-button`` checked or hovered: round
+        ends inside a 3 px border)."""
         height = self.bar_h - 6
-        self.gc.change(foreground=self.colours["bar_lit"])
+        self.gc.change(foreground=self.colours[_styled("bar", state)])
         for left in (x, x + width - height):
             self.bar_pixmap.fill_arc(self.gc, left, 3, height, height, 0, 360 * 64)
         self.bar_pixmap.fill_rectangle(self.gc, x + height // 2, 3, width - height, height)
@@ -356,7 +385,8 @@ class Panel:
     def _paint_status(self) -> None:
         """The status icons, on their button's lit pill while the system menu is open."""
         width = self.m["images"]["status_lit"][0]
-        source = (self.pixmaps["status_lit"], 0) if self.lit == "system" else (self.pixmaps["bar"], self.width - width)
+        state = self._state("system")
+        source = (self.pixmaps[f"status_{state}"], 0) if state else (self.pixmaps["bar"], self.width - width)
         self.bar_pixmap.copy_area(self.gc, source[0], source[1], 0, width, self.bar_h, self.width - width, 0)
         self.bar.clear_area(self.width - width, 0, width, self.bar_h)
 
@@ -366,12 +396,25 @@ class Panel:
             return
         before, self.lit = self.lit, item
         for which in (before, item):
-            if which == "app":
-                self._paint_app_name()
-            elif which == "calendar":
-                self._clock()
-            elif which == "system":
-                self._paint_status()
+            self._repaint(which)
+
+    def _hover(self, item: str) -> None:
+        """Light the top bar's button ``item`` under the pointer (``""``: none), as GNOME's ``:hover``."""
+        if item == self.hover:
+            return
+        before, self.hover = self.hover, item
+        for which in (before, item):
+            self._repaint(which)
+
+    def _repaint(self, item: str) -> None:
+        if item == "activities":
+            self._paint_activities()
+        elif item == "app":
+            self._paint_app_name()
+        elif item == "calendar":
+            self._clock()
+        elif item == "system":
+            self._paint_status()
 
     def _clock(self) -> None:
         """The clock, centred: ``Mar 22  21:58`` as GNOME shows it with the date."""
@@ -381,11 +424,10 @@ class Panel:
         x0, span = self.width // 2 - 110, 220
         self.bar_pixmap.copy_area(self.gc, self.pixmaps["bar"], x0, 0, span, self.bar_h, x0, 0)
         x = self.width // 2 - self._text_width("bold", text) // 2
-        style = "bold"
-        if self.lit == "calendar":  # its menu is open: the clock's lit pill (the label's 12 px padding)
-            style = "bold_lit"
-            self._pill(x - 12, self._text_width("bold", text) + 24)
-        self._text(self.bar_pixmap, style, text, x, int(self.m["text_y"]))
+        state = self._state("calendar")
+        if state:  # its menu open or under the pointer: the clock's pill (the label's 12 px padding)
+            self._pill(x - 12, self._text_width("bold", text) + 24, state)
+        self._text(self.bar_pixmap, _styled("bold", state), text, x, int(self.m["text_y"]))
         self.bar.clear_area(x0, 0, span, self.bar_h)
 
     # the overview: a search field and the app grid, over the work area
@@ -429,6 +471,8 @@ class Panel:
         self.overview.configure(stack_mode=X.Above)
         self.overview.map()
         self.overview.grab_keyboard(True, X.GrabModeAsync, X.GrabModeAsync, X.CurrentTime)
+        self.overview_open = True
+        self._paint_activities()
 
     def _close_overview(self) -> None:
         self.overview.unmap()
@@ -437,6 +481,8 @@ class Panel:
         if self.overview_pixmap is not None:
             self.overview_pixmap.free()
             self.overview_pixmap = None
+        self.overview_open = False
+        self._paint_activities()
 
     def _overview_shown(self) -> bool:
         return bool(self.overview.get_attributes().map_state == X.IsViewable)
@@ -1065,6 +1111,10 @@ class Panel:
     def handle(self, event: Any) -> None:
         if event.type == X.ButtonPress:
             self._click(event)
+        elif event.type in (X.MotionNotify, X.EnterNotify) and event.window.id == self.bar.id:
+            self._hover(self.bar_item(event.event_x))
+        elif event.type == X.LeaveNotify and event.window.id == self.bar.id:
+            self._hover("")
         elif event.type == X.MotionNotify and self.popover_kind:
             self._popover_motion(event)
         elif event.type == X.ButtonRelease and self.sliding:
