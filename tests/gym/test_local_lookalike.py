@@ -41,7 +41,7 @@ from legato_gym.backends.local.sandbox.lookalike import (
     layout,
     wallpaper,
 )
-from legato_gym.backends.local.sandbox.panel import GAP, PAD, ROW, SEPARATOR
+from legato_gym.backends.local.sandbox.panel import GAP, MENU_ROW, PAD, ROW, SEPARATOR, desktop_actions
 from legato_gym.backends.local.sandbox.shell import APP_WINDOWS
 from legato_gym.backends.local.xstate import open_display
 from legato_gym.config import OSWORLD_ENV_VAR
@@ -511,18 +511,72 @@ def test_show_applications_and_the_overview_search_launch_inside(desktop: LocalD
     desktop.act("pyautogui.press('escape')")
 
 
+def dock_menu_row(n: int, count: int, centre: int = FILES) -> int:
+    """The y of the dock menu's row ``n`` of ``count``, the menu centred on its launcher."""
+    return centre - (MENU_ROW * count + 12) // 2 + 6 + n * MENU_ROW + MENU_ROW // 2
+
+
 def test_a_launchers_right_click_menu_opens_a_new_window_and_quits(desktop: LocalDesktop) -> None:
+    """Files' menu: its desktop action New Window (``nautilus --new-window``) and Show Details, then Quit once it
+    runs; Show Details only closes the menu (there is no GNOME Software here)."""
     desktop.reset(EMPTY)
     before = pixels(desktop)
+
+    def menu_open() -> bool:
+        return bool(np.abs(pixels(desktop)[FILES, 150] - before[FILES, 150]).sum() > 30)
+
     desktop.act(f"pyautogui.rightClick(35, {FILES})")
-    assert wait_for(lambda: bool(np.abs(pixels(desktop)[FILES, 150] - before[FILES, 150]).sum() > 30), 10)
-    desktop.act(f"pyautogui.click(150, {FILES} - 16 + 6 + 16)")  # the menu's first item: New Window
+    assert wait_for(menu_open, 10)
+    assert is_menu(desktop, 280, dock_menu_row(1, 2)) and not is_menu(desktop, 280, dock_menu_row(1, 2) + 26)  # 2 rows
+    desktop.act(f"pyautogui.click(150, {dock_menu_row(1, 2)})")  # Show Details: closed, nothing opens
+    assert wait_for(lambda: not menu_open(), 10)
+    desktop.act(f"pyautogui.rightClick(35, {FILES})")
+    assert wait_for(menu_open, 10)
+    desktop.act(f"pyautogui.click(150, {dock_menu_row(0, 2)})")  # the menu's first item: New Window
     assert wait_for(lambda: frame_of(desktop, "org.gnome.Nautilus") is not None), frames(desktop)
     before = pixels(desktop)
-    desktop.act(f"pyautogui.rightClick(35, {FILES})")  # now with Quit as its second item
-    assert wait_for(lambda: bool(np.abs(pixels(desktop)[FILES, 150] - before[FILES, 150]).sum() > 30), 10)
-    desktop.act(f"pyautogui.click(150, {FILES} - 32 + 6 + 32 + 16)")
+    desktop.act(f"pyautogui.rightClick(35, {FILES})")  # now with Quit as its third item
+    assert wait_for(menu_open, 10)
+    desktop.act(f"pyautogui.click(150, {dock_menu_row(2, 3)})")
     assert wait_for(lambda: frame_of(desktop, "org.gnome.Nautilus") is None), frames(desktop)
+
+
+def test_an_apps_desktop_actions_are_read_from_its_installed_desktop_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As GLib finds a desktop file (the user's data folder over XDG_DATA_DIRS) and lists its ``Actions=`` in
+    their order: each action's name and Exec line without its field codes; an action without Exec is left out."""
+    user, system = tmp_path / "user", tmp_path / "system"
+    for folder in (user, system):
+        (folder / "applications").mkdir(parents=True)
+    (system / "applications" / "app.desktop").write_text(
+        "[Desktop Entry]\nExec=app %U\nActions=one;\n[Desktop Action one]\nName=System\nExec=app --system\n"
+    )
+    (user / "applications" / "app.desktop").write_text(
+        "[Desktop Entry]\nName=App\nExec=app %U\nActions=new-window;broken;private;\n\n"
+        "[Desktop Action private]\nName=New Private Window\nName[de]=Neues privates Fenster\n"
+        'Exec=app --private "%u" --label="a b" 100%%\n'
+        "[Desktop Action broken]\nName=Broken\n"
+        "[Desktop Action new-window]\nName=New Window\nExec=app --new-window %F\n"
+    )
+    monkeypatch.setenv("XDG_DATA_HOME", str(user))
+    monkeypatch.setenv("XDG_DATA_DIRS", f"{tmp_path / 'none'}:{system}")
+    assert desktop_actions("app") == [
+        ("new-window", "New Window", ["app", "--new-window"]),
+        ("private", "New Private Window", ["app", "--private", "--label=a b", "100%"]),
+    ]
+    (user / "applications" / "app.desktop").unlink()  # then the system's
+    assert desktop_actions("app") == [("one", "System", ["app", "--system"])]
+    assert desktop_actions("absent") == []
+    from legato_gym.backends.local.apps.chrome import chrome_files
+
+    (user / "applications" / "google-chrome.desktop").write_bytes(
+        chrome_files()[".local/share/applications/google-chrome.desktop"]
+    )  # the baseline home's Chrome: the VM's two actions, through the dock's google-chrome
+    assert desktop_actions("google-chrome") == [
+        ("new-window", "New Window", ["google-chrome"]),
+        ("new-private-window", "New Incognito Window", ["google-chrome", "--incognito"]),
+    ]
 
 
 def test_another_screen_size_keeps_the_bar_and_dock_sizes() -> None:
@@ -807,10 +861,39 @@ def test_the_app_menu_quits_the_focused_app(desktop: LocalDesktop) -> None:
     assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
     assert wait_for(lambda: app_name_shown(desktop), 10)  # "XTerm" after Activities: its menu's button
     desktop.act("pyautogui.click(125, 13)")
-    assert wait_for(lambda: is_menu(desktop, 250, FIRST_ROW + ROW // 2), 10)  # under the name: Quit
-    desktop.act(f"pyautogui.click(150, {FIRST_ROW + ROW // 2})")
+    quit_row = FIRST_ROW + ROW + SEPARATOR + ROW // 2  # XTerm has no desktop file here: Show Details, Quit
+    assert wait_for(lambda: is_menu(desktop, 250, quit_row), 10)
+    desktop.act(f"pyautogui.click(150, {quit_row})")
     assert wait_for(lambda: frame_of(desktop, "XTerm") is None), frames(desktop)
-    assert wait_for(lambda: not is_menu(desktop, 250, FIRST_ROW + ROW // 2), 10)
+    assert wait_for(lambda: not is_menu(desktop, 250, quit_row), 10)
+
+
+def test_the_app_menu_has_the_apps_actions_then_show_details_and_quit(desktop: LocalDesktop) -> None:
+    """As GNOME's app menu for Files: its desktop action New Window (no second New Window of the menu's own),
+    a separator, Show Details, a separator, Quit: three rows and two separators tall, each doing its part."""
+    desktop.reset(EMPTY)
+    desktop.act(f"pyautogui.click(35, {FILES})")
+    assert wait_for(lambda: frame_of(desktop, "org.gnome.Nautilus") is not None), frames(desktop)
+    assert wait_for(lambda: bool((pixels(desktop)[3:24, 100:150] > 200).any()), 10)  # "Files" after Activities
+    bottom = FIRST_ROW + 3 * ROW + 2 * SEPARATOR  # the last row's end; the menu's padding under it
+
+    def nautilus() -> int:
+        return sum(w.wm_class.startswith("org.gnome.Nautilus.") for w in desktop.display.windows())
+
+    def app_menu(row: int) -> None:
+        desktop.act("pyautogui.click(110, 13)")
+        assert wait_for(lambda: is_menu(desktop, 250, FIRST_ROW + ROW // 2), 10)
+        assert is_menu(desktop, 250, bottom + PAD // 2) and not is_menu(desktop, 250, bottom + PAD + 4)
+        desktop.act(f"pyautogui.click(150, {row})")
+        assert wait_for(lambda: not is_menu(desktop, 250, FIRST_ROW + ROW // 2), 10)
+
+    assert wait_for(lambda: nautilus() == 1)
+    app_menu(FIRST_ROW + ROW // 2)  # New Window: the desktop file's action
+    assert wait_for(lambda: nautilus() == 2)
+    app_menu(FIRST_ROW + ROW + SEPARATOR + ROW // 2)  # Show Details: nothing here to show it
+    assert not wait_for(lambda: nautilus() != 2, 1)
+    app_menu(FIRST_ROW + 2 * ROW + 2 * SEPARATOR + ROW // 2)  # Quit: both windows
+    assert wait_for(lambda: nautilus() == 0)
 
 
 def test_power_off_and_log_out_ask_and_end_nothing(desktop: LocalDesktop) -> None:

@@ -587,11 +587,17 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
         "status": [width - STATUS_WIDTH, width],
         "cell": spot.cell,
         "launchers": [
-            {"name": a.name, "command": list(a.command), "classes": list(a.classes), "y": spot.launcher_centre(i)}
+            {
+                "name": a.name,
+                "id": a.key,  # its desktop file's (the menus' app actions)
+                "command": list(a.command),
+                "classes": list(a.classes),
+                "y": spot.launcher_centre(i),
+            }
             for i, a in enumerate((*LAUNCHERS, TRASH))
         ],
         "show_apps": spot.show_apps_centre,
-        "apps": [{"name": a.name, "command": list(a.command)} for a in APPS],
+        "apps": [{"name": a.name, "id": a.key, "command": list(a.command)} for a in APPS],
         "tile": tile_table,
         "names": {**OTHER_NAMES},
         "volume": AUDIO_VOLUME,  # the system menu's slider until the sound server says its own

@@ -22,6 +22,7 @@ import logging
 import os
 import re
 import select
+import shlex
 import shutil
 import subprocess
 import sys
@@ -97,6 +98,63 @@ def wait_for_input(display: Any, files: list[Any], timeout: float) -> list[Any]:
     return list(readable)
 
 
+#: A desktop file's Exec field codes (the files or URLs to open, the icon, ...): a launch with none leaves them out.
+FIELD_CODE = re.compile(r"%[fFuUdDnNickvm]")
+#: The most rows the dock's menu has room for.
+MENU_ROWS = 8
+
+
+def desktop_file(desktop_id: str) -> Path | None:
+    """Where the installed desktop file ``desktop_id`` (``org.gnome.Terminal``) is, found as GLib finds it: in the
+    user's data folder first, then in each of ``XDG_DATA_DIRS``."""
+    home = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
+    dirs = os.environ.get("XDG_DATA_DIRS") or "/usr/local/share:/usr/share"
+    for folder in (home, *dirs.split(":")):
+        path = Path(folder) / "applications" / f"{desktop_id}.desktop"
+        if folder and path.is_file():
+            return path
+    return None
+
+
+def exec_argv(line: str) -> list[str]:
+    """A desktop file's Exec line as the program and its arguments, launched with no file (field codes left out)."""
+    try:
+        words = shlex.split(line)
+    except ValueError:
+        return []
+    argv = [FIELD_CODE.sub("", word).replace("%%", "%") for word in words if not FIELD_CODE.fullmatch(word)]
+    return [word for word in argv if word]
+
+
+def desktop_actions(desktop_id: str) -> list[tuple[str, str, list[str]]]:
+    """The desktop actions of the installed app ``desktop_id`` (its file's ``Actions=``, in that order), each as
+    its id, its name and its Exec line's program and arguments, as GNOME's app menu lists them; none when the
+    app has no desktop file here."""
+    path = desktop_file(desktop_id)
+    if path is None:
+        return []
+    groups: dict[str, dict[str, str]] = {}
+    group: dict[str, str] = {}
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        line = line.strip()
+        if line.startswith("[") and line.endswith("]"):
+            group = groups.setdefault(line[1:-1], {})
+        elif "=" in line and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            group.setdefault(key.strip(), value.strip())
+    found = []
+    for action in groups.get("Desktop Entry", {}).get("Actions", "").split(";"):
+        fields = groups.get(f"Desktop Action {action}", {})
+        argv = exec_argv(fields.get("Exec", ""))
+        if action and fields.get("Name") and argv:
+            found.append((action, fields["Name"], argv))
+    return found
+
+
 def _matches(patterns: list[str], names: tuple[str, ...]) -> bool:
     for pattern in patterns:
         for name in names:
@@ -157,7 +215,7 @@ class Panel:
         self.overview_pixmap: Any = None  # while the overview is shown (a screen's worth of the X server's memory)
         self.overview = self._popup(self.dock_w, self.bar_h, self.width - self.dock_w, self.height - self.bar_h)
         self.menu = self._popup(0, 0, MENU_WIDTH, MENU_ROW)
-        self.menu_pixmap = self.root.create_pixmap(MENU_WIDTH, MENU_ROW * 3 + 12, self.depth)
+        self.menu_pixmap = self.root.create_pixmap(MENU_WIDTH, MENU_ROW * MENU_ROWS + 12, self.depth)
         self.menu.change_attributes(background_pixmap=self.menu_pixmap)
         self.clock_minute = -1
         self.active_wid = 0
@@ -525,12 +583,18 @@ class Panel:
     def _open_menu(self, index: int) -> None:
         launcher = self.m["launchers"][index]
         items: list[tuple[str, Any]] = []
-        if launcher["command"]:
-            items.append(("New Window" if index < len(self.m["launchers"]) - 1 else "Open", launcher["command"]))
+        trash = index == len(self.m["launchers"]) - 1
+        actions = [] if trash else desktop_actions(launcher.get("id", ""))
+        if launcher["command"] and not any(action == "new-window" for action, _, _ in actions):
+            items.append(("Open" if trash else "New Window", launcher["command"]))
+        items.extend((name, argv) for _, name, argv in actions)
+        if not trash:
+            items.append(("Show Details", []))  # GNOME Software's page of the app: not here (see _menu_rows)
         if self.running[index]:
             items.append(("Quit", index))
         if not items:
             return
+        items = items[-MENU_ROWS:] if len(items) > MENU_ROWS else items
         self.menu_items = items
         self.menu_launcher = index
         height = MENU_ROW * len(items) + 12
@@ -595,11 +659,20 @@ class Panel:
         def row(kind: str, label: str = "", icon: str = "", action: Any = "none", sub: bool = False) -> None:
             rows.append({"kind": kind, "label": label, "icon": icon, "action": action, "sub": sub})
 
-        if kind == "app":
-            command = self._command_of(self.active_classes)
-            if command:
+        if kind == "app":  # as GNOME's: New Window unless an action is, the app's actions, Show Details, Quit
+            entry = self._app_entry()
+            command = list(entry["command"]) if entry else []
+            actions = desktop_actions(entry.get("id", "")) if entry else []
+            if command and not any(action == "new-window" for action, _, _ in actions):
                 row("item", "New Window", action=("launch", command))
+            for _, name, argv in actions:
+                row("item", name, action=("launch", argv))
+            if rows:
                 row("separator")
+            # GNOME asks GNOME Software (Ubuntu Software on the VM) to show the app's page; neither is installed
+            # here, so it closes the menu and opens nothing, as the dock's Ubuntu Software launcher
+            row("item", "Show Details", action="details")
+            row("separator")
             row("item", "Quit", action=("quit", self.active_classes))
             return rows
         for label, icon, action, submenu in SYSTEM_MENU:
@@ -619,11 +692,12 @@ class Panel:
                 row("item", label, icon, action)
         return rows
 
-    def _command_of(self, classes: tuple[str, ...]) -> list[str]:
+    def _app_entry(self) -> dict[str, Any] | None:
+        """The focused window's app: the dock's launcher of its classes, else the app grid's app of its name."""
         for launcher in self.m["launchers"]:
-            if classes and _matches(launcher["classes"], classes) and launcher["command"]:
-                return list(launcher["command"])
-        return []
+            if self.active_classes and _matches(launcher["classes"], self.active_classes):
+                return dict(launcher)
+        return next((dict(app) for app in self.m["apps"] if app["name"] == self.active_name), None)
 
     def _rounded(self, target: Any, width: int, height: int, radius: int, fill: str, border: str) -> None:
         """A rounded box filling ``target`` (the window's shape cuts the corners off): ``fill`` in a 1 px
