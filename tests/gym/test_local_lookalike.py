@@ -7,6 +7,7 @@ One 1920x1080 desktop is shared by the tests; one more at 1280x720 checks anothe
 
 from __future__ import annotations
 
+import datetime
 import io
 import os
 import select
@@ -28,6 +29,7 @@ from legato_gym.backends.local.sandbox.lookalike import (
     BAR_BUTTON_HOVER,
     BAR_BUTTON_LIT,
     BAR_COLOUR,
+    DAY_SELECTED,
     DOT_COLOUR,
     INSENSITIVE_BUTTON,
     LAUNCHERS,
@@ -1004,6 +1006,64 @@ def test_the_date_menus_arrows_change_the_month_and_its_switch_and_clear_act(des
     assert wait_for(lambda: bright_days(desktop) == month_days(1), 10)
     after = pixels(desktop)[DATE_MENU[1] + 100 : DATE_MENU[1] + 300, DATE_MENU[0] : DATE_MENU[0] + 420]
     assert (after == notifications).all()  # "No Notifications", as before
+    desktop.act("pyautogui.press('escape')")
+    assert wait_for(lambda: not is_menu(desktop, 700, 200), 10)
+
+
+def selected_cells(desktop: LocalDesktop) -> list[int]:
+    """The day cells (0-41) that hold the selected day's grey circle (Yaru's ``.calendar-day-base:selected``)."""
+    screen = pixels(desktop).astype(int)
+    found = []
+    for cell in range(42):
+        x = DAYS[0] + (cell % 7) * DAY_CELL[0]
+        y = DAYS[1] + (cell // 7) * DAY_CELL[1]
+        box = screen[y - 6 : y + 24, x : x + DAY_CELL[0]]
+        if (np.abs(box - np.array(DAY_SELECTED)).sum(axis=2) <= 6).sum() > 100:
+            found.append(cell)
+    return found
+
+
+def cell_of(day: datetime.date) -> int:
+    """The cell of ``day`` in its month's grid (Sunday first)."""
+    first = day.replace(day=1)
+    return (first.weekday() + 1) % 7 + day.day - 1
+
+
+def click_cell(desktop: LocalDesktop, cell: int) -> None:
+    x = DAYS[0] + (cell % 7) * DAY_CELL[0] + DAY_CELL[0] // 2
+    desktop.act(f"pyautogui.click({x}, {DAYS[1] + (cell // 7) * DAY_CELL[1] + 8})")
+    desktop.act(f"pyautogui.moveTo({DATE_MENU[0] + 200}, {DATE_MENU[1] + 60})")  # the pointer off the grid
+
+
+def test_a_click_on_a_calendar_day_selects_it_as_gnomes_date_menu(desktop: LocalDesktop) -> None:
+    """As GNOME's calendar: the menu opens with today selected (its orange circle only); a click on a day gives
+    it the selected day's grey circle, today keeping its own; the arrows take the selection a month on; a day of
+    the next month's weeks selects it and shows its month; the menu opened again has today selected."""
+    desktop.reset(EMPTY)
+    today = datetime.date.today()
+    grid = (DAYS[0], DAYS[1], DAYS[0] + 7 * DAY_CELL[0], DAYS[1] + 6 * DAY_CELL[1])
+    desktop.act(f"pyautogui.click({CLOCK[0]}, {CLOCK[1]})")
+    assert wait_for(lambda: is_menu(desktop, 700, 200) and bright_days(desktop) == month_days(0), 10)
+    assert selected_cells(desktop) == []  # today is the selected day: orange only
+    for number in (15 if today.day != 15 else 16, 20 if today.day != 20 else 21):
+        day = today.replace(day=number)
+        click_cell(desktop, cell_of(day))
+        assert wait_for(lambda: selected_cells(desktop) == [cell_of(day)], 10), (day, selected_cells(desktop))  # noqa: B023
+        assert orange_in(desktop, grid) > 100  # today's circle stays
+    desktop.act(f"pyautogui.click({NEXT_MONTH[0]}, {NEXT_MONTH[1]})")  # the 20th (or 21st) of the next month
+    month_on = (day.replace(day=1) + datetime.timedelta(days=32)).replace(day=day.day)
+    assert wait_for(lambda: bright_days(desktop) == month_days(1), 10)
+    assert wait_for(lambda: selected_cells(desktop) == [cell_of(month_on)], 10), selected_cells(desktop)
+    desktop.act("pyautogui.press('escape')")
+    assert wait_for(lambda: not is_menu(desktop, 700, 200), 10)
+    desktop.act(f"pyautogui.click({CLOCK[0]}, {CLOCK[1]})")  # opened again: today selected, today's month
+    assert wait_for(lambda: is_menu(desktop, 700, 200) and bright_days(desktop) == month_days(0), 10)
+    assert selected_cells(desktop) == []
+    first = today.replace(day=1)
+    later = first + datetime.timedelta(days=41 - (first.weekday() + 1) % 7)  # the last cell: next month's
+    click_cell(desktop, 41)
+    assert wait_for(lambda: bright_days(desktop) == month_days(1), 10), bright_days(desktop)
+    assert wait_for(lambda: selected_cells(desktop) == [cell_of(later)], 10), (later, selected_cells(desktop))
     desktop.act("pyautogui.press('escape')")
     assert wait_for(lambda: not is_menu(desktop, 700, 200), 10)
 

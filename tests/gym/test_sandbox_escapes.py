@@ -815,7 +815,7 @@ def _dialog_buttons(desktop: LocalDesktop, count: int) -> list[tuple[int, int]]:
 
 def test_lookalike_top_bar_menus_end_nothing_and_run_nothing_outside(lookalike: LocalDesktop) -> None:
     """Every entry of the system menu (Power Off / Log Out's submenu and each button of its dialogs, Lock,
-    Settings, the network's, the volume slider), the date menu's arrows, Do Not Disturb and Clear, the app
+    Settings, the network's, the volume slider), the date menu's arrows, a day, Do Not Disturb and Clear, the app
     menu's entries (Files' desktop action New Window, Show Details, Quit) and the dock menu's: the session, its
     panel and the X server go on, and nothing runs outside the sandbox."""
     from legato_gym.backends.local.sandbox.panel import GAP, PAD, ROW, SEPARATOR
@@ -881,7 +881,8 @@ def test_lookalike_top_bar_menus_end_nothing_and_run_nothing_outside(lookalike: 
 
     lookalike.act("pyautogui.click(960, 13)")
     assert wait_for(calendar_shown, 30)
-    for x, y in ((450, PAD + 88), (690, PAD + 88), (60, 420 - PAD - 30), (375, 420 - PAD - 30)):
+    day = (438 + 3 * 37 + 18, PAD + 80 + 32 + 24 + 2 * 32 + 8)  # a day of the grid's third week: selected
+    for x, y in ((450, PAD + 88), (690, PAD + 88), day, (60, 420 - PAD - 30), (375, 420 - PAD - 30)):
         lookalike.act(f"pyautogui.click({date_menu[0] + x}, {date_menu[1] + y})")
     lookalike.act("pyautogui.press('escape')")
     assert wait_for(lambda: not calendar_shown(), 30)

@@ -52,6 +52,9 @@ BAR_COLOUR = (19, 19, 19)
 #: A top bar's button while its menu is open (Yaru's ``.panel-button:checked``: 20 % of #f2f2f2 over the bar), a
 #: pill inside the button's 3 px border.
 BAR_BUTTON_LIT = (64, 64, 64)
+#: The date menu's selected day (Yaru's ``.calendar-day-base:selected``: 20 % of #f7f7f7 over the menu), a
+#: circle as today's.
+DAY_SELECTED = (73, 73, 73)
 #: A top bar's button under the pointer (Yaru's ``.panel-button:hover``: 15 % of #f2f2f2 over the bar).
 BAR_BUTTON_HOVER = (52, 52, 52)
 DOT_COLOUR = (233, 84, 32)
@@ -537,6 +540,7 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
         "small": ("regular", 12, TEXT_COLOUR, MENU_COLOUR),
         "small_dim": ("regular", 12, DIM_COLOUR, MENU_COLOUR),
         "today": ("bold", 12, (255, 255, 255), DOT_COLOUR),
+        "small_selected": ("regular", 12, (239, 239, 239), DAY_SELECTED),
         "button": ("regular", 15, TEXT_COLOUR, BUTTON_COLOUR),
         "button_off": ("regular", 15, INSENSITIVE_TEXT, INSENSITIVE_BUTTON),
     }
@@ -566,6 +570,7 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
             "today": DOT_COLOUR,
             "bar_lit": BAR_BUTTON_LIT,
             "bar_hover": BAR_BUTTON_HOVER,
+            "day_selected": DAY_SELECTED,
         },
         "images": images,
         "glyphs": {

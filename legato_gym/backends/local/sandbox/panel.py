@@ -17,6 +17,7 @@ Standalone on purpose (only the standard library and python-xlib): it runs from 
 
 from __future__ import annotations
 
+import calendar
 import json
 import logging
 import os
@@ -155,6 +156,17 @@ def desktop_actions(desktop_id: str) -> list[tuple[str, str, list[str]]]:
     return found
 
 
+def _today() -> tuple[int, int, int]:
+    now = time.localtime()
+    return now.tm_year, now.tm_mon, now.tm_mday
+
+
+def _month_later(date: tuple[int, int, int], step: int) -> tuple[int, int, int]:
+    """``date`` ``step`` months later (earlier if negative), its day kept or the month's last, as GNOME's arrows."""
+    year, month = divmod(date[0] * 12 + date[1] - 1 + step, 12)
+    return year, month + 1, min(date[2], calendar.monthrange(year, month + 1)[1])
+
+
 def _matches(patterns: list[str], names: tuple[str, ...]) -> bool:
     for pattern in patterns:
         for name in names:
@@ -231,6 +243,7 @@ class Panel:
         self.lit = ""  # the top bar's button whose menu is open
         self.hover = ""  # the top bar's button under the pointer
         self.month_shown = 0  # the date menu's month, from today's
+        self.selected: tuple[int, int, int] | None = None  # the date menu's selected day (None: today)
         self.do_not_disturb = False
         #: the system menu's volume (percent): the sound server's, read with pactl when the menu opens and set
         #: with it when the slider is let go, where PulseAudio is installed (the desktop's apps start it on
@@ -860,17 +873,37 @@ class Panel:
         top += 24
         start = (time.localtime(first).tm_wday + 1) % 7  # Sunday 0
         day_seconds = 86400
+        today = (now.tm_year, now.tm_mon, now.tm_mday)
+        selected = self.selected or today
         for cell in range(42):
             when = time.localtime(first + (cell - start) * day_seconds)
+            shown = (when.tm_year, when.tm_mon, when.tm_mday)
             text = str(when.tm_mday)
             cx, cy = x0 + (cell % 7) * cell_w + cell_w // 2, top + (cell // 7) * cell_h
+            middle = cy + glyphs["small"]["height"] // 2
             style = "small" if when.tm_mon == month + 1 else "small_dim"
-            if (when.tm_year, when.tm_mon, when.tm_mday) == (now.tm_year, now.tm_mon, now.tm_mday):
-                style = "today"
-                self.gc.change(foreground=self.colours["today"])
-                target.fill_arc(self.gc, cx - 14, cy + glyphs["small"]["height"] // 2 - 14, 28, 28, 0, 360 * 64)
+            if shown in (today, selected):  # today's circle, orange; the selected day's, grey (Yaru's)
+                style = "today" if shown == today else "small_selected"
+                self.gc.change(foreground=self.colours["today" if shown == today else "day_selected"])
+                target.fill_arc(self.gc, cx - 14, middle - 14, 28, 28, 0, 360 * 64)
             self._text(target, style, text, cx - self._text_width(style, text) // 2, cy)
+            self.rows.append(
+                {
+                    "kind": "day",
+                    "date": shown,
+                    "x": cx - cell_w // 2,
+                    "w": cell_w,
+                    "y": middle - cell_h // 2,
+                    "h": cell_h,
+                }
+            )
         self.popover.clear_area(0, 0, width, height)
+
+    def _select(self, date: tuple[int, int, int]) -> None:
+        """Select the date menu's day ``date`` and show its month."""
+        now = time.localtime()
+        self.selected = date
+        self.month_shown = date[0] * 12 + date[1] - (now.tm_year * 12 + now.tm_mon)
 
     def _switch(self, target: Any, x: int, y: int, on: bool) -> None:
         """A 48 x 24 switch as Yaru's: grey with its knob left when off, orange with its knob right when on."""
@@ -912,7 +945,7 @@ class Panel:
         self.popover_kind = kind
         self.focus = -1
         if kind == "calendar":
-            self.month_shown = 0  # GNOME's date menu opens on today's month
+            self.month_shown, self.selected = 0, None  # GNOME's date menu opens on today, selected
             self._draw_calendar()
         elif kind.startswith("dialog:"):
             self._draw_dialog()
@@ -956,9 +989,11 @@ class Panel:
         """Do what a menu's row says (a dialog's buttons only close it)."""
         action = row.get("action", "none")
         kind = self.popover_kind
-        if row["kind"] in ("month", "do-not-disturb", "clear"):  # the date menu's: it stays open
-            if row["kind"] == "month":
-                self.month_shown += row["step"]
+        if row["kind"] in ("month", "day", "do-not-disturb", "clear"):  # the date menu's: it stays open
+            if row["kind"] == "month":  # as GNOME's: the selected day goes a month on (or back), and the month shown
+                self._select(_month_later(self.selected or _today(), row["step"]))
+            elif row["kind"] == "day":  # selected; a day of the month before or after shows its month, as GNOME's
+                self._select(row["date"])
             elif row["kind"] == "do-not-disturb":
                 self.do_not_disturb = not self.do_not_disturb
             # Clear: the notification list is empty (nothing here sends notifications) and Clear insensitive, as
