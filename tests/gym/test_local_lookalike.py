@@ -7,6 +7,7 @@ One 1920x1080 desktop is shared by the tests; one more at 1280x720 checks anothe
 
 from __future__ import annotations
 
+import datetime
 import io
 import os
 import select
@@ -26,8 +27,10 @@ from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, LocalOptions, apps, vscode
 from legato_gym.backends.local.sandbox import fonts
 from legato_gym.backends.local.sandbox.lookalike import (
+    BAR_BUTTON_HOVER,
     BAR_BUTTON_LIT,
     BAR_COLOUR,
+    DAY_SELECTED,
     DOT_COLOUR,
     INSENSITIVE_BUTTON,
     LAUNCHERS,
@@ -41,7 +44,7 @@ from legato_gym.backends.local.sandbox.lookalike import (
     layout,
     wallpaper,
 )
-from legato_gym.backends.local.sandbox.panel import GAP, PAD, ROW, SEPARATOR
+from legato_gym.backends.local.sandbox.panel import GAP, MENU_ROW, PAD, ROW, SEPARATOR, desktop_actions
 from legato_gym.backends.local.sandbox.shell import APP_WINDOWS
 from legato_gym.backends.local.xstate import open_display
 from legato_gym.config import OSWORLD_ENV_VAR
@@ -511,18 +514,72 @@ def test_show_applications_and_the_overview_search_launch_inside(desktop: LocalD
     desktop.act("pyautogui.press('escape')")
 
 
+def dock_menu_row(n: int, count: int, centre: int = FILES) -> int:
+    """The y of the dock menu's row ``n`` of ``count``, the menu centred on its launcher."""
+    return centre - (MENU_ROW * count + 12) // 2 + 6 + n * MENU_ROW + MENU_ROW // 2
+
+
 def test_a_launchers_right_click_menu_opens_a_new_window_and_quits(desktop: LocalDesktop) -> None:
+    """Files' menu: its desktop action New Window (``nautilus --new-window``) and Show Details, then Quit once it
+    runs; Show Details only closes the menu (there is no GNOME Software here)."""
     desktop.reset(EMPTY)
     before = pixels(desktop)
+
+    def menu_open() -> bool:
+        return bool(np.abs(pixels(desktop)[FILES, 150] - before[FILES, 150]).sum() > 30)
+
     desktop.act(f"pyautogui.rightClick(35, {FILES})")
-    assert wait_for(lambda: bool(np.abs(pixels(desktop)[FILES, 150] - before[FILES, 150]).sum() > 30), 10)
-    desktop.act(f"pyautogui.click(150, {FILES} - 16 + 6 + 16)")  # the menu's first item: New Window
+    assert wait_for(menu_open, 10)
+    assert is_menu(desktop, 280, dock_menu_row(1, 2)) and not is_menu(desktop, 280, dock_menu_row(1, 2) + 26)  # 2 rows
+    desktop.act(f"pyautogui.click(150, {dock_menu_row(1, 2)})")  # Show Details: closed, nothing opens
+    assert wait_for(lambda: not menu_open(), 10)
+    desktop.act(f"pyautogui.rightClick(35, {FILES})")
+    assert wait_for(menu_open, 10)
+    desktop.act(f"pyautogui.click(150, {dock_menu_row(0, 2)})")  # the menu's first item: New Window
     assert wait_for(lambda: frame_of(desktop, "org.gnome.Nautilus") is not None), frames(desktop)
     before = pixels(desktop)
-    desktop.act(f"pyautogui.rightClick(35, {FILES})")  # now with Quit as its second item
-    assert wait_for(lambda: bool(np.abs(pixels(desktop)[FILES, 150] - before[FILES, 150]).sum() > 30), 10)
-    desktop.act(f"pyautogui.click(150, {FILES} - 32 + 6 + 32 + 16)")
+    desktop.act(f"pyautogui.rightClick(35, {FILES})")  # now with Quit as its third item
+    assert wait_for(menu_open, 10)
+    desktop.act(f"pyautogui.click(150, {dock_menu_row(2, 3)})")
     assert wait_for(lambda: frame_of(desktop, "org.gnome.Nautilus") is None), frames(desktop)
+
+
+def test_an_apps_desktop_actions_are_read_from_its_installed_desktop_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As GLib finds a desktop file (the user's data folder over XDG_DATA_DIRS) and lists its ``Actions=`` in
+    their order: each action's name and Exec line without its field codes; an action without Exec is left out."""
+    user, system = tmp_path / "user", tmp_path / "system"
+    for folder in (user, system):
+        (folder / "applications").mkdir(parents=True)
+    (system / "applications" / "app.desktop").write_text(
+        "[Desktop Entry]\nExec=app %U\nActions=one;\n[Desktop Action one]\nName=System\nExec=app --system\n"
+    )
+    (user / "applications" / "app.desktop").write_text(
+        "[Desktop Entry]\nName=App\nExec=app %U\nActions=new-window;broken;private;\n\n"
+        "[Desktop Action private]\nName=New Private Window\nName[de]=Neues privates Fenster\n"
+        'Exec=app --private "%u" --label="a b" 100%%\n'
+        "[Desktop Action broken]\nName=Broken\n"
+        "[Desktop Action new-window]\nName=New Window\nExec=app --new-window %F\n"
+    )
+    monkeypatch.setenv("XDG_DATA_HOME", str(user))
+    monkeypatch.setenv("XDG_DATA_DIRS", f"{tmp_path / 'none'}:{system}")
+    assert desktop_actions("app") == [
+        ("new-window", "New Window", ["app", "--new-window"]),
+        ("private", "New Private Window", ["app", "--private", "--label=a b", "100%"]),
+    ]
+    (user / "applications" / "app.desktop").unlink()  # then the system's
+    assert desktop_actions("app") == [("one", "System", ["app", "--system"])]
+    assert desktop_actions("absent") == []
+    from legato_gym.backends.local.apps.chrome import chrome_files
+
+    (user / "applications" / "google-chrome.desktop").write_bytes(
+        chrome_files()[".local/share/applications/google-chrome.desktop"]
+    )  # the baseline home's Chrome: the VM's two actions, through the dock's google-chrome
+    assert desktop_actions("google-chrome") == [
+        ("new-window", "New Window", ["google-chrome"]),
+        ("new-private-window", "New Incognito Window", ["google-chrome", "--incognito"]),
+    ]
 
 
 def test_another_screen_size_keeps_the_bar_and_dock_sizes() -> None:
@@ -698,6 +755,60 @@ def lit_columns(desktop: LocalDesktop) -> dict[str, int]:
     return {name: int(lit[a:b].sum()) for name, (a, b) in spans.items()}
 
 
+def pills(desktop: LocalDesktop, colour: tuple[int, int, int]) -> list[tuple[int, int]]:
+    """The bar's pills of ``colour``: the runs of columns of its row 5 in that colour, as ``(start, end)``, runs
+    less than 12 px apart joined (the label's glyphs cut them), whatever the font's widths."""
+    row = pixels(desktop)[5].astype(int)
+    columns = (np.abs(row - np.array(colour)).sum(axis=1) <= 6).nonzero()[0]
+    runs: list[tuple[int, int]] = []
+    for x in columns.tolist():
+        if runs and x - runs[-1][1] < 12:
+            runs[-1] = (runs[-1][0], x + 1)
+        else:
+            runs.append((x, x + 1))
+    return runs
+
+
+def test_the_top_bars_buttons_light_under_the_pointer_and_activities_while_the_overview_is_open(
+    desktop: LocalDesktop,
+) -> None:
+    """As GNOME's ``.panel-button:hover``: Activities, the app's name, the clock and the status icons each get a
+    pill (Yaru's 15 % white) while the pointer is over them, only that one, none once it leaves the bar; and
+    Activities is lit (``:overview``, as checked) while the overview is open, hovered or not."""
+
+    def one_pill_at(x: int, colour: tuple[int, int, int] = BAR_BUTTON_HOVER) -> bool:
+        shown = pills(desktop, colour)
+        return len(shown) == 1 and shown[0][0] <= x < shown[0][1] and shown[0][1] - shown[0][0] >= 40
+
+    desktop.reset(EMPTY)
+    desktop.client.post_json("/setup/launch", {"command": ["xterm", "-T", "hover"]})
+    assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
+    assert wait_for(lambda: app_name_shown(desktop), 10)
+    desktop.act("pyautogui.moveTo(900, 700)")
+    assert wait_for(lambda: pills(desktop, BAR_BUTTON_HOVER) == [], 10), pills(desktop, BAR_BUTTON_HOVER)
+    for x, y in ((40, 13), (110, 13), CLOCK, STATUS):  # Activities, the app's name, the clock, the status icons
+        desktop.act(f"pyautogui.moveTo({x}, {y})")
+        assert wait_for(lambda: one_pill_at(x), 10), (x, pills(desktop, BAR_BUTTON_HOVER))  # noqa: B023
+        assert pills(desktop, BAR_BUTTON_LIT) == []  # hovered, not checked
+    desktop.act("pyautogui.moveTo(1500, 13)")  # on the bar, on no button
+    assert wait_for(lambda: pills(desktop, BAR_BUTTON_HOVER) == [], 10), pills(desktop, BAR_BUTTON_HOVER)
+    desktop.act(f"pyautogui.moveTo({STATUS[0]}, {STATUS[1]})")
+    assert wait_for(lambda: one_pill_at(STATUS[0]), 10)
+    desktop.act("pyautogui.moveTo(900, 700)")  # off the bar: none
+    assert wait_for(lambda: pills(desktop, BAR_BUTTON_HOVER) == [], 10), pills(desktop, BAR_BUTTON_HOVER)
+    desktop.act("pyautogui.click(40, 13)")  # the overview: Activities checked, also once the pointer leaves it
+    assert wait_for(lambda: one_pill_at(40, BAR_BUTTON_LIT), 10), pills(desktop, BAR_BUTTON_LIT)
+    desktop.act("pyautogui.moveTo(1500, 13)")
+    assert wait_for(lambda: one_pill_at(40, BAR_BUTTON_LIT) and pills(desktop, BAR_BUTTON_HOVER) == [], 10)
+    desktop.act("pyautogui.press('escape')")  # the overview closed: Activities plain
+    assert wait_for(lambda: pills(desktop, BAR_BUTTON_LIT) == [], 10), pills(desktop, BAR_BUTTON_LIT)
+    desktop.act("pyautogui.click(40, 13)")
+    assert wait_for(lambda: one_pill_at(40, BAR_BUTTON_LIT), 10)
+    desktop.act("pyautogui.click(40, 13)")  # Activities again closes it: hovered, not checked
+    assert wait_for(lambda: pills(desktop, BAR_BUTTON_LIT) == [] and one_pill_at(40), 10)
+    desktop.act("pyautogui.moveTo(900, 700)")
+
+
 def test_the_top_bars_button_is_lit_while_its_menu_is_open(desktop: LocalDesktop) -> None:
     """As GNOME's checked panel button: a pill behind the app's name, the clock or the status icons while their
     menu is open, only that one, and none once it is closed."""
@@ -753,10 +864,39 @@ def test_the_app_menu_quits_the_focused_app(desktop: LocalDesktop) -> None:
     assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
     assert wait_for(lambda: app_name_shown(desktop), 10)  # "XTerm" after Activities: its menu's button
     desktop.act("pyautogui.click(125, 13)")
-    assert wait_for(lambda: is_menu(desktop, 250, FIRST_ROW + ROW // 2), 10)  # under the name: Quit
-    desktop.act(f"pyautogui.click(150, {FIRST_ROW + ROW // 2})")
+    quit_row = FIRST_ROW + ROW + SEPARATOR + ROW // 2  # XTerm has no desktop file here: Show Details, Quit
+    assert wait_for(lambda: is_menu(desktop, 250, quit_row), 10)
+    desktop.act(f"pyautogui.click(150, {quit_row})")
     assert wait_for(lambda: frame_of(desktop, "XTerm") is None), frames(desktop)
-    assert wait_for(lambda: not is_menu(desktop, 250, FIRST_ROW + ROW // 2), 10)
+    assert wait_for(lambda: not is_menu(desktop, 250, quit_row), 10)
+
+
+def test_the_app_menu_has_the_apps_actions_then_show_details_and_quit(desktop: LocalDesktop) -> None:
+    """As GNOME's app menu for Files: its desktop action New Window (no second New Window of the menu's own),
+    a separator, Show Details, a separator, Quit: three rows and two separators tall, each doing its part."""
+    desktop.reset(EMPTY)
+    desktop.act(f"pyautogui.click(35, {FILES})")
+    assert wait_for(lambda: frame_of(desktop, "org.gnome.Nautilus") is not None), frames(desktop)
+    assert wait_for(lambda: bool((pixels(desktop)[3:24, 100:150] > 200).any()), 10)  # "Files" after Activities
+    bottom = FIRST_ROW + 3 * ROW + 2 * SEPARATOR  # the last row's end; the menu's padding under it
+
+    def nautilus() -> int:
+        return sum(w.wm_class.startswith("org.gnome.Nautilus.") for w in desktop.display.windows())
+
+    def app_menu(row: int) -> None:
+        desktop.act("pyautogui.click(110, 13)")
+        assert wait_for(lambda: is_menu(desktop, 250, FIRST_ROW + ROW // 2), 10)
+        assert is_menu(desktop, 250, bottom + PAD // 2) and not is_menu(desktop, 250, bottom + PAD + 4)
+        desktop.act(f"pyautogui.click(150, {row})")
+        assert wait_for(lambda: not is_menu(desktop, 250, FIRST_ROW + ROW // 2), 10)
+
+    assert wait_for(lambda: nautilus() == 1)
+    app_menu(FIRST_ROW + ROW // 2)  # New Window: the desktop file's action
+    assert wait_for(lambda: nautilus() == 2)
+    app_menu(FIRST_ROW + ROW + SEPARATOR + ROW // 2)  # Show Details: nothing here to show it
+    assert not wait_for(lambda: nautilus() != 2, 1)
+    app_menu(FIRST_ROW + 2 * ROW + 2 * SEPARATOR + ROW // 2)  # Quit: both windows
+    assert wait_for(lambda: nautilus() == 0)
 
 
 def test_power_off_and_log_out_ask_and_end_nothing(desktop: LocalDesktop) -> None:
@@ -867,6 +1007,64 @@ def test_the_date_menus_arrows_change_the_month_and_its_switch_and_clear_act(des
     assert wait_for(lambda: bright_days(desktop) == month_days(1), 10)
     after = pixels(desktop)[DATE_MENU[1] + 100 : DATE_MENU[1] + 300, DATE_MENU[0] : DATE_MENU[0] + 420]
     assert (after == notifications).all()  # "No Notifications", as before
+    desktop.act("pyautogui.press('escape')")
+    assert wait_for(lambda: not is_menu(desktop, 700, 200), 10)
+
+
+def selected_cells(desktop: LocalDesktop) -> list[int]:
+    """The day cells (0-41) that hold the selected day's grey circle (Yaru's ``.calendar-day-base:selected``)."""
+    screen = pixels(desktop).astype(int)
+    found = []
+    for cell in range(42):
+        x = DAYS[0] + (cell % 7) * DAY_CELL[0]
+        y = DAYS[1] + (cell // 7) * DAY_CELL[1]
+        box = screen[y - 6 : y + 24, x : x + DAY_CELL[0]]
+        if (np.abs(box - np.array(DAY_SELECTED)).sum(axis=2) <= 6).sum() > 100:
+            found.append(cell)
+    return found
+
+
+def cell_of(day: datetime.date) -> int:
+    """The cell of ``day`` in its month's grid (Sunday first)."""
+    first = day.replace(day=1)
+    return (first.weekday() + 1) % 7 + day.day - 1
+
+
+def click_cell(desktop: LocalDesktop, cell: int) -> None:
+    x = DAYS[0] + (cell % 7) * DAY_CELL[0] + DAY_CELL[0] // 2
+    desktop.act(f"pyautogui.click({x}, {DAYS[1] + (cell // 7) * DAY_CELL[1] + 8})")
+    desktop.act(f"pyautogui.moveTo({DATE_MENU[0] + 200}, {DATE_MENU[1] + 60})")  # the pointer off the grid
+
+
+def test_a_click_on_a_calendar_day_selects_it_as_gnomes_date_menu(desktop: LocalDesktop) -> None:
+    """As GNOME's calendar: the menu opens with today selected (its orange circle only); a click on a day gives
+    it the selected day's grey circle, today keeping its own; the arrows take the selection a month on; a day of
+    the next month's weeks selects it and shows its month; the menu opened again has today selected."""
+    desktop.reset(EMPTY)
+    today = datetime.date.today()
+    grid = (DAYS[0], DAYS[1], DAYS[0] + 7 * DAY_CELL[0], DAYS[1] + 6 * DAY_CELL[1])
+    desktop.act(f"pyautogui.click({CLOCK[0]}, {CLOCK[1]})")
+    assert wait_for(lambda: is_menu(desktop, 700, 200) and bright_days(desktop) == month_days(0), 10)
+    assert selected_cells(desktop) == []  # today is the selected day: orange only
+    for number in (15 if today.day != 15 else 16, 20 if today.day != 20 else 21):
+        day = today.replace(day=number)
+        click_cell(desktop, cell_of(day))
+        assert wait_for(lambda: selected_cells(desktop) == [cell_of(day)], 10), (day, selected_cells(desktop))  # noqa: B023
+        assert orange_in(desktop, grid) > 100  # today's circle stays
+    desktop.act(f"pyautogui.click({NEXT_MONTH[0]}, {NEXT_MONTH[1]})")  # the 20th (or 21st) of the next month
+    month_on = (day.replace(day=1) + datetime.timedelta(days=32)).replace(day=day.day)
+    assert wait_for(lambda: bright_days(desktop) == month_days(1), 10)
+    assert wait_for(lambda: selected_cells(desktop) == [cell_of(month_on)], 10), selected_cells(desktop)
+    desktop.act("pyautogui.press('escape')")
+    assert wait_for(lambda: not is_menu(desktop, 700, 200), 10)
+    desktop.act(f"pyautogui.click({CLOCK[0]}, {CLOCK[1]})")  # opened again: today selected, today's month
+    assert wait_for(lambda: is_menu(desktop, 700, 200) and bright_days(desktop) == month_days(0), 10)
+    assert selected_cells(desktop) == []
+    first = today.replace(day=1)
+    later = first + datetime.timedelta(days=41 - (first.weekday() + 1) % 7)  # the last cell: next month's
+    click_cell(desktop, 41)
+    assert wait_for(lambda: bright_days(desktop) == month_days(1), 10), bright_days(desktop)
+    assert wait_for(lambda: selected_cells(desktop) == [cell_of(later)], 10), (later, selected_cells(desktop))
     desktop.act("pyautogui.press('escape')")
     assert wait_for(lambda: not is_menu(desktop, 700, 200), 10)
 

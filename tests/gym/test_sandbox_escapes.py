@@ -816,9 +816,9 @@ def _dialog_buttons(desktop: LocalDesktop, count: int) -> list[tuple[int, int]]:
 
 def test_lookalike_top_bar_menus_end_nothing_and_run_nothing_outside(lookalike: LocalDesktop) -> None:
     """Every entry of the system menu (Power Off / Log Out's submenu and each button of its dialogs, Lock,
-    Settings, the network's, the volume slider), the date menu's arrows, Do Not Disturb and Clear, and the app
-    menu's New Window and Quit: the session, its panel and the X server go on, and nothing runs outside the
-    sandbox."""
+    Settings, the network's, the volume slider), the date menu's arrows, a day, Do Not Disturb and Clear, the app
+    menu's entries (Files' desktop action New Window, Show Details, Quit) and the dock menu's: the session, its
+    panel and the X server go on, and nothing runs outside the sandbox."""
     from legato_gym.backends.local.sandbox.panel import GAP, PAD, ROW, SEPARATOR
 
     lookalike.reset(TASK)
@@ -882,7 +882,8 @@ def test_lookalike_top_bar_menus_end_nothing_and_run_nothing_outside(lookalike: 
 
     lookalike.act("pyautogui.click(960, 13)")
     assert wait_for(calendar_shown, 30)
-    for x, y in ((450, PAD + 88), (690, PAD + 88), (60, 420 - PAD - 30), (375, 420 - PAD - 30)):
+    day = (438 + 3 * 37 + 18, PAD + 80 + 32 + 24 + 2 * 32 + 8)  # a day of the grid's third week: selected
+    for x, y in ((450, PAD + 88), (690, PAD + 88), day, (60, 420 - PAD - 30), (375, 420 - PAD - 30)):
         lookalike.act(f"pyautogui.click({date_menu[0] + x}, {date_menu[1] + y})")
     lookalike.act("pyautogui.press('escape')")
     assert wait_for(lambda: not calendar_shown(), 30)
@@ -900,9 +901,19 @@ def test_lookalike_top_bar_menus_end_nothing_and_run_nothing_outside(lookalike: 
     assert wait_for(lambda: nautilus() == 1)
     assert wait_for(lambda: bool((lookalike.display.screenshot()[3:24, 100:150] > 200).any()), 30)  # "Files"
     app_menu(first)
-    assert wait_for(lambda: nautilus() == 2)  # control: the app menu's New Window, inside
-    app_menu(first + ROW + SEPARATOR)
-    assert wait_for(lambda: nautilus() == 0)  # control: Quit closed both
+    assert wait_for(lambda: nautilus() == 2)  # control: the app menu's New Window (Files' desktop action), inside
+    app_menu(first + ROW + SEPARATOR)  # Show Details
+    assert wait_for(lambda: not _shown(lookalike, 250, first, MENU_COLOUR), 30)
+    from legato_gym.backends.local.sandbox.panel import MENU_ROW
+
+    for row in range(2):  # the dock's menu of Files: New Window, Show Details (and Quit, below)
+        lookalike.act(f"pyautogui.rightClick(35, {files})")
+        assert wait_for(lambda: _shown(lookalike, 280, files, MENU_COLOUR), 30)
+        lookalike.act(f"pyautogui.click(150, {files - (MENU_ROW * 3 + 12) // 2 + 6 + row * MENU_ROW + 16})")
+        assert wait_for(lambda: not _shown(lookalike, 280, files, MENU_COLOUR), 30)
+    assert wait_for(lambda: nautilus() == 3)  # control: the dock menu's New Window, inside
+    app_menu(first + 2 * ROW + 2 * SEPARATOR)
+    assert wait_for(lambda: nautilus() == 0)  # control: Quit closed them all
     time.sleep(0.5)
     assert outside_sandbox(lookalike) == []
     assert lookalike.display.alive()

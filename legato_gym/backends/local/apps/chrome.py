@@ -62,6 +62,15 @@ Type=Application
 Icon=chromium
 Categories=Network;WebBrowser;
 MimeType=text/html;application/xhtml+xml;x-scheme-handler/http;x-scheme-handler/https;
+Actions=new-window;new-private-window;
+
+[Desktop Action new-window]
+Name=New Window
+Exec=google-chrome
+
+[Desktop Action new-private-window]
+Name=New Incognito Window
+Exec=google-chrome --incognito
 """
 
 

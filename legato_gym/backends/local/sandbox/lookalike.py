@@ -56,6 +56,11 @@ BAR_COLOUR = (19, 19, 19)
 #: A top bar's button while its menu is open (Yaru's ``.panel-button:checked``: 20 % of #f2f2f2 over the bar), a
 #: pill inside the button's 3 px border.
 BAR_BUTTON_LIT = (64, 64, 64)
+#: The date menu's selected day (Yaru's ``.calendar-day-base:selected``: 20 % of #f7f7f7 over the menu), a
+#: circle as today's.
+DAY_SELECTED = (73, 73, 73)
+#: A top bar's button under the pointer (Yaru's ``.panel-button:hover``: 15 % of #f2f2f2 over the bar).
+BAR_BUTTON_HOVER = (52, 52, 52)
 DOT_COLOUR = (233, 84, 32)
 #: The dock is a dark band at 80 % over the wallpaper: ``0.8 * DOCK_TINT + 0.2 * wallpaper``.
 DOCK_TINT = (20, 19, 20)
@@ -350,9 +355,10 @@ def _status_icons(bar: Any, right: int) -> None:
     draw.line((x + 6, cy, x + 6, cy + 3), fill=white, width=2)
 
 
-def _status_lit() -> Any:
-    """The status icons' end of the top bar with the lit pill behind them (their menu open): the icons with
-    the button's 12 px of padding, drawn four times as large and scaled down (round ends as smooth as GNOME's)."""
+def _status_lit(colour: tuple[int, int, int] = BAR_BUTTON_LIT) -> Any:
+    """The status icons' end of the top bar with the lit pill behind them (their menu open; ``colour``
+    :data:`BAR_BUTTON_HOVER`: under the pointer): the icons with the button's 12 px of padding, drawn four times
+    as large and scaled down (round ends as smooth as GNOME's)."""
     from PIL import Image, ImageDraw
 
     width, scale = STATUS_LIT_WIDTH, 4
@@ -360,7 +366,7 @@ def _status_lit() -> Any:
     ImageDraw.Draw(big).rounded_rectangle(
         ((width - 111) * scale, 3 * scale, (width - 13) * scale - 1, (BAR_HEIGHT - 3) * scale - 1),
         radius=(BAR_HEIGHT - 6) * scale // 2,
-        fill=BAR_BUTTON_LIT,
+        fill=colour,
     )
     image = big.resize((width, BAR_HEIGHT), Image.Resampling.LANCZOS)
     _status_icons(image, width)
@@ -510,6 +516,9 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
     keep("glyphs_bar_lit", _glyphs("regular", 15, (238, 238, 236), BAR_BUTTON_LIT)[0])
     keep("glyphs_bold_lit", _glyphs("bold", 15, (238, 238, 236), BAR_BUTTON_LIT)[0])
     keep("status_lit", _status_lit())
+    keep("glyphs_bar_hover", _glyphs("regular", 15, (238, 238, 236), BAR_BUTTON_HOVER)[0])
+    keep("glyphs_bold_hover", _glyphs("bold", 15, (238, 238, 236), BAR_BUTTON_HOVER)[0])
+    keep("status_hover", _status_lit(BAR_BUTTON_HOVER))
     del activities
     # the dock: the wallpaper under a dark band, the launchers, Trash after a separator, Show Applications
     band = wallpaper.crop((0, BAR_HEIGHT, DOCK_WIDTH, height))
@@ -544,6 +553,7 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
         "small": ("regular", 12, TEXT_COLOUR, MENU_COLOUR),
         "small_dim": ("regular", 12, DIM_COLOUR, MENU_COLOUR),
         "today": ("bold", 12, (255, 255, 255), DOT_COLOUR),
+        "small_selected": ("regular", 12, (239, 239, 239), DAY_SELECTED),
         "button": ("regular", 15, TEXT_COLOUR, BUTTON_COLOUR),
         "button_off": ("regular", 15, INSENSITIVE_TEXT, INSENSITIVE_BUTTON),
     }
@@ -572,6 +582,8 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
             "button_off": INSENSITIVE_BUTTON,
             "today": DOT_COLOUR,
             "bar_lit": BAR_BUTTON_LIT,
+            "bar_hover": BAR_BUTTON_HOVER,
+            "day_selected": DAY_SELECTED,
         },
         "images": images,
         "glyphs": {
@@ -579,6 +591,8 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
             "bold": bold_table,
             "bar_lit": bar_table,
             "bold_lit": bold_table,
+            "bar_hover": bar_table,
+            "bold_hover": bold_table,
             "search": search_table,
             "hint": search_table,
             **glyph_tables,
@@ -586,15 +600,22 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
         "menu_icons": {"names": list(MENU_ICONS), "size": MENU_ICON},
         "text_y": text_y,
         "activities": [0, activities_end],
+        "activities_x": 18,  # its label's
         "app_name_x": activities_end + 12,
         "status": [width - STATUS_WIDTH, width],
         "cell": spot.cell,
         "launchers": [
-            {"name": a.name, "command": list(a.command), "classes": list(a.classes), "y": spot.launcher_centre(i)}
+            {
+                "name": a.name,
+                "id": a.key,  # its desktop file's (the menus' app actions)
+                "command": list(a.command),
+                "classes": list(a.classes),
+                "y": spot.launcher_centre(i),
+            }
             for i, a in enumerate((*LAUNCHERS, TRASH))
         ],
         "show_apps": spot.show_apps_centre,
-        "apps": [{"name": a.name, "command": list(a.command)} for a in APPS],
+        "apps": [{"name": a.name, "id": a.key, "command": list(a.command)} for a in APPS],
         "tile": tile_table,
         "names": {**OTHER_NAMES},
         "volume": AUDIO_VOLUME,  # the system menu's slider until the sound server says its own

@@ -17,11 +17,13 @@ Standalone on purpose (only the standard library and python-xlib): it runs from 
 
 from __future__ import annotations
 
+import calendar
 import json
 import logging
 import os
 import re
 import select
+import shlex
 import shutil
 import subprocess
 import sys
@@ -97,12 +99,85 @@ def wait_for_input(display: Any, files: list[Any], timeout: float) -> list[Any]:
     return list(readable)
 
 
+#: A desktop file's Exec field codes (the files or URLs to open, the icon, ...): a launch with none leaves them out.
+FIELD_CODE = re.compile(r"%[fFuUdDnNickvm]")
+#: The most rows the dock's menu has room for.
+MENU_ROWS = 8
+
+
+def desktop_file(desktop_id: str) -> Path | None:
+    """Where the installed desktop file ``desktop_id`` (``org.gnome.Terminal``) is, found as GLib finds it: in the
+    user's data folder first, then in each of ``XDG_DATA_DIRS``."""
+    home = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
+    dirs = os.environ.get("XDG_DATA_DIRS") or "/usr/local/share:/usr/share"
+    for folder in (home, *dirs.split(":")):
+        path = Path(folder) / "applications" / f"{desktop_id}.desktop"
+        if folder and path.is_file():
+            return path
+    return None
+
+
+def exec_argv(line: str) -> list[str]:
+    """A desktop file's Exec line as the program and its arguments, launched with no file (field codes left out)."""
+    try:
+        words = shlex.split(line)
+    except ValueError:
+        return []
+    argv = [FIELD_CODE.sub("", word).replace("%%", "%") for word in words if not FIELD_CODE.fullmatch(word)]
+    return [word for word in argv if word]
+
+
+def desktop_actions(desktop_id: str) -> list[tuple[str, str, list[str]]]:
+    """The desktop actions of the installed app ``desktop_id`` (its file's ``Actions=``, in that order), each as
+    its id, its name and its Exec line's program and arguments, as GNOME's app menu lists them; none when the
+    app has no desktop file here."""
+    path = desktop_file(desktop_id)
+    if path is None:
+        return []
+    groups: dict[str, dict[str, str]] = {}
+    group: dict[str, str] = {}
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        line = line.strip()
+        if line.startswith("[") and line.endswith("]"):
+            group = groups.setdefault(line[1:-1], {})
+        elif "=" in line and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            group.setdefault(key.strip(), value.strip())
+    found = []
+    for action in groups.get("Desktop Entry", {}).get("Actions", "").split(";"):
+        fields = groups.get(f"Desktop Action {action}", {})
+        argv = exec_argv(fields.get("Exec", ""))
+        if action and fields.get("Name") and argv:
+            found.append((action, fields["Name"], argv))
+    return found
+
+
+def _today() -> tuple[int, int, int]:
+    now = time.localtime()
+    return now.tm_year, now.tm_mon, now.tm_mday
+
+
+def _month_later(date: tuple[int, int, int], step: int) -> tuple[int, int, int]:
+    """``date`` ``step`` months later (earlier if negative), its day kept or the month's last, as GNOME's arrows."""
+    year, month = divmod(date[0] * 12 + date[1] - 1 + step, 12)
+    return year, month + 1, min(date[2], calendar.monthrange(year, month + 1)[1])
+
+
 def _matches(patterns: list[str], names: tuple[str, ...]) -> bool:
     for pattern in patterns:
         for name in names:
             if name == pattern or (pattern.endswith("*") and name.startswith(pattern[:-1])):
                 return True
     return False
+
+
+def _styled(style: str, state: str) -> str:
+    """The glyphs (or colour) of ``style`` on a bar's button in ``state`` (``""``, ``"lit"``, ``"hover"``)."""
+    return f"{style}_{state}" if state else style
 
 
 class Panel:
@@ -144,10 +219,15 @@ class Panel:
         self.dock_pixmap = self._copy_of("dock", self.dock_w, self.height - self.bar_h)
         self.bar = self._panel_window(0, 0, self.width, self.bar_h, self.bar_pixmap)
         self.dock = self._panel_window(0, self.bar_h, self.dock_w, self.height - self.bar_h, self.dock_pixmap)
+        # the bar's buttons light under the pointer: the bar follows it
+        self.bar.change_attributes(
+            event_mask=X.ButtonPressMask | X.PointerMotionMask | X.EnterWindowMask | X.LeaveWindowMask
+        )
+        self.overview_open = False
         self.overview_pixmap: Any = None  # while the overview is shown (a screen's worth of the X server's memory)
         self.overview = self._popup(self.dock_w, self.bar_h, self.width - self.dock_w, self.height - self.bar_h)
         self.menu = self._popup(0, 0, MENU_WIDTH, MENU_ROW)
-        self.menu_pixmap = self.root.create_pixmap(MENU_WIDTH, MENU_ROW * 3 + 12, self.depth)
+        self.menu_pixmap = self.root.create_pixmap(MENU_WIDTH, MENU_ROW * MENU_ROWS + 12, self.depth)
         self.menu.change_attributes(background_pixmap=self.menu_pixmap)
         self.clock_minute = -1
         self.active_wid = 0
@@ -161,7 +241,9 @@ class Panel:
         self.focus = -1  # the row the keyboard is on
         self.expanded = ""  # the system menu's open submenu
         self.lit = ""  # the top bar's button whose menu is open
+        self.hover = ""  # the top bar's button under the pointer
         self.month_shown = 0  # the date menu's month, from today's
+        self.selected: tuple[int, int, int] | None = None  # the date menu's selected day (None: today)
         self.do_not_disturb = False
         #: the system menu's volume (percent): the sound server's, read with pactl when the menu opens and set
         #: with it when the slider is let go, where PulseAudio is installed (the desktop's apps start it on
@@ -344,17 +426,35 @@ class Panel:
         x = int(self.m["app_name_x"])
         left, room = x - 12, self.width // 2 - 120 - x + 12  # its button: the name and 12 px each side
         self.bar_pixmap.copy_area(self.gc, self.pixmaps["bar"], left, 0, room, self.bar_h, left, 0)
-        style = "bar"
-        if self.lit == "app" and self.active_name:
-            style = "bar_lit"
-            self._pill(x - 9, self._text_width("bar", self.active_name) + 18)
-        self._text(self.bar_pixmap, style, self.active_name, x, int(self.m["text_y"]))
+        state = self._state("app") if self.active_name else ""
+        if state:
+            self._pill(x - 9, self._text_width("bar", self.active_name) + 18, state)
+        self._text(self.bar_pixmap, _styled("bar", state), self.active_name, x, int(self.m["text_y"]))
         self.bar.clear_area(left, 0, room, self.bar_h)
 
-    def _pill(self, x: int, width: int) -> None:
-        """A lit button's pill on the bar (GNOME's checked ``.panel-button``: round ends inside a 3 px border)."""
+    def _paint_activities(self) -> None:
+        """Activities, on its pill while the overview is open (GNOME's ``:overview``) or under the pointer."""
+        start, end = self.m["activities"]
+        self.bar_pixmap.copy_area(self.gc, self.pixmaps["bar"], start, 0, end - start, self.bar_h, start, 0)
+        state = self._state("activities")
+        if state:  # the label's 12 px each side, as the other buttons' pills
+            x = int(self.m["activities_x"])
+            self._pill(x - 12, self._text_width("bar", "Activities") + 24, state)
+            self._text(self.bar_pixmap, _styled("bar", state), "Activities", x, int(self.m["text_y"]))
+        self.bar.clear_area(start, 0, end - start, self.bar_h)
+
+    def _state(self, item: str) -> str:
+        """How the bar's button ``item`` is drawn: ``"lit"`` while its menu (Activities: the overview) is open,
+        ``"hover"`` under the pointer, else ``""``."""
+        if item and (item == self.lit or (item == "activities" and self.overview_open)):
+            return "lit"
+        return "hover" if item and item == self.hover else ""
+
+    def _pill(self, x: int, width: int, state: str) -> None:
+        """A button's pill on the bar in ``state``'s colour (GNOME's ``.panel-button`` checked or hovered: round
+        ends inside a 3 px border)."""
         height = self.bar_h - 6
-        self.gc.change(foreground=self.colours["bar_lit"])
+        self.gc.change(foreground=self.colours[_styled("bar", state)])
         for left in (x, x + width - height):
             self.bar_pixmap.fill_arc(self.gc, left, 3, height, height, 0, 360 * 64)
         self.bar_pixmap.fill_rectangle(self.gc, x + height // 2, 3, width - height, height)
@@ -362,7 +462,8 @@ class Panel:
     def _paint_status(self) -> None:
         """The status icons, on their button's lit pill while the system menu is open."""
         width = self.m["images"]["status_lit"][0]
-        source = (self.pixmaps["status_lit"], 0) if self.lit == "system" else (self.pixmaps["bar"], self.width - width)
+        state = self._state("system")
+        source = (self.pixmaps[f"status_{state}"], 0) if state else (self.pixmaps["bar"], self.width - width)
         self.bar_pixmap.copy_area(self.gc, source[0], source[1], 0, width, self.bar_h, self.width - width, 0)
         self.bar.clear_area(self.width - width, 0, width, self.bar_h)
 
@@ -372,12 +473,25 @@ class Panel:
             return
         before, self.lit = self.lit, item
         for which in (before, item):
-            if which == "app":
-                self._paint_app_name()
-            elif which == "calendar":
-                self._clock()
-            elif which == "system":
-                self._paint_status()
+            self._repaint(which)
+
+    def _hover(self, item: str) -> None:
+        """Light the top bar's button ``item`` under the pointer (``""``: none), as GNOME's ``:hover``."""
+        if item == self.hover:
+            return
+        before, self.hover = self.hover, item
+        for which in (before, item):
+            self._repaint(which)
+
+    def _repaint(self, item: str) -> None:
+        if item == "activities":
+            self._paint_activities()
+        elif item == "app":
+            self._paint_app_name()
+        elif item == "calendar":
+            self._clock()
+        elif item == "system":
+            self._paint_status()
 
     def _clock(self) -> None:
         """The clock, centred: ``Mar 22  21:58`` as GNOME shows it with the date."""
@@ -387,11 +501,10 @@ class Panel:
         x0, span = self.width // 2 - 110, 220
         self.bar_pixmap.copy_area(self.gc, self.pixmaps["bar"], x0, 0, span, self.bar_h, x0, 0)
         x = self.width // 2 - self._text_width("bold", text) // 2
-        style = "bold"
-        if self.lit == "calendar":  # its menu is open: the clock's lit pill (the label's 12 px padding)
-            style = "bold_lit"
-            self._pill(x - 12, self._text_width("bold", text) + 24)
-        self._text(self.bar_pixmap, style, text, x, int(self.m["text_y"]))
+        state = self._state("calendar")
+        if state:  # its menu open or under the pointer: the clock's pill (the label's 12 px padding)
+            self._pill(x - 12, self._text_width("bold", text) + 24, state)
+        self._text(self.bar_pixmap, _styled("bold", state), text, x, int(self.m["text_y"]))
         self.bar.clear_area(x0, 0, span, self.bar_h)
 
     # the overview: a search field and the app grid, over the work area
@@ -435,6 +548,8 @@ class Panel:
         self.overview.configure(stack_mode=X.Above)
         self.overview.map()
         self.overview.grab_keyboard(True, X.GrabModeAsync, X.GrabModeAsync, X.CurrentTime)
+        self.overview_open = True
+        self._paint_activities()
 
     def _close_overview(self) -> None:
         self.overview.unmap()
@@ -443,6 +558,8 @@ class Panel:
         if self.overview_pixmap is not None:
             self.overview_pixmap.free()
             self.overview_pixmap = None
+        self.overview_open = False
+        self._paint_activities()
 
     def _overview_shown(self) -> bool:
         return bool(self.overview.get_attributes().map_state == X.IsViewable)
@@ -485,12 +602,18 @@ class Panel:
     def _open_menu(self, index: int) -> None:
         launcher = self.m["launchers"][index]
         items: list[tuple[str, Any]] = []
-        if launcher["command"]:
-            items.append(("New Window" if index < len(self.m["launchers"]) - 1 else "Open", launcher["command"]))
+        trash = index == len(self.m["launchers"]) - 1
+        actions = [] if trash else desktop_actions(launcher.get("id", ""))
+        if launcher["command"] and not any(action == "new-window" for action, _, _ in actions):
+            items.append(("Open" if trash else "New Window", launcher["command"]))
+        items.extend((name, argv) for _, name, argv in actions)
+        if not trash:
+            items.append(("Show Details", []))  # GNOME Software's page of the app: not here (see _menu_rows)
         if self.running[index]:
             items.append(("Quit", index))
         if not items:
             return
+        items = items[-MENU_ROWS:] if len(items) > MENU_ROWS else items
         self.menu_items = items
         self.menu_launcher = index
         height = MENU_ROW * len(items) + 12
@@ -555,11 +678,20 @@ class Panel:
         def row(kind: str, label: str = "", icon: str = "", action: Any = "none", sub: bool = False) -> None:
             rows.append({"kind": kind, "label": label, "icon": icon, "action": action, "sub": sub})
 
-        if kind == "app":
-            command = self._command_of(self.active_classes)
-            if command:
+        if kind == "app":  # as GNOME's: New Window unless an action is, the app's actions, Show Details, Quit
+            entry = self._app_entry()
+            command = list(entry["command"]) if entry else []
+            actions = desktop_actions(entry.get("id", "")) if entry else []
+            if command and not any(action == "new-window" for action, _, _ in actions):
                 row("item", "New Window", action=("launch", command))
+            for _, name, argv in actions:
+                row("item", name, action=("launch", argv))
+            if rows:
                 row("separator")
+            # GNOME asks GNOME Software (Ubuntu Software on the VM) to show the app's page; neither is installed
+            # here, so it closes the menu and opens nothing, as the dock's Ubuntu Software launcher
+            row("item", "Show Details", action="details")
+            row("separator")
             row("item", "Quit", action=("quit", self.active_classes))
             return rows
         for label, icon, action, submenu in SYSTEM_MENU:
@@ -579,11 +711,12 @@ class Panel:
                 row("item", label, icon, action)
         return rows
 
-    def _command_of(self, classes: tuple[str, ...]) -> list[str]:
+    def _app_entry(self) -> dict[str, Any] | None:
+        """The focused window's app: the dock's launcher of its classes, else the app grid's app of its name."""
         for launcher in self.m["launchers"]:
-            if classes and _matches(launcher["classes"], classes) and launcher["command"]:
-                return list(launcher["command"])
-        return []
+            if self.active_classes and _matches(launcher["classes"], self.active_classes):
+                return dict(launcher)
+        return next((dict(app) for app in self.m["apps"] if app["name"] == self.active_name), None)
 
     def _rounded(self, target: Any, width: int, height: int, radius: int, fill: str, border: str) -> None:
         """A rounded box filling ``target`` (the window's shape cuts the corners off): ``fill`` in a 1 px
@@ -746,17 +879,37 @@ class Panel:
         top += 24
         start = (time.localtime(first).tm_wday + 1) % 7  # Sunday 0
         day_seconds = 86400
+        today = (now.tm_year, now.tm_mon, now.tm_mday)
+        selected = self.selected or today
         for cell in range(42):
             when = time.localtime(first + (cell - start) * day_seconds)
+            shown = (when.tm_year, when.tm_mon, when.tm_mday)
             text = str(when.tm_mday)
             cx, cy = x0 + (cell % 7) * cell_w + cell_w // 2, top + (cell // 7) * cell_h
+            middle = cy + glyphs["small"]["height"] // 2
             style = "small" if when.tm_mon == month + 1 else "small_dim"
-            if (when.tm_year, when.tm_mon, when.tm_mday) == (now.tm_year, now.tm_mon, now.tm_mday):
-                style = "today"
-                self.gc.change(foreground=self.colours["today"])
-                target.fill_arc(self.gc, cx - 14, cy + glyphs["small"]["height"] // 2 - 14, 28, 28, 0, 360 * 64)
+            if shown in (today, selected):  # today's circle, orange; the selected day's, grey (Yaru's)
+                style = "today" if shown == today else "small_selected"
+                self.gc.change(foreground=self.colours["today" if shown == today else "day_selected"])
+                target.fill_arc(self.gc, cx - 14, middle - 14, 28, 28, 0, 360 * 64)
             self._text(target, style, text, cx - self._text_width(style, text) // 2, cy)
+            self.rows.append(
+                {
+                    "kind": "day",
+                    "date": shown,
+                    "x": cx - cell_w // 2,
+                    "w": cell_w,
+                    "y": middle - cell_h // 2,
+                    "h": cell_h,
+                }
+            )
         self.popover.clear_area(0, 0, width, height)
+
+    def _select(self, date: tuple[int, int, int]) -> None:
+        """Select the date menu's day ``date`` and show its month."""
+        now = time.localtime()
+        self.selected = date
+        self.month_shown = date[0] * 12 + date[1] - (now.tm_year * 12 + now.tm_mon)
 
     def _switch(self, target: Any, x: int, y: int, on: bool) -> None:
         """A 48 x 24 switch as Yaru's: grey with its knob left when off, orange with its knob right when on."""
@@ -798,7 +951,7 @@ class Panel:
         self.popover_kind = kind
         self.focus = -1
         if kind == "calendar":
-            self.month_shown = 0  # GNOME's date menu opens on today's month
+            self.month_shown, self.selected = 0, None  # GNOME's date menu opens on today, selected
             self._draw_calendar()
         elif kind.startswith("dialog:"):
             self._draw_dialog()
@@ -842,9 +995,11 @@ class Panel:
         """Do what a menu's row says (a dialog's buttons only close it)."""
         action = row.get("action", "none")
         kind = self.popover_kind
-        if row["kind"] in ("month", "do-not-disturb", "clear"):  # the date menu's: it stays open
-            if row["kind"] == "month":
-                self.month_shown += row["step"]
+        if row["kind"] in ("month", "day", "do-not-disturb", "clear"):  # the date menu's: it stays open
+            if row["kind"] == "month":  # as GNOME's: the selected day goes a month on (or back), and the month shown
+                self._select(_month_later(self.selected or _today(), row["step"]))
+            elif row["kind"] == "day":  # selected; a day of the month before or after shows its month, as GNOME's
+                self._select(row["date"])
             elif row["kind"] == "do-not-disturb":
                 self.do_not_disturb = not self.do_not_disturb
             # Clear: the notification list is empty (nothing here sends notifications) and Clear insensitive, as
@@ -1071,6 +1226,10 @@ class Panel:
     def handle(self, event: Any) -> None:
         if event.type == X.ButtonPress:
             self._click(event)
+        elif event.type in (X.MotionNotify, X.EnterNotify) and event.window.id == self.bar.id:
+            self._hover(self.bar_item(event.event_x))
+        elif event.type == X.LeaveNotify and event.window.id == self.bar.id:
+            self._hover("")
         elif event.type == X.MotionNotify and self.popover_kind:
             self._popover_motion(event)
         elif event.type == X.ButtonRelease and self.sliding:
