@@ -314,11 +314,11 @@ def _say_followed(console: Console, data: dict[str, Any], out: Path) -> None:
     keep_up = figures.get("desktops_to_keep_up")
     desktops = figures.get("desktops")
     if isinstance(keep_up, int) and isinstance(desktops, int) and keep_up < desktops:
-        busy = figures.get("utilisation")
+        busy, full_s = figures.get("utilisation"), figures.get("queue_full_s") or 0.0
+        held = f", and the --max-ready groups waited for the trainer for {full_s:.1f} s" if full_s >= 0.1 else ""
         console.print(
-            f"on average {_fmt(None if busy is None else busy * desktops, 1)} of {desktops} desktops were busy, and "
-            f"the queue of --max-ready groups waiting for the trainer was "
-            f"full for {_fmt(figures.get('queue_full_s'), 1)} s: --desktops {keep_up} keeps up with this trainer",
+            f"on average {_fmt(None if busy is None else busy * desktops, 1)} of {desktops} desktops were busy{held}: "
+            f"--desktops {keep_up} keeps up with this trainer",
             soft_wrap=True,
         )
     typer.echo(str(out / "summary.json"))
