@@ -180,6 +180,7 @@ OSWORLD_SOLUTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "99146c54-4f37-4ab8-9327-5f3291665e1e": (
         (
             *_chrome_open("chrome://settings/content/siteData"),
+            "WAIT",  # the page focuses its back button once loaded: a loaded machine can pause drawing before that
             "pyautogui.press(['tab', 'tab', 'down'], interval=0.2)",  # the search box, Allow; down to Delete on close
             "DONE",
         ),
