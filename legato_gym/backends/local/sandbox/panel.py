@@ -469,19 +469,20 @@ class Panel:
 
     def _light(self, item: str) -> None:
         """Light the top bar's button ``item`` while its menu is open (``""``: none), as GNOME's."""
-        if item == self.lit:
-            return
-        before, self.lit = self.lit, item
-        for which in (before, item):
-            self._repaint(which)
+        self._mark("lit", item)
 
     def _hover(self, item: str) -> None:
         """Light the top bar's button ``item`` under the pointer (``""``: none), as GNOME's ``:hover``."""
-        if item == self.hover:
+        self._mark("hover", item)
+
+    def _mark(self, which: str, item: str) -> None:
+        """Move the ``lit`` or ``hover`` mark to ``item``, repainting the button it leaves and the one it takes."""
+        before = getattr(self, which)
+        if item == before:
             return
-        before, self.hover = self.hover, item
-        for which in (before, item):
-            self._repaint(which)
+        setattr(self, which, item)
+        for button in (before, item):
+            self._repaint(button)
 
     def _repaint(self, item: str) -> None:
         if item == "activities":
