@@ -295,26 +295,60 @@ def _raw(image: Any) -> bytes:
     return zlib.compress(image.convert("RGB").tobytes("raw", "BGRX"), 6)
 
 
-def _glyphs(kind: str, size: int, fg: tuple[int, int, int], bg: tuple[int, int, int]) -> tuple[Any, dict[str, Any]]:
-    """A strip of the printable ASCII characters drawn in ``fg`` over ``bg``, and where each one is: its x in the
-    strip, its advance and the width to copy, which takes in the ink right of the advance (Ubuntu's "f", "r"
-    and others reach into the next glyph's cell; the panel copies right to left, so that it is kept)."""
+#: FreeType's default LCD filter (``FT_LCD_FILTER_DEFAULT``), over a row of subpixels: what cairo applies to the
+#: shell's text on the VM, whose top bar shows its colour fringes (red right of a stem, blue left: RGB order).
+LCD_FILTER = (0x08, 0x4D, 0x56, 0x4D, 0x08)
+
+
+def _draw_lcd(
+    image: Any, runs: Sequence[tuple[tuple[float, float], str]], kind: str, size: int, fill: tuple[int, int, int]
+) -> Any:
+    """Draw text ``runs`` (each its top-left corner and text) on the RGB ``image`` with subpixel antialiasing as
+    GNOME's is on the VM (``Xft/RGBA`` rgb): the glyphs at three times the width, filtered by
+    :data:`LCD_FILTER`, each pixel's red, green and blue taking its left, middle and right third. Positions are
+    kept to a third of a pixel (a run's glyphs are placed as the font's layout puts them, not each on a whole
+    pixel). Returns the coverage (rows, columns, the three channels; 0-1) it drew with."""
+    import numpy as np
     from PIL import Image, ImageDraw
+
+    width, height = image.size
+    font = _font(kind, size * 3)
+    canvas = Image.new("L", (width * 3, height * 3), 0)
+    draw = ImageDraw.Draw(canvas)
+    for (x, y), text in runs:
+        draw.text((round(x * 3), round(y * 3)), text, font=font, fill=255)
+    thirds = np.asarray(canvas, dtype=np.float32).reshape(height, 3, width * 3).mean(axis=1) / 255
+    taps = np.array(LCD_FILTER, dtype=np.float32) / 256
+    padded = np.pad(thirds, ((0, 0), (2, 2)))
+    filtered = sum(tap * padded[:, k : k + width * 3] for k, tap in enumerate(taps))
+    coverage = np.clip(filtered, 0, 1).reshape(height, width, 3)
+    under = np.asarray(image.convert("RGB"), dtype=np.float32)
+    pixels = under + (np.array(fill, dtype=np.float32) - under) * coverage
+    image.paste(Image.fromarray(np.rint(pixels).astype(np.uint8), "RGB"))
+    return coverage
+
+
+def _glyphs(kind: str, size: int, fg: tuple[int, int, int], bg: tuple[int, int, int]) -> tuple[Any, dict[str, Any]]:
+    """A strip of the printable ASCII characters drawn in ``fg`` over ``bg`` (:func:`_draw_lcd`), and where each
+    one is: its x in the strip, its advance and the width to copy, which takes in the ink right of the advance
+    (Ubuntu's "f", "r" and others reach into the next glyph's cell, a colour fringe a pixel further; the panel
+    copies right to left, so that it is kept)."""
+    from PIL import Image
 
     font = _font(kind, size)
     ascent, descent = font.getmetrics()
     height = ascent + descent
     chars = [*(chr(c) for c in range(32, 127)), "…"]
     advances = [round(font.getlength(c)) for c in chars]
-    inks = [max(advance, font.getbbox(c)[2]) for c, advance in zip(chars, advances, strict=True)]
-    strip = Image.new("RGB", (sum(inks) + 2 * len(chars), height), bg)
-    draw = ImageDraw.Draw(strip)
+    cells = [max(advance, font.getbbox(c)[2] + 2) for c, advance in zip(chars, advances, strict=True)]
+    strip = Image.new("RGB", (sum(cells) + 2 * len(chars), height), bg)
+    starts = [sum(cells[:i]) + 2 * i for i in range(len(chars))]
+    coverage = _draw_lcd(strip, [((x, 0), char) for x, char in zip(starts, chars, strict=True)], kind, size, fg)
+    inked = coverage.max(axis=(0, 2)) > 1 / 255
     table: dict[str, list[int]] = {}
-    x = 0
-    for char, advance, ink in zip(chars, advances, inks, strict=True):
-        draw.text((x, 0), char, font=font, fill=fg)
-        table[char] = [x, advance, ink]
-        x += ink + 2
+    for char, x, advance, cell in zip(chars, starts, advances, cells, strict=True):
+        columns = inked[x : x + cell].nonzero()[0]
+        table[char] = [x, advance, max(advance, int(columns[-1]) + 1 if len(columns) else 0)]
     return strip, {"height": height, "chars": table}
 
 
@@ -507,7 +541,7 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
     bold_glyphs, bold_table = _glyphs("bold", 15, (238, 238, 236), BAR_COLOUR)
     text_y = (BAR_HEIGHT - bar_table["height"]) // 2
     activities = Image.new("RGB", (1, 1))
-    ImageDraw.Draw(bar).text((18, text_y), "Activities", font=_font("regular", 15), fill=(238, 238, 236))
+    _draw_lcd(bar, [((18, text_y), "Activities")], "regular", 15, (238, 238, 236))
     activities_end = 18 + _text_width(bar_table, "Activities") + 12
     _status_icons(bar, width)
     keep("bar", bar)
