@@ -87,9 +87,28 @@ DIM_COLOUR = (138, 138, 138)
 #: The icons drawn for the system menu's rows (:func:`_menu_icons`), in this order, each ``MENU_ICON`` square.
 MENU_ICONS = ("network", "volume", "settings", "lock", "power", "right", "down")
 MENU_ICON = 16
-#: The wallpaper's colours, read from the VM's screenshot (Ubuntu 22.04's "Jammy Jellyfish", whose artwork
-#: is not in Debian): its dark purple left, its magenta middle and its orange-red bottom right.
-WALLPAPER_STOPS = ((0x2C, 0x00, 0x1E), (0x77, 0x23, 0x3F), (0xA2, 0x2C, 0x1B))
+#: The wallpaper: Ubuntu 22.04's "Jammy Jellyfish" (its artwork is not in Debian), drawn as the VM's screenshot
+#: shows it: large flat facets, folds of the jellyfish meeting at two points, over a fan of purple to orange.
+#: Positions are the artwork's pixels at 1920x1080 (GNOME "zoom"s it to cover other screens, centred); colours
+#: are gradients ``(r, g, b)`` at the artwork's top left, then their change across its width and down its height,
+#: fitted to the screenshot's visible wallpaper (its right strip, top strip and bottom left; mean error 2.1 per
+#: channel). The fan's colour also turns with the angle about the upper point (:data:`WALLPAPER_FAN`); the
+#: facets are painted over it in this order.
+WALLPAPER_POINTS = ((1762, 496), (154, 576))
+WALLPAPER_FAN = ((45, 5, 70), (81, 33, 9), (57, 26, -18), (-47, -19, -36), (-20, -8, -25))
+WALLPAPER_FACETS: tuple[tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int, int], ...]], ...] = (
+    # the dark band at the left, and the tip below it: a dark cone and a light one
+    (((1435, -4000), (-805, 4000), (-4000, 4000), (-4000, -4000)), ((15, -9, 7), (131, 49, 88), (55, 24, 38))),
+    (((154, 576), (-805, 4000), (2027, 4000)), ((6, -16, 1), (277, 123, 203), (80, 38, 57))),
+    (((154, 576), (2027, 4000), (4417, 4000)), ((28, -7, 15), (146, 81, 89), (110, 47, 84))),
+    # the folds at the upper point: a dark one, the top one, the right one, the orange one below
+    (((1762, 496), (-3813, -4000), (-702, -4000)), ((9, -11, 8), (71, 34, 43), (9, -11, -39))),
+    (((1762, 496), (-702, -4000), (3025, -4000)), ((-5, 3, 102), (135, 36, -30), (72, 21, -18))),
+    (((1762, 496), (3025, -4000), (4000, -4000), (4000, 7002)), ((-341, -214, -43), (469, 252, 113), (98, 45, -16))),
+    (((1762, 496), (4000, 7002), (4000, 4000), (2218, 4000)), ((377, 222, 332), (-359, -242, -320), (150, 66, 12))),
+)
+#: The artwork's size: the screen it shows whole on.
+WALLPAPER_ART = (1920, 1080)
 
 BAR_HEIGHT = 27
 DOCK_WIDTH = 70
@@ -276,22 +295,41 @@ def _icon(names: Sequence[str], size: int) -> Any:
 
 @functools.lru_cache(maxsize=4)
 def _wallpaper(screen: tuple[int, int]) -> Any:
-    """Ubuntu 22.04's default wallpaper, as far as a gradient with its diagonal facets goes."""
+    """Ubuntu 22.04's default wallpaper (:data:`WALLPAPER_FACETS`) on a ``screen`` of ``(width, height)``: zoomed
+    to cover it, centred, as GNOME shows a wallpaper; each facet's edge antialiased."""
     import numpy as np
-    from PIL import Image
+    from PIL import Image, ImageDraw
 
     width, height = screen
-    xs = np.linspace(0, 1, width)[None, :]
-    ys = np.linspace(0, 1, height)[:, None]
-    ramp = np.clip(xs * 0.7 + ys * 0.3, 0, 1)[..., None]
-    dark, middle, light = (np.array(stop, dtype=np.float64) for stop in WALLPAPER_STOPS)
-    low = dark + (middle - dark) * np.clip(ramp / 0.5, 0, 1)
-    pixels = np.where(ramp < 0.5, low, middle + (light - middle) * np.clip((ramp - 0.5) / 0.5, 0, 1))
-    # the artwork's facets: two lighter diagonal bands, as the jellyfish's folds cross the VM's screen
-    for offset, strength in ((0.15, 1.12), (0.45, 1.08)):
-        band = ((xs - offset) - (1 - ys) * 0.6 > 0) & ((xs - offset) - (1 - ys) * 0.6 < 0.12)
-        pixels = np.where(band[..., None], np.clip(pixels * strength, 0, 255), pixels)
-    return Image.fromarray(pixels.astype(np.uint8), "RGB")
+    art_w, art_h = WALLPAPER_ART
+    scale = max(width / art_w, height / art_h)
+    left, top = (art_w - width / scale) / 2, (art_h - height / scale) / 2  # the artwork's pixel at the corner
+    u = ((np.arange(width) + 0.5) / scale + left)[None, :] / art_w
+    v = ((np.arange(height) + 0.5) / scale + top)[:, None] / art_h
+
+    def gradient(coefficients: Sequence[Sequence[int]], u: Any, v: Any, *terms: Any) -> Any:
+        base = np.zeros((v.shape[0], u.shape[1], 3), dtype=np.float32)
+        for term, colour in zip((1.0, u, v, *terms), coefficients, strict=False):
+            base += np.asarray(term, dtype=np.float32)[..., None] * np.array(colour, dtype=np.float32)
+        return base
+
+    px, py = WALLPAPER_POINTS[0]
+    angle = np.arctan2(-(v - py / art_h) * art_h / art_w, -(u - px / art_w))
+    pixels = gradient(WALLPAPER_FAN, u, v, angle, angle * angle)
+    k = 2  # the facets' edges drawn at twice the size, for their coverage
+    for polygon, colours in WALLPAPER_FACETS:
+        mask = Image.new("L", (width * k, height * k), 0)
+        corners = [((x - left) * scale * k, (y - top) * scale * k) for x, y in polygon]
+        ImageDraw.Draw(mask).polygon(corners, fill=255)
+        small = mask.reduce(k)
+        box = small.getbbox()
+        if box is None:  # off this screen
+            continue
+        x0, y0, x1, y1 = box
+        cover = np.asarray(small.crop(box), dtype=np.float32)[..., None] / 255
+        under = pixels[y0:y1, x0:x1]
+        under += (gradient(colours, u[:, x0:x1], v[y0:y1]) - under) * cover
+    return Image.fromarray(np.rint(np.clip(pixels, 0, 255)).astype(np.uint8), "RGB")
 
 
 def _raw(image: Any) -> bytes:
