@@ -343,22 +343,23 @@ LCD_FILTER = (0x08, 0x4D, 0x56, 0x4D, 0x08)
 
 
 def _draw_lcd(
-    image: Any, runs: Sequence[tuple[tuple[float, float], str]], kind: str, size: int, fill: tuple[int, int, int]
+    image: Any, runs: Sequence[tuple[tuple[float, float], str]], font: Any, fill: tuple[int, int, int]
 ) -> Any:
-    """Draw text ``runs`` (each its top-left corner and text) on the RGB ``image`` with subpixel antialiasing as
-    GNOME's is on the VM (``Xft/RGBA`` rgb): the glyphs at three times the width, filtered by
-    :data:`LCD_FILTER`, each pixel's red, green and blue taking its left, middle and right third. Positions are
-    kept to a third of a pixel (a run's glyphs are placed as the font's layout puts them, not each on a whole
-    pixel). Returns the coverage (rows, columns, the three channels; 0-1) it drew with."""
+    """Draw text ``runs`` (each its top-left corner and text) in ``font`` (Pillow's, at its size) on the RGB
+    ``image`` with subpixel antialiasing as GNOME's is on the VM (``Xft/RGBA`` rgb): the glyphs at three times
+    the width, filtered by :data:`LCD_FILTER`, each pixel's red, green and blue taking its left, middle and
+    right third. Positions are kept to a third of a pixel (a run's glyphs are placed as the font's layout puts
+    them, not each on a whole pixel). Returns the coverage (rows, columns, the three channels; 0-1) it drew
+    with."""
     import numpy as np
     from PIL import Image, ImageDraw
 
     width, height = image.size
-    font = _font(kind, size * 3)
+    big = font.font_variant(size=font.size * 3)
     canvas = Image.new("L", (width * 3, height * 3), 0)
     draw = ImageDraw.Draw(canvas)
     for (x, y), text in runs:
-        draw.text((round(x * 3), round(y * 3)), text, font=font, fill=255)
+        draw.text((round(x * 3), round(y * 3)), text, font=big, fill=255)
     thirds = np.asarray(canvas, dtype=np.float32).reshape(height, 3, width * 3).mean(axis=1) / 255
     taps = np.array(LCD_FILTER, dtype=np.float32) / 256
     padded = np.pad(thirds, ((0, 0), (2, 2)))
@@ -385,7 +386,7 @@ def _glyphs(kind: str, size: int, fg: tuple[int, int, int], bg: tuple[int, int, 
     cells = [max(advance, font.getbbox(c)[2] + 2) for c, advance in zip(chars, advances, strict=True)]
     strip = Image.new("RGB", (sum(cells) + 2 * len(chars), height), bg)
     starts = [sum(cells[:i]) + 2 * i for i in range(len(chars))]
-    coverage = _draw_lcd(strip, [((x, 0), char) for x, char in zip(starts, chars, strict=True)], kind, size, fg)
+    coverage = _draw_lcd(strip, [((x, 0), char) for x, char in zip(starts, chars, strict=True)], font, fg)
     inked = coverage.max(axis=(0, 2)) > 1 / 255
     table: dict[str, list[int]] = {}
     for char, x, advance, cell in zip(chars, starts, advances, cells, strict=True):
@@ -629,7 +630,7 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
     bold_glyphs, bold_table = _glyphs("bold", 15, (238, 238, 236), BAR_COLOUR)
     text_y = (BAR_HEIGHT - bar_table["height"]) // 2
     activities = Image.new("RGB", (1, 1))
-    _draw_lcd(bar, [((18, text_y), "Activities")], "regular", 15, (238, 238, 236))
+    _draw_lcd(bar, [((18, text_y), "Activities")], _font("regular", 15), (238, 238, 236))
     activities_end = 18 + _text_width(bar_table, "Activities") + 12
     _status_icons(bar, width)
     keep("bar", bar)
