@@ -383,7 +383,7 @@ def _glyphs(kind: str, size: int, fg: tuple[int, int, int], bg: tuple[int, int, 
     height = ascent + descent
     chars = [*(chr(c) for c in range(32, 127)), "…"]
     advances = [round(font.getlength(c)) for c in chars]
-    cells = [max(advance, font.getbbox(c)[2] + 2) for c, advance in zip(chars, advances, strict=True)]
+    cells = [max(advance, font.getbbox(c)[2] + 1) for c, advance in zip(chars, advances, strict=True)]
     strip = Image.new("RGB", (sum(cells) + 2 * len(chars), height), bg)
     starts = [sum(cells[:i]) + 2 * i for i in range(len(chars))]
     coverage = _draw_lcd(strip, [((x, 0), char) for x, char in zip(starts, chars, strict=True)], font, fg)
