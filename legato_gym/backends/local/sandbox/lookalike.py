@@ -344,31 +344,38 @@ LCD_FILTER = (0x08, 0x4D, 0x56, 0x4D, 0x08)
 
 def _draw_lcd(
     image: Any, runs: Sequence[tuple[tuple[float, float], str]], font: Any, fill: tuple[int, int, int]
-) -> Any:
+) -> None:
     """Draw text ``runs`` (each its top-left corner and text) in ``font`` (Pillow's, at its size) on the RGB
     ``image`` with subpixel antialiasing as GNOME's is on the VM (``Xft/RGBA`` rgb): the glyphs at three times
     the width, filtered by :data:`LCD_FILTER`, each pixel's red, green and blue taking its left, middle and
-    right third. Positions are kept to a third of a pixel (a run's glyphs are placed as the font's layout puts
-    them, not each on a whole pixel). Returns the coverage (rows, columns, the three channels; 0-1) it drew
-    with."""
+    right third. The ink of each spot is the hinted glyph's (FreeType's at the font's own size: hinting puts its
+    stems and x-height on whole rows, as the VM's slight hinting does), shared among the subpixels as the
+    three-times-wide glyph has it."""
     import numpy as np
     from PIL import Image, ImageDraw
 
     width, height = image.size
     big = font.font_variant(size=font.size * 3)
-    canvas = Image.new("L", (width * 3, height * 3), 0)
-    draw = ImageDraw.Draw(canvas)
+    canvas, hinted = Image.new("L", (width * 3, height * 3), 0), Image.new("L", (width, height), 0)
     for (x, y), text in runs:
-        draw.text((round(x * 3), round(y * 3)), text, font=big, fill=255)
+        ImageDraw.Draw(canvas).text((round(x * 3), round(y * 3)), text, font=big, fill=255)
+        ImageDraw.Draw(hinted).text((round(x), round(y)), text, font=font, fill=255)
     thirds = np.asarray(canvas, dtype=np.float32).reshape(height, 3, width * 3).mean(axis=1) / 255
     taps = np.array(LCD_FILTER, dtype=np.float32) / 256
     padded = np.pad(thirds, ((0, 0), (2, 2)))
     filtered = sum(tap * padded[:, k : k + width * 3] for k, tap in enumerate(taps))
-    coverage = np.clip(filtered, 0, 1).reshape(height, width, 3)
+    wide = np.clip(filtered, 0, 1).reshape(height, width, 3)
+
+    def spot(a: Any) -> Any:  # each pixel with its neighbours left and right
+        padded = np.pad(a, ((0, 0), (1, 1)))
+        return (padded[:, :-2] + padded[:, 1:-1] + padded[:, 2:]) / 3
+
+    ink, shared = spot(np.asarray(hinted, dtype=np.float32) / 255), spot(wide.mean(axis=2))
+    scale = np.where(shared > 0.02, ink / np.maximum(shared, 1e-6), 1.0)
+    coverage = np.clip(wide * scale[..., None], 0, 1)
     under = np.asarray(image.convert("RGB"), dtype=np.float32)
     pixels = under + (np.array(fill, dtype=np.float32) - under) * coverage
     image.paste(Image.fromarray(np.rint(pixels).astype(np.uint8), "RGB"))
-    return coverage
 
 
 def _glyphs(kind: str, size: int, fg: tuple[int, int, int], bg: tuple[int, int, int]) -> tuple[Any, dict[str, Any]]:
@@ -376,6 +383,7 @@ def _glyphs(kind: str, size: int, fg: tuple[int, int, int], bg: tuple[int, int, 
     one is: its x in the strip, its advance and the width to copy, which takes in the ink right of the advance
     (Ubuntu's "f", "r" and others reach into the next glyph's cell, a colour fringe a pixel further; the panel
     copies right to left, so that it is kept)."""
+    import numpy as np
     from PIL import Image
 
     font = _font(kind, size)
@@ -386,8 +394,8 @@ def _glyphs(kind: str, size: int, fg: tuple[int, int, int], bg: tuple[int, int, 
     cells = [max(advance, font.getbbox(c)[2] + 1) for c, advance in zip(chars, advances, strict=True)]
     strip = Image.new("RGB", (sum(cells) + 2 * len(chars), height), bg)
     starts = [sum(cells[:i]) + 2 * i for i in range(len(chars))]
-    coverage = _draw_lcd(strip, [((x, 0), char) for x, char in zip(starts, chars, strict=True)], font, fg)
-    inked = coverage.max(axis=(0, 2)) > 1 / 255
+    _draw_lcd(strip, [((x, 0), char) for x, char in zip(starts, chars, strict=True)], font, fg)
+    inked = (np.asarray(strip) != np.array(bg, dtype=np.uint8)).any(axis=(0, 2))  # the columns it drew on
     table: dict[str, list[int]] = {}
     for char, x, advance, cell in zip(chars, starts, advances, cells, strict=True):
         columns = inked[x : x + cell].nonzero()[0]
