@@ -8,6 +8,7 @@ import logging
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from legato_gym.backends.local.sandbox import fonts, lookalike
@@ -63,11 +64,14 @@ def test_xsettingsd_gets_the_vms_gtk_settings() -> None:
 
 
 def test_a_glyph_is_copied_with_its_ink_right_of_its_advance() -> None:
-    """Ubuntu's "f" reaches into the next cell: the strip's table copies it whole (the panel copies right to
-    left, so that the next glyph's cell does not cut it)."""
-    _, table = lookalike._glyphs("regular", 15, (255, 255, 255), (0, 0, 0))
+    """Ubuntu's "f" reaches into the next cell: the strip's table copies it whole, its colour fringe too, a pixel
+    past the font's box at most (the panel copies right to left, so that the next glyph's cell does not cut it)."""
+    strip, table = lookalike._glyphs("regular", 15, (255, 255, 255), (0, 0, 0))
     font = lookalike._font("regular", 15)
-    for char, (_, advance, ink) in table["chars"].items():
-        assert ink == max(advance, font.getbbox(char)[2]), char
+    inked = np.nonzero(np.asarray(strip).max(axis=(0, 2)) > 0)[0]
+    for char, (x, advance, ink) in table["chars"].items():
+        assert advance <= ink <= max(advance, font.getbbox(char)[2] + 1), char
+        cell = inked[(inked >= x) & (inked < x + max(advance, font.getbbox(char)[2] + 1))]
+        assert len(cell) == 0 or cell.max() < x + ink, char  # nothing of it left out
     if fonts.installed():
         assert table["chars"]["f"][2] > table["chars"]["f"][1]

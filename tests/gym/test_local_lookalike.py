@@ -27,6 +27,7 @@ from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, LocalOptions, apps, vscode
 from legato_gym.backends.local.sandbox import fonts
 from legato_gym.backends.local.sandbox.lookalike import (
+    APP_ICON,
     BAR_BUTTON_HOVER,
     BAR_BUTTON_LIT,
     BAR_COLOUR,
@@ -41,6 +42,7 @@ from legato_gym.backends.local.sandbox.lookalike import (
     TITLE_BAR_HEIGHT,
     TITLE_BUTTON_SLACK,
     YARU_TITLE_BUTTONS,
+    _draw_lcd,
     layout,
     wallpaper,
 )
@@ -63,6 +65,13 @@ EMPTY = Task("t-lookalike", "Look.", {"config": [], "evaluator": {"func": "infea
 WORK_AREA = (70, 27, 1850, 1053)
 FILES = 65 + 68 * 8  # the Files launcher's centre, the 9th, as on the VM
 SHOW_APPS = 1040
+#: The VM's screenshot (reference/osworld-vm-desktop.png, beside OSWorld's checkout in the developers' guide).
+VM_SCREENSHOT = (
+    Path(os.environ.get(OSWORLD_ENV_VAR) or Path(__file__).resolve().parents[3] / "shared" / "osworld").parent
+    / "reference"
+    / "osworld-vm-desktop.png"
+)
+needs_vm_screenshot = pytest.mark.skipif(not VM_SCREENSHOT.is_file(), reason=f"needs the VM's {VM_SCREENSHOT}")
 #: OSWorld's task data, for the one task the system menu's volume slider solves.
 EXAMPLES = (
     Path(os.environ.get(OSWORLD_ENV_VAR) or Path(__file__).resolve().parents[3] / "shared" / "osworld")
@@ -160,6 +169,67 @@ def test_top_bar_and_dock_take_the_vms_rows_and_columns(desktop: LocalDesktop) -
         cell = screen[65 + 68 * k - 20 : 65 + 68 * k + 20, 15:55]
         assert np.abs(cell - screen[65 + 68 * k, 66]).sum(axis=2).max() > 100, k
     assert (screen[SHOW_APPS - 16 : SHOW_APPS + 16, 19:51] > 200).any()  # Show Applications' dots
+
+
+def vm_screenshot() -> np.ndarray:
+    from PIL import Image
+
+    return np.asarray(Image.open(VM_SCREENSHOT).convert("RGB"), dtype=int)
+
+
+@pytest.mark.skipif(not fonts.installed(), reason=f"the Ubuntu font is not installed: {fonts.SETUP_HINT}")
+def test_the_top_bars_text_has_the_vms_colour_fringes(desktop: LocalDesktop) -> None:
+    """GNOME draws the shell's text with subpixel antialiasing on the VM (RGB order: a stem's left edge blue, its
+    right edge red); the lookalike's Activities is that close to the VM's, pixel for pixel."""
+    desktop.reset(EMPTY)
+    shown = pixels(desktop)[:27, 10:110]
+    red, blue = shown[:, :, 0], shown[:, :, 2]
+    assert (np.abs(red - blue) > 60).sum() > 30  # colour fringes, not grey
+    rising = np.diff(shown.sum(axis=2), axis=1)  # > 0 at a stem's left edge, < 0 at its right
+    assert ((blue - red)[:, 1:] * rising).sum() > 0  # left edges blue, right edges red: RGB order
+    if VM_SCREENSHOT.is_file():  # grey antialiasing was 6.96 from the VM's pixels here, this 3.99
+        assert np.abs(shown - vm_screenshot()[:27, 10:110]).mean() < 4.5
+
+
+#: Where the VM's screenshot shows the wallpaper (x0, y0, x1, y1): above the open windows at the right, right of
+#: them, under Files at the left; a few pixels off the windows' shadows, less the desktop's Home icon and pointer.
+VM_WALLPAPER = ((975, 27, 1920, 66), (1610, 90, 1920, 1080), (70, 590, 380, 1080))
+VM_HOME_ICON = (1780, 930, 1910, 1070)
+
+
+@needs_vm_screenshot
+def test_the_wallpaper_is_the_vms_where_its_screenshot_shows_it(desktop: LocalDesktop) -> None:
+    """Ubuntu 22.04's Jammy Jellyfish, drawn: within a few grey levels of the VM's pixels (the gradient with two
+    bands it replaced was 18.4 off on average)."""
+    desktop.reset(EMPTY)
+    shown, vm = pixels(desktop), vm_screenshot()
+    seen = np.zeros(shown.shape[:2], bool)
+    for x0, y0, x1, y1 in VM_WALLPAPER:
+        seen[y0:y1, x0:x1] = True
+    x0, y0, x1, y1 = VM_HOME_ICON
+    seen[y0:y1, x0:x1] = False
+    assert np.abs(shown - vm)[seen].mean() < 3
+
+
+def test_the_wallpaper_covers_another_screen_centred_as_gnomes_zoom() -> None:
+    """At another shape the wallpaper is the artwork zoomed to cover the screen, centred (GNOME's ``zoom``): at
+    1280x1024 the middle 1280 columns of it at 1080 rows; at 1280x720 all of it, smaller."""
+    import zlib
+
+    from PIL import Image
+
+    def picture(screen: tuple[int, int]) -> Image.Image:
+        shown = wallpaper(screen)
+        bgrx = np.frombuffer(zlib.decompress(shown.pixels), np.uint8).reshape(shown.height, shown.width, 4)
+        return Image.fromarray(np.ascontiguousarray(bgrx[:, :, 2::-1]))
+
+    art = picture(SCREEN)
+    tall = np.asarray(picture((1280, 1024)), dtype=int)
+    cropped = art.resize((round(1920 * 1024 / 1080), 1024), Image.Resampling.BILINEAR)
+    left = (cropped.width - 1280) // 2
+    assert np.abs(tall - np.asarray(cropped.crop((left, 0, left + 1280, 1024)), dtype=int)).mean() < 2
+    wide = np.asarray(picture((1280, 720)), dtype=int)
+    assert np.abs(wide - np.asarray(art.resize((1280, 720), Image.Resampling.BILINEAR), dtype=int)).mean() < 2
 
 
 def wallpaper_shown(desktop: LocalDesktop) -> np.ndarray:
@@ -492,6 +562,15 @@ def test_clicking_a_dock_launcher_opens_its_app_with_a_dot_and_its_name(desktop:
 
     assert wait_for(dot, 10)
     assert wait_for(lambda: bool((pixels(desktop)[3:24, 100:200] > 200).any()), 10)  # "Files" after Activities
+    # its icon before its name, where the VM's screenshot has them: a 16 px folder outline at x 117-132, rows
+    # 5-20 (Files' symbolic icon, in the text's colour), the name's ink from x 140
+    bar = pixels(desktop)[:27].max(axis=2)
+    icon_columns, name_columns = np.nonzero(bar[:, 100:136] > 60)[1] + 100, np.nonzero(bar[:, 136:200] > 60)[1] + 136
+    assert (icon_columns.min(), icon_columns.max()) == (117, 117 + APP_ICON - 1)
+    rows = np.nonzero(bar[:, 117:133] > 60)[0]
+    assert rows.min() >= 5 and rows.max() <= 20
+    assert (bar[9:17, 121:129] < 40).all()  # an outline: the icon's middle is the bar's
+    assert name_columns.min() == 140
 
 
 def test_show_applications_and_the_overview_search_launch_inside(desktop: LocalDesktop) -> None:
@@ -1130,13 +1209,13 @@ def test_the_volume_slider_follows_the_pointer_and_sets_the_sound_servers_volume
 
 def drawn_activities(font_file: Path) -> np.ndarray:
     """The top bar's left end with "Activities" drawn as :mod:`.lookalike` draws it (at 15 px, x = 18, centred
-    in the bar's rows), in ``font_file``."""
-    from PIL import Image, ImageDraw, ImageFont
+    in the bar's rows, its subpixel antialiasing), in ``font_file``."""
+    from PIL import Image, ImageFont
 
     font = ImageFont.truetype(str(font_file), 15)
     ascent, descent = font.getmetrics()
     bar = Image.new("RGB", (90, 27), BAR_COLOUR)
-    ImageDraw.Draw(bar).text((18, (27 - ascent - descent) // 2), "Activities", font=font, fill=(238, 238, 236))
+    _draw_lcd(bar, [((18, (27 - ascent - descent) // 2), "Activities")], font, (238, 238, 236))
     return np.asarray(bar, dtype=int)
 
 

@@ -87,9 +87,28 @@ DIM_COLOUR = (138, 138, 138)
 #: The icons drawn for the system menu's rows (:func:`_menu_icons`), in this order, each ``MENU_ICON`` square.
 MENU_ICONS = ("network", "volume", "settings", "lock", "power", "right", "down")
 MENU_ICON = 16
-#: The wallpaper's colours, read from the VM's screenshot (Ubuntu 22.04's "Jammy Jellyfish", whose artwork
-#: is not in Debian): its dark purple left, its magenta middle and its orange-red bottom right.
-WALLPAPER_STOPS = ((0x2C, 0x00, 0x1E), (0x77, 0x23, 0x3F), (0xA2, 0x2C, 0x1B))
+#: The wallpaper: Ubuntu 22.04's "Jammy Jellyfish" (its artwork is not in Debian), drawn as the VM's screenshot
+#: shows it: large flat facets, folds of the jellyfish meeting at two points, over a fan of purple to orange.
+#: Positions are the artwork's pixels at 1920x1080 (GNOME "zoom"s it to cover other screens, centred); colours
+#: are gradients ``(r, g, b)`` at the artwork's top left, then their change across its width and down its height,
+#: fitted to the screenshot's visible wallpaper (its right strip, top strip and bottom left; mean error 2.1 per
+#: channel). The fan's colour also turns with the angle about the upper point (:data:`WALLPAPER_FAN`); the
+#: facets are painted over it in this order.
+WALLPAPER_POINTS = ((1762, 496), (154, 576))
+WALLPAPER_FAN = ((45, 5, 70), (81, 33, 9), (57, 26, -18), (-47, -19, -36), (-20, -8, -25))
+WALLPAPER_FACETS: tuple[tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int, int], ...]], ...] = (
+    # the dark band at the left, and the tip below it: a dark cone and a light one
+    (((1435, -4000), (-805, 4000), (-4000, 4000), (-4000, -4000)), ((15, -9, 7), (131, 49, 88), (55, 24, 38))),
+    (((154, 576), (-805, 4000), (2027, 4000)), ((6, -16, 1), (277, 123, 203), (80, 38, 57))),
+    (((154, 576), (2027, 4000), (4417, 4000)), ((28, -7, 15), (146, 81, 89), (110, 47, 84))),
+    # the folds at the upper point: a dark one, the top one, the right one, the orange one below
+    (((1762, 496), (-3813, -4000), (-702, -4000)), ((9, -11, 8), (71, 34, 43), (9, -11, -39))),
+    (((1762, 496), (-702, -4000), (3025, -4000)), ((-5, 3, 102), (135, 36, -30), (72, 21, -18))),
+    (((1762, 496), (3025, -4000), (4000, -4000), (4000, 7002)), ((-341, -214, -43), (469, 252, 113), (98, 45, -16))),
+    (((1762, 496), (4000, 7002), (4000, 4000), (2218, 4000)), ((377, 222, 332), (-359, -242, -320), (150, 66, 12))),
+)
+#: The artwork's size: the screen it shows whole on.
+WALLPAPER_ART = (1920, 1080)
 
 BAR_HEIGHT = 27
 DOCK_WIDTH = 70
@@ -184,6 +203,10 @@ APPS: tuple[AppEntry, ...] = (
     AppEntry("org.gnome.Evince", "Document Viewer", ("evince",), ("org.gnome.Evince", "evince"), ()),
     AppEntry("org.gnome.Totem", "Videos", ("totem",), ("org.gnome.Totem", "totem"), ()),
 )
+#: The icons of names the top bar shows that no app above has (first found wins, as :attr:`AppEntry.icons`).
+OTHER_ICONS = {"XTerm": ("xterm", "utilities-terminal"), "LibreOffice": ("libreoffice-startcenter", "libreoffice-main")}
+#: An app's icon where the theme has none for it (GNOME's fallback).
+GENERIC_ICON = ("application-x-executable", "applications-other")
 #: Names the top bar shows for windows of classes no app above claims.
 OTHER_NAMES = {
     "gnome-terminal-server": "Terminal",
@@ -272,22 +295,41 @@ def _icon(names: Sequence[str], size: int) -> Any:
 
 @functools.lru_cache(maxsize=4)
 def _wallpaper(screen: tuple[int, int]) -> Any:
-    """Ubuntu 22.04's default wallpaper, as far as a gradient with its diagonal facets goes."""
+    """Ubuntu 22.04's default wallpaper (:data:`WALLPAPER_FACETS`) on a ``screen`` of ``(width, height)``: zoomed
+    to cover it, centred, as GNOME shows a wallpaper; each facet's edge antialiased."""
     import numpy as np
-    from PIL import Image
+    from PIL import Image, ImageDraw
 
     width, height = screen
-    xs = np.linspace(0, 1, width)[None, :]
-    ys = np.linspace(0, 1, height)[:, None]
-    ramp = np.clip(xs * 0.7 + ys * 0.3, 0, 1)[..., None]
-    dark, middle, light = (np.array(stop, dtype=np.float64) for stop in WALLPAPER_STOPS)
-    low = dark + (middle - dark) * np.clip(ramp / 0.5, 0, 1)
-    pixels = np.where(ramp < 0.5, low, middle + (light - middle) * np.clip((ramp - 0.5) / 0.5, 0, 1))
-    # the artwork's facets: two lighter diagonal bands, as the jellyfish's folds cross the VM's screen
-    for offset, strength in ((0.15, 1.12), (0.45, 1.08)):
-        band = ((xs - offset) - (1 - ys) * 0.6 > 0) & ((xs - offset) - (1 - ys) * 0.6 < 0.12)
-        pixels = np.where(band[..., None], np.clip(pixels * strength, 0, 255), pixels)
-    return Image.fromarray(pixels.astype(np.uint8), "RGB")
+    art_w, art_h = WALLPAPER_ART
+    scale = max(width / art_w, height / art_h)
+    left, top = (art_w - width / scale) / 2, (art_h - height / scale) / 2  # the artwork's pixel at the corner
+    u = ((np.arange(width) + 0.5) / scale + left)[None, :] / art_w
+    v = ((np.arange(height) + 0.5) / scale + top)[:, None] / art_h
+
+    def gradient(coefficients: Sequence[Sequence[int]], u: Any, v: Any, *terms: Any) -> Any:
+        base = np.zeros((v.shape[0], u.shape[1], 3), dtype=np.float32)
+        for term, colour in zip((1.0, u, v, *terms), coefficients, strict=False):
+            base += np.asarray(term, dtype=np.float32)[..., None] * np.array(colour, dtype=np.float32)
+        return base
+
+    px, py = WALLPAPER_POINTS[0]
+    angle = np.arctan2(-(v - py / art_h) * art_h / art_w, -(u - px / art_w))
+    pixels = gradient(WALLPAPER_FAN, u, v, angle, angle * angle)
+    k = 2  # the facets' edges drawn at twice the size, for their coverage
+    for polygon, colours in WALLPAPER_FACETS:
+        mask = Image.new("L", (width * k, height * k), 0)
+        corners = [((x - left) * scale * k, (y - top) * scale * k) for x, y in polygon]
+        ImageDraw.Draw(mask).polygon(corners, fill=255)
+        small = mask.reduce(k)
+        box = small.getbbox()
+        if box is None:  # off this screen
+            continue
+        x0, y0, x1, y1 = box
+        cover = np.asarray(small.crop(box), dtype=np.float32)[..., None] / 255
+        under = pixels[y0:y1, x0:x1]
+        under += (gradient(colours, u[:, x0:x1], v[y0:y1]) - under) * cover
+    return Image.fromarray(np.rint(np.clip(pixels, 0, 255)).astype(np.uint8), "RGB")
 
 
 def _raw(image: Any) -> bytes:
@@ -295,31 +337,120 @@ def _raw(image: Any) -> bytes:
     return zlib.compress(image.convert("RGB").tobytes("raw", "BGRX"), 6)
 
 
-def _glyphs(kind: str, size: int, fg: tuple[int, int, int], bg: tuple[int, int, int]) -> tuple[Any, dict[str, Any]]:
-    """A strip of the printable ASCII characters drawn in ``fg`` over ``bg``, and where each one is: its x in the
-    strip, its advance and the width to copy, which takes in the ink right of the advance (Ubuntu's "f", "r"
-    and others reach into the next glyph's cell; the panel copies right to left, so that it is kept)."""
+#: FreeType's default LCD filter (``FT_LCD_FILTER_DEFAULT``), over a row of subpixels: what cairo applies to the
+#: shell's text on the VM, whose top bar shows its colour fringes (red right of a stem, blue left: RGB order).
+LCD_FILTER = (0x08, 0x4D, 0x56, 0x4D, 0x08)
+
+
+def _draw_lcd(
+    image: Any, runs: Sequence[tuple[tuple[float, float], str]], font: Any, fill: tuple[int, int, int]
+) -> None:
+    """Draw text ``runs`` (each its top-left corner and text) in ``font`` (Pillow's, at its size) on the RGB
+    ``image`` with subpixel antialiasing as GNOME's is on the VM (``Xft/RGBA`` rgb): the glyphs at three times
+    the width, filtered by :data:`LCD_FILTER`, each pixel's red, green and blue taking its left, middle and
+    right third. The ink of each spot is the hinted glyph's (FreeType's at the font's own size: hinting puts its
+    stems and x-height on whole rows, as the VM's slight hinting does), shared among the subpixels as the
+    three-times-wide glyph has it."""
+    import numpy as np
     from PIL import Image, ImageDraw
+
+    width, height = image.size
+    big = font.font_variant(size=font.size * 3)
+    canvas, hinted = Image.new("L", (width * 3, height * 3), 0), Image.new("L", (width, height), 0)
+    for (x, y), text in runs:
+        ImageDraw.Draw(canvas).text((round(x * 3), round(y * 3)), text, font=big, fill=255)
+        ImageDraw.Draw(hinted).text((round(x), round(y)), text, font=font, fill=255)
+    thirds = np.asarray(canvas, dtype=np.float32).reshape(height, 3, width * 3).mean(axis=1) / 255
+    taps = np.array(LCD_FILTER, dtype=np.float32) / 256
+    padded = np.pad(thirds, ((0, 0), (2, 2)))
+    filtered = sum(tap * padded[:, k : k + width * 3] for k, tap in enumerate(taps))
+    wide = np.clip(filtered, 0, 1).reshape(height, width, 3)
+
+    def spot(a: Any) -> Any:  # each pixel with its neighbours left and right
+        padded = np.pad(a, ((0, 0), (1, 1)))
+        return (padded[:, :-2] + padded[:, 1:-1] + padded[:, 2:]) / 3
+
+    ink, shared = spot(np.asarray(hinted, dtype=np.float32) / 255), spot(wide.mean(axis=2))
+    scale = np.where(shared > 0.02, ink / np.maximum(shared, 1e-6), 1.0)
+    coverage = np.clip(wide * scale[..., None], 0, 1)
+    under = np.asarray(image.convert("RGB"), dtype=np.float32)
+    pixels = under + (np.array(fill, dtype=np.float32) - under) * coverage
+    image.paste(Image.fromarray(np.rint(pixels).astype(np.uint8), "RGB"))
+
+
+def _glyphs(kind: str, size: int, fg: tuple[int, int, int], bg: tuple[int, int, int]) -> tuple[Any, dict[str, Any]]:
+    """A strip of the printable ASCII characters drawn in ``fg`` over ``bg`` (:func:`_draw_lcd`), and where each
+    one is: its x in the strip, its advance and the width to copy, which takes in the ink right of the advance
+    (Ubuntu's "f", "r" and others reach into the next glyph's cell, a colour fringe a pixel further; the panel
+    copies right to left, so that it is kept)."""
+    import numpy as np
+    from PIL import Image
 
     font = _font(kind, size)
     ascent, descent = font.getmetrics()
     height = ascent + descent
     chars = [*(chr(c) for c in range(32, 127)), "…"]
     advances = [round(font.getlength(c)) for c in chars]
-    inks = [max(advance, font.getbbox(c)[2]) for c, advance in zip(chars, advances, strict=True)]
-    strip = Image.new("RGB", (sum(inks) + 2 * len(chars), height), bg)
-    draw = ImageDraw.Draw(strip)
+    cells = [max(advance, font.getbbox(c)[2] + 1) for c, advance in zip(chars, advances, strict=True)]
+    strip = Image.new("RGB", (sum(cells) + 2 * len(chars), height), bg)
+    starts = [sum(cells[:i]) + 2 * i for i in range(len(chars))]
+    _draw_lcd(strip, [((x, 0), char) for x, char in zip(starts, chars, strict=True)], font, fg)
+    inked = (np.asarray(strip) != np.array(bg, dtype=np.uint8)).any(axis=(0, 2))  # the columns it drew on
     table: dict[str, list[int]] = {}
-    x = 0
-    for char, advance, ink in zip(chars, advances, inks, strict=True):
-        draw.text((x, 0), char, font=font, fill=fg)
-        table[char] = [x, advance, ink]
-        x += ink + 2
+    for char, x, advance, cell in zip(chars, starts, advances, cells, strict=True):
+        columns = inked[x : x + cell].nonzero()[0]
+        table[char] = [x, advance, max(advance, int(columns[-1]) + 1 if len(columns) else 0)]
     return strip, {"height": height, "chars": table}
 
 
 def _text_width(table: dict[str, Any], text: str) -> int:
     return sum(table["chars"].get(c, table["chars"]["?"])[1] for c in text)
+
+
+#: The focused app's icon, left of its name in the top bar (GNOME 42's app menu: 16 px, its symbolic icon where the
+#: theme has one, else its own), and where it goes. Measured from the VM's screenshot: Files' icon at x 117-132
+#: (:data:`APP_ICON_GAP` right of Activities' button), rows 5-20, its name's ink from x 140.
+APP_ICON = 16
+APP_ICON_GAP = 23
+APP_NAME_GAP = 6
+
+
+def _bar_icon(names: Sequence[str], fg: tuple[int, int, int], bg: tuple[int, int, int]) -> Any:
+    """An app's icon as the top bar shows it on ``bg``: where the theme has its symbolic icon (Files' folder
+    outline on the VM), the outline of its 16 px icon in ``fg``, as GNOME draws symbolic icons in the text's
+    colour (Pillow draws no SVG: the outline is the icon's edge, a pixel wide); else its own icon."""
+    from PIL import Image, ImageChops, ImageFilter
+
+    icon = _icon(names, APP_ICON)
+    image = Image.new("RGB", icon.size, bg)
+    symbolic = any(
+        Path(theme, "scalable", "apps", f"{name}-symbolic.svg").is_file() for theme in _ICON_THEMES for name in names
+    )
+    if not symbolic:
+        image.paste(icon, (0, 0), icon)
+        return image
+    k = 4  # the edge drawn at four times the size, then made smaller: a pixel wide and smooth
+    alpha = _icon(names, APP_ICON * k).getchannel("A").point(lambda a: 255 if a > 127 else 0)
+    edge = ImageChops.subtract(alpha, alpha.filter(ImageFilter.MinFilter(2 * k - 1)))
+    mask = edge.resize(icon.size, Image.Resampling.BOX)
+    image.paste(Image.new("RGB", icon.size, fg), (0, 0), mask)
+    return image
+
+
+def _bar_icons(background: tuple[int, int, int]) -> tuple[Any, dict[str, int]]:
+    """The top bar's app icons side by side on ``background`` (:func:`_bar_icon`), and each app name's place
+    in the strip (0: :data:`GENERIC_ICON`, for a name no app has)."""
+    from PIL import Image
+
+    icons: dict[str, Sequence[str]] = {"": GENERIC_ICON}
+    for app in (*LAUNCHERS, *APPS):
+        icons.setdefault(app.name, (*app.icons, *GENERIC_ICON))
+    for name in OTHER_NAMES.values():
+        icons.setdefault(name, (*OTHER_ICONS.get(name, ()), *GENERIC_ICON))
+    strip = Image.new("RGB", (APP_ICON * len(icons), APP_ICON), background)
+    for i, names in enumerate(icons.values()):
+        strip.paste(_bar_icon(names, (238, 238, 236), background), (i * APP_ICON, 0))
+    return strip, {name: i for i, name in enumerate(icons)}
 
 
 #: The status icons' button at the top bar's right (a click there opens the system menu).
@@ -507,7 +638,7 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
     bold_glyphs, bold_table = _glyphs("bold", 15, (238, 238, 236), BAR_COLOUR)
     text_y = (BAR_HEIGHT - bar_table["height"]) // 2
     activities = Image.new("RGB", (1, 1))
-    ImageDraw.Draw(bar).text((18, text_y), "Activities", font=_font("regular", 15), fill=(238, 238, 236))
+    _draw_lcd(bar, [((18, text_y), "Activities")], _font("regular", 15), (238, 238, 236))
     activities_end = 18 + _text_width(bar_table, "Activities") + 12
     _status_icons(bar, width)
     keep("bar", bar)
@@ -519,6 +650,10 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
     keep("glyphs_bar_hover", _glyphs("regular", 15, (238, 238, 236), BAR_BUTTON_HOVER)[0])
     keep("glyphs_bold_hover", _glyphs("bold", 15, (238, 238, 236), BAR_BUTTON_HOVER)[0])
     keep("status_hover", _status_lit(BAR_BUTTON_HOVER))
+    app_icons, app_icon_index = _bar_icons(BAR_COLOUR)
+    keep("app_icons", app_icons)
+    keep("app_icons_lit", _bar_icons(BAR_BUTTON_LIT)[0])
+    keep("app_icons_hover", _bar_icons(BAR_BUTTON_HOVER)[0])
     del activities
     # the dock: the wallpaper under a dark band, the launchers, Trash after a separator, Show Applications
     band = wallpaper.crop((0, BAR_HEIGHT, DOCK_WIDTH, height))
@@ -601,7 +736,9 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
         "text_y": text_y,
         "activities": [0, activities_end],
         "activities_x": 18,  # its label's
-        "app_name_x": activities_end + 12,
+        "app_icon_x": activities_end + APP_ICON_GAP,
+        "app_name_x": activities_end + APP_ICON_GAP + APP_ICON + APP_NAME_GAP,
+        "app_icons": {"size": APP_ICON, "y": (BAR_HEIGHT - APP_ICON) // 2, "index": app_icon_index},
         "status": [width - STATUS_WIDTH, width],
         "cell": spot.cell,
         "launchers": [

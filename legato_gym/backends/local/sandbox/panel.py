@@ -422,13 +422,19 @@ class Panel:
         self._paint_app_name()
 
     def _paint_app_name(self) -> None:
-        """Draw the app's name on the bar, on its button's lit pill while the app menu is open."""
-        x = int(self.m["app_name_x"])
-        left, room = x - 12, self.width // 2 - 120 - x + 12  # its button: the name and 12 px each side
+        """Draw the app's icon and name on the bar, on its button's lit pill while the app menu is open."""
+        x, icon_x = int(self.m["app_name_x"]), int(self.m["app_icon_x"])
+        left = int(self.m["activities"][1])  # its button: from Activities' on, the icon, the name and 12 px
+        room = self.width // 2 - 120 - left
         self.bar_pixmap.copy_area(self.gc, self.pixmaps["bar"], left, 0, room, self.bar_h, left, 0)
         state = self._state("app") if self.active_name else ""
-        if state:
-            self._pill(x - 9, self._text_width("bar", self.active_name) + 18, state)
+        if state:  # inside the button's 3 px border
+            self._pill(left + 3, x - left + self._text_width("bar", self.active_name) + 6, state)
+        if self.active_name:
+            icons = self.m["app_icons"]
+            size, place = int(icons["size"]), int(icons["index"].get(self.active_name, 0))
+            strip = self.pixmaps[_styled("app_icons", state)]
+            self.bar_pixmap.copy_area(self.gc, strip, place * size, 0, size, size, icon_x, int(icons["y"]))
         self._text(self.bar_pixmap, _styled("bar", state), self.active_name, x, int(self.m["text_y"]))
         self.bar.clear_area(left, 0, room, self.bar_h)
 
@@ -662,7 +668,7 @@ class Panel:
         if start <= x < end:
             return "activities"
         name_x = int(self.m["app_name_x"])
-        if self.active_name and name_x - 12 <= x < name_x + self._text_width("bar", self.active_name) + 12:
+        if self.active_name and end <= x < name_x + self._text_width("bar", self.active_name) + 12:
             return "app"
         if abs(x - self.width // 2) <= 110:
             return "calendar"
@@ -812,7 +818,7 @@ class Panel:
             self.popover_size = (width, height)
         kind = self.popover_kind
         if kind == "app":
-            x = int(self.m["app_name_x"]) - 12
+            x = int(self.m["activities"][1])
         elif kind == "calendar":
             x = self.width // 2 - width // 2
         elif kind == "system":
