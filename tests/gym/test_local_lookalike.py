@@ -685,7 +685,7 @@ def test_a_running_apps_menu_lists_its_windows_and_a_click_raises_one(desktop: L
     title, then New Window, Pin to Dash, Show Details, Quit; a click on a title focuses that window."""
     desktop.reset(EMPTY)
     for title in ("legato-one", "legato-two"):
-        desktop.client.post_json("/setup/launch", {"command": f"xterm -T {title}", "shell": True})
+        desktop.client.post_json("/setup/launch", {"command": f"xterm -T {title} -e sleep 600", "shell": True})
     assert wait_for(lambda: set(xterms(desktop)) == {"legato-one", "legato-two"}), desktop.display.windows()
     running = centre(len(FAVORITES))
 

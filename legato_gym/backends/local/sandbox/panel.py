@@ -230,13 +230,13 @@ class Panel:
             name: self.d.intern_atom(name) for name in (*WATCHED, "_NET_WORKAREA", "_NET_CLIENT_LIST_STACKING")
         }
         self.pixmaps = {name: self._load(name, *spec) for name, spec in self.m["images"].items()}
-        self.icon_mask = self._load_mask()
         self.colours = {name: self._pixel(rgb) for name, rgb in self.m["colours"].items()}
         self.dock_m: dict[str, Any] = self.m["dock"]
         self.known = {app["id"]: app for app in self.dock_m["apps"]}
         self.launchers: list[dict[str, Any]] = []  # what the dock shows, top to bottom, with each one's y
         self.running: list[int] = []  # its windows, per launcher
         self.dock_shown: Any = None
+        self.icon_mask = self._load_mask()
         self.active_name = ""
         self.query = ""
         self.overview_tiles: list[tuple[int, int, int]] = []
