@@ -4,7 +4,8 @@ the favourites with ``gsettings``, the dock shows them, and its grader reads the
 Run *inside desktop-env's interpreter* by tests/gym/test_local_lookalike.py:
 ``python dock_scenarios.py '{"cache": DIR, "files": DIR, "osworld": DIR}'``; prints one JSON line,
 ``{"untouched": score, "unpinned": score}``: the score of ``DONE`` alone, and of a right-click on Vim's launcher
-and its menu's Unpin, as an agent does it on the VM.
+and its menu's Unpin, as an agent does it on the VM. With ``"grader": "local"`` (called in the tests' own
+interpreter) legato's built-in grader grades instead.
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ TASK = "ec4e3f68-9ea4-4c18-a5c9-69f89d1178b3"
 
 
 def main(args: dict[str, Any]) -> dict[str, Any]:
+    grader = args.get("grader", "osworld")
     options = LocalOptions(
-        session="lookalike", grader="osworld", download_cache=args["cache"], file_cache=args["files"], prestart=False
+        session="lookalike", grader=grader, download_cache=args["cache"], file_cache=args["files"], prestart=False
     )
-    config = DesktopConfig(screen=SCREEN, python=sys.executable, timeouts=Timeouts(reset=180, ready=60), options=options)
+    config = DesktopConfig(screen=SCREEN, timeouts=Timeouts(reset=180, ready=60), options=options)
     path = next((Path(args["osworld"]) / "evaluation_examples" / "examples").glob(f"*/{TASK}.json"))
     task_config = json.loads(path.read_text())
     task = Task(TASK, task_config["instruction"], task_config, domain=path.parent.name)

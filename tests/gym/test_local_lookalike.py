@@ -726,6 +726,9 @@ def test_ec4e3f68_is_solved_by_unpinning_vim_from_the_dock(tmp_path: Path) -> No
     args = {"cache": str(tmp_path / "c"), "files": str(tmp_path / "f"), "osworld": str(EXAMPLES.parent.parent)}
     scores = run_scenarios(desktop_env_python(), "dock_scenarios.py", json.dumps(args), timeout=900)
     assert scores == {"untouched": 0.0, "unpinned": 1.0}
+    from dock_scenarios import main as ec4e3f68_scores  # and legato's built-in grader agrees
+
+    assert ec4e3f68_scores({**args, "grader": "local"}) == {"untouched": 0.0, "unpinned": 1.0}
 
 
 def test_an_apps_desktop_actions_are_read_from_its_installed_desktop_file(
