@@ -35,7 +35,8 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     task_config = json.loads(path.read_text())
     task = Task(TASK, task_config["instruction"], task_config, domain=path.parent.name)
     # the setup's favourites: Thunderbird, Vim, Chrome; Vim's menu: New Window, Unpin, Show Details
-    vim = layout(SCREEN).launcher_centre(1, 3)
+    spot = layout(SCREEN)
+    vim = spot.first_centre + spot.cell  # the second launcher
     unpin = vim - (MENU_ROW * 3 + 12) // 2 + 6 + MENU_ROW + MENU_ROW // 2
     episodes = {"untouched": ["DONE"], "unpinned": [f"pyautogui.rightClick(35, {vim})", f"pyautogui.click(150, {unpin})"]}
     scores = {}
