@@ -38,7 +38,10 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     spot = layout(SCREEN)
     vim = spot.first_centre + spot.cell  # the second launcher
     unpin = vim - (MENU_ROW * 3 + 12) // 2 + 6 + MENU_ROW + MENU_ROW // 2
-    episodes = {"untouched": ["DONE"], "unpinned": [f"pyautogui.rightClick(35, {vim})", f"pyautogui.click(150, {unpin})"]}
+    episodes = {
+        "untouched": ["DONE"],
+        "unpinned": [f"pyautogui.rightClick(35, {vim})", f"pyautogui.click(150, {unpin})"],
+    }
     scores = {}
     with LocalDesktop(config) as desktop:
         for name, actions in episodes.items():

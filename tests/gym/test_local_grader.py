@@ -295,7 +295,9 @@ def test_the_favourites_metric_grades_as_desktop_envs_so_the_builtin_grader_runs
     assert check_gnome_favorite_apps("['thunderbird.desktop', 'google-chrome.desktop']\n", rule) == 1.0
     assert check_gnome_favorite_apps("['thunderbird.desktop', 'vim.desktop', 'google-chrome.desktop']", rule) == 0.0
     assert check_gnome_favorite_apps("['thunderbird.desktop', 'thunderbird.desktop']", rule) == 0.0
-    assert check_gnome_favorite_apps("['google-chrome.desktop', 'thunderbird.desktop', 'thunderbird.desktop']", rule) == 0
+    assert (
+        check_gnome_favorite_apps("['google-chrome.desktop', 'thunderbird.desktop', 'thunderbird.desktop']", rule) == 0
+    )
     assert check_gnome_favorite_apps("@as []", {"expected": []}) == 1.0
     assert check_gnome_favorite_apps("", rule) == 0.0 and check_gnome_favorite_apps(None, rule) == 0.0
     if not EXAMPLES.is_dir():

@@ -26,7 +26,7 @@ from desktop_kit import wait_for
 
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, LocalOptions, apps, vscode
-from legato_gym.backends.local.sandbox import fonts
+from legato_gym.backends.local.sandbox import fonts, shell
 from legato_gym.backends.local.sandbox.lookalike import (
     BAR_BUTTON_HOVER,
     BAR_BUTTON_LIT,
@@ -45,7 +45,6 @@ from legato_gym.backends.local.sandbox.lookalike import (
     layout,
     wallpaper,
 )
-from legato_gym.backends.local.sandbox import shell
 from legato_gym.backends.local.sandbox.panel import (
     GAP,
     MENU_ROW,
@@ -597,7 +596,8 @@ def no_icon(screen: np.ndarray, y: int) -> bool:
 
 
 needs_gsettings = pytest.mark.skipif(
-    shell.lookalike_schemas() is None, reason="needs GSettings and GNOME Shell's schema (libglib2.0-bin gnome-shell-common)"
+    shell.lookalike_schemas() is None,
+    reason="needs GSettings and GNOME Shell's schema (libglib2.0-bin gnome-shell-common)",
 )
 
 

@@ -940,7 +940,11 @@ def test_lookalike_dock_favourites_pin_and_unpin_run_inside(lookalike: LocalDesk
         " && gsettings get org.gnome.shell favorite-apps",
     )
     assert code == 0, out
-    ids = [*(parse_favorites(out) or []), "../../../../usr/share/applications/debian-xterm.desktop", "legato-probe.desktop"]
+    ids = [
+        *(parse_favorites(out) or []),
+        "../../../../usr/share/applications/debian-xterm.desktop",
+        "legato-probe.desktop",
+    ]
     code, out = agent(lookalike, f"gsettings set org.gnome.shell favorite-apps {shlex.quote(format_favorites(ids))}")
     assert code == 0, out
     probe_y = 65 + 68 * (len(ids) - 2)  # the path is left out: the probe is right after the VM's launchers
@@ -950,7 +954,9 @@ def test_lookalike_dock_favourites_pin_and_unpin_run_inside(lookalike: LocalDesk
     lookalike.act(f"pyautogui.rightClick(35, {probe_y})")  # its window-less menu: New Window, Unpin, Show Details
     assert wait_for(lambda: _shown(lookalike, 280, probe_y, MENU_COLOUR), 30)
     lookalike.act(f"pyautogui.click(150, {probe_y - (MENU_ROW * 3 + 12) // 2 + 6 + MENU_ROW + 16})")
-    assert wait_for(lambda: "legato-probe" not in agent(lookalike, "gsettings get org.gnome.shell favorite-apps")[1], 30)
+    assert wait_for(
+        lambda: "legato-probe" not in agent(lookalike, "gsettings get org.gnome.shell favorite-apps")[1], 30
+    )
     host_dconf = Path.home() / ".config" / "dconf" / "user"  # the host's settings: untouched
     assert not host_dconf.is_file() or b"legato-probe" not in host_dconf.read_bytes()
     time.sleep(0.5)

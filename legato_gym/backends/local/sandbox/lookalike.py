@@ -230,7 +230,9 @@ def installed_apps(folder: Path = APPLICATIONS) -> tuple[AppEntry, ...]:
             argv = [terminal, "--", *argv] if terminal == "gnome-terminal" else [terminal, "-e", *argv]
         icon = entry.get("Icon", "")
         wm_class = (entry.get("StartupWMClass") or path.stem).lower()
-        found.append(AppEntry(path.stem, entry.get("Name") or path.stem, tuple(argv), (icon,) if icon else (), (wm_class,)))
+        found.append(
+            AppEntry(path.stem, entry.get("Name") or path.stem, tuple(argv), (icon,) if icon else (), (wm_class,))
+        )
     return tuple(found)
 
 

@@ -460,7 +460,7 @@ class Panel:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
-                preexec_fn=end_with_the_panel,  # noqa: PLW1509 (the panel has no threads)
+                preexec_fn=end_with_the_panel,  # safe: the panel has no threads
             )
         except OSError as exc:
             logger.warning("could not watch the favourites: %s", exc)
@@ -533,7 +533,13 @@ class Panel:
             hit = next((i for i, app in enumerate(launchers) if _matches(app["classes"], names)), -1)
             if hit == -1:
                 known = next((app for app in self.dock_m["apps"] if _matches(app["classes"], names)), None)
-                app = known or {"name": self._name_of(names), "id": "", "command": [], "classes": [names[-1]], "icon": 0}
+                app = known or {
+                    "name": self._name_of(names),
+                    "id": "",
+                    "command": [],
+                    "classes": [names[-1]],
+                    "icon": 0,
+                }
                 launchers.append(dict(app, favourite=False))
                 counts.append(0)
                 hit = len(launchers) - 1
@@ -787,7 +793,11 @@ class Panel:
             items.append(("Open" if trash else "New Window", ("launch", launcher["command"])))
         items.extend((name, ("launch", argv)) for _, name, argv in actions)
         if not trash and launcher["id"]:
-            pin = ("Unpin", ("unpin", launcher["id"])) if launcher["favourite"] else ("Pin to Dash", ("pin", launcher["id"]))
+            pin = (
+                ("Unpin", ("unpin", launcher["id"]))
+                if launcher["favourite"]
+                else ("Pin to Dash", ("pin", launcher["id"]))
+            )
             items.append(pin)
             items.append(("Show Details", ("details",)))  # GNOME Software's page of the app: not here (_menu_rows)
         windows = self._windows_of(launcher) if launcher["classes"] else []
