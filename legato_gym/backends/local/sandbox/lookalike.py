@@ -3,9 +3,11 @@
 ``LocalOptions(session="lookalike")`` runs openbox with a top bar and a dock of legato's own
 (:mod:`.panel`, one small python-xlib process inside the sandbox) that look and act as the VM's GNOME
 Shell does where an agent sees or clicks: the top bar (rows 0-26: Activities, the focused app's name, the
-clock centred, status icons), the Ubuntu dock (columns 0-69: the VM's launchers in the VM's order, a dot
-per window of a running app, Show Applications at the bottom), the work area right of the dock and under
-the top bar (openbox's margins), an overview with an app grid and a search, and a launcher's right-click menu.
+clock centred, status icons), the Ubuntu dock (columns 0-69: the favourites, ``org.gnome.shell favorite-apps``,
+the VM's launchers in the VM's order by default; then the running apps that are not favourites and Trash; a
+dot per window of a running app, Show Applications at the bottom), the work area right of the dock and under
+the top bar (openbox's margins), an overview with an app grid and a search, and a launcher's right-click menu
+(the app's windows, Pin to Dash or Unpin).
 
 Everything the panel shows is drawn here once per screen size with Pillow (:func:`write_lookalike_files`)
 into the desktop's own folder, bound read-only at :data:`LOOKALIKE_DIR`: raw pixmaps (zlib) and a manifest

@@ -6,9 +6,11 @@ paints) it maps a top bar and a dock as windows of its own that the window manag
 Shell's: no window list shows them; openbox's ``<margins>`` keep maximized windows right of the dock and under
 the bar), and creates ``MARKER`` once the window manager's work area says so. Then it sleeps in ``select`` and
 wakes for a click, a key, a change of the root's window list or active window (the dots, the
-app's name), or the minute (the clock). The top bar's buttons open GNOME 42's menus (the app menu, the date
+app's name), a change of the favourites (its ``gsettings monitor`` child says it: the dock's launchers), or the
+minute (the clock). The top bar's buttons open GNOME 42's menus (the app menu, the date
 menu, the system menu and its end-session dialogs, which end nothing: :data:`DIALOGS`), the dock's launchers a
-menu of their own, Activities and Show Applications the overview. It draws only by copying pre-drawn pictures
+menu of their own (the app's windows, Pin to Dash or Unpin, which write the favourites with ``gsettings``),
+Activities and Show Applications the overview. It draws only by copying pre-drawn pictures
 (server-side pixmaps, text as glyphs copied from a strip) and filling rectangles: it imports neither Pillow nor
 numpy, and an idle desktop costs it nothing.
 
@@ -505,6 +507,9 @@ class Panel:
             return None
         wm_class = (entry.get("StartupWMClass") or key).lower()
         command = exec_argv(entry.get("Exec", ""))
+        if command and entry.get("Terminal") == "true":  # in a terminal, as the host's desktop files' apps
+            terminal = shutil.which("gnome-terminal")
+            command = [terminal, "--", *command] if terminal else ["xterm", "-e", *command]
         return {"name": entry.get("Name") or key, "id": key, "command": command, "classes": [wm_class], "icon": 0}
 
     def _fits(self, favourites: int) -> int:
