@@ -22,6 +22,7 @@ import legato_gym
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, LocalOptions, coverage, default_tasks
 from legato_gym.backends.local.coverage import Capabilities, assess, needs_no_download, task_needs
+from legato_gym.backends.local.evaluators import check_gnome_favorite_apps
 from legato_gym.backends.local.options import resolve_grader
 from legato_gym.desktopenv.venv import MARKER, VENV_ENV_VAR
 from legato_gym.env import DesktopEnv
@@ -285,6 +286,25 @@ def test_real_gsettings_and_web_tasks() -> None:
     assert task_needs(lock).schemas == {"org.gnome.desktop.screensaver"} and needs_no_download(lock)
     assert task_needs(real("os", "ec4e3f68")).schemas == {"org.gnome.shell"}
     assert not needs_no_download(real("multi_apps", "3c8f201a"))  # "Download the image from https://..."
+
+
+def test_the_favourites_metric_grades_as_desktop_envs_so_the_builtin_grader_runs_ec4e3f68() -> None:
+    """``check_gnome_favorite_apps``: the same desktop ids, as many, in any order (``gsettings get``'s answer);
+    with it the built-in grader runs OSWorld's ec4e3f68, whose favourites the lookalike dock shows and edits."""
+    rule = {"expected": ["google-chrome.desktop", "thunderbird.desktop"]}
+    assert check_gnome_favorite_apps("['thunderbird.desktop', 'google-chrome.desktop']\n", rule) == 1.0
+    assert check_gnome_favorite_apps("['thunderbird.desktop', 'vim.desktop', 'google-chrome.desktop']", rule) == 0.0
+    assert check_gnome_favorite_apps("['thunderbird.desktop', 'thunderbird.desktop']", rule) == 0.0
+    assert (
+        check_gnome_favorite_apps("['google-chrome.desktop', 'thunderbird.desktop', 'thunderbird.desktop']", rule) == 0
+    )
+    assert check_gnome_favorite_apps("@as []", {"expected": []}) == 1.0
+    assert check_gnome_favorite_apps("", rule) == 0.0 and check_gnome_favorite_apps(None, rule) == 0.0
+    if not EXAMPLES.is_dir():
+        pytest.skip(f"no OSWorld task data at {EXAMPLES}")
+    task = json.loads(next((EXAMPLES / "examples" / "os").glob("ec4e3f68*.json")).read_text())
+    caps = Capabilities.detect(grader="local", schemas=["org.gnome.shell"], which=lambda name: f"/usr/bin/{name}")
+    assert assess(task, caps).status == "runnable", assess(task, caps).reasons
 
 
 # ----------------------------------------------------------------------------- the embedded policy

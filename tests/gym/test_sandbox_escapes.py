@@ -774,7 +774,8 @@ def test_lookalike_panel_and_what_it_launches_run_inside_the_sandbox(lookalike: 
     lookalike.act("pyautogui.press('win'); pyautogui.typewrite('mousepad\\n', interval=0.02)")  # the overview
     assert wait_for(lambda: mousepad_shown(lookalike))  # control: the overview's search launched it
     assert wait_for(lambda: any(w.wm_class.startswith("org.gnome.Nautilus.") for w in lookalike.display.windows()))
-    lookalike.act(f"pyautogui.rightClick(35, {files}); pyautogui.click(150, {files + 6})")  # the menu's New Window
+    # the menu's New Window, under Files' window: its second row of five (then Unpin, Show Details, Quit)
+    lookalike.act(f"pyautogui.rightClick(35, {files}); pyautogui.click(150, {files - 86 + 6 + 32 + 16})")
     time.sleep(1.0)
     assert outside_sandbox(lookalike) == []
     code, out = agent(lookalike, "ps -eo args")
@@ -906,10 +907,12 @@ def test_lookalike_top_bar_menus_end_nothing_and_run_nothing_outside(lookalike: 
     assert wait_for(lambda: not _shown(lookalike, 250, first, MENU_COLOUR), 30)
     from legato_gym.backends.local.sandbox.panel import MENU_ROW
 
-    for row in range(2):  # the dock's menu of Files: New Window, Show Details (and Quit, below)
+    for entry in ("window", "New Window", "Show Details"):  # the dock's menu of Files (and Quit, below)
+        rows = [*["window"] * nautilus(), "New Window", "Unpin", "Show Details", "Quit"]
         lookalike.act(f"pyautogui.rightClick(35, {files})")
         assert wait_for(lambda: _shown(lookalike, 280, files, MENU_COLOUR), 30)
-        lookalike.act(f"pyautogui.click(150, {files - (MENU_ROW * 3 + 12) // 2 + 6 + row * MENU_ROW + 16})")
+        y = files - (MENU_ROW * len(rows) + 12) // 2 + 6 + rows.index(entry) * MENU_ROW + 16
+        lookalike.act(f"pyautogui.click(150, {y})")
         assert wait_for(lambda: not _shown(lookalike, 280, files, MENU_COLOUR), 30)
     assert wait_for(lambda: nautilus() == 3)  # control: the dock menu's New Window, inside
     app_menu(first + 2 * ROW + 2 * SEPARATOR)
@@ -918,3 +921,44 @@ def test_lookalike_top_bar_menus_end_nothing_and_run_nothing_outside(lookalike: 
     assert outside_sandbox(lookalike) == []
     assert lookalike.display.alive()
     assert session() == before  # the same panel and window manager: nothing ended or restarted
+
+
+def test_lookalike_dock_favourites_pin_and_unpin_run_inside(lookalike: LocalDesktop) -> None:
+    """A favourite whose desktop file the agent wrote (its Exec a probe) launches from the dock inside the
+    sandbox; Unpin and Pin to Dash write the favourites with ``gsettings`` inside (the session's dconf, not the
+    host's); a favourite's id that is a path is no launcher."""
+    from legato_gym.backends.local.sandbox.lookalike import MENU_COLOUR
+    from legato_gym.backends.local.sandbox.panel import MENU_ROW, format_favorites, parse_favorites
+
+    if shutil.which("gsettings") is None:
+        pytest.skip("needs gsettings (apt: libglib2.0-bin)")
+    lookalike.reset(TASK)
+    probe = "[Desktop Entry]\nType=Application\nName=Probe\nExec=sleep 4321\n"
+    code, out = agent(
+        lookalike,
+        f"mkdir -p ~/.local/share/applications && printf '{probe}' > ~/.local/share/applications/legato-probe.desktop"
+        " && gsettings get org.gnome.shell favorite-apps",
+    )
+    assert code == 0, out
+    ids = [
+        *(parse_favorites(out) or []),
+        "../../../../usr/share/applications/debian-xterm.desktop",
+        "legato-probe.desktop",
+    ]
+    code, out = agent(lookalike, f"gsettings set org.gnome.shell favorite-apps {shlex.quote(format_favorites(ids))}")
+    assert code == 0, out
+    probe_y = 65 + 68 * (len(ids) - 2)  # the path is left out: the probe is right after the VM's launchers
+    time.sleep(1.0)
+    lookalike.act(f"pyautogui.click(35, {probe_y})")
+    assert wait_for(lambda: "sleep 4321" in agent(lookalike, "ps -eo args")[1], 30)  # control: it ran, inside
+    lookalike.act(f"pyautogui.rightClick(35, {probe_y})")  # its window-less menu: New Window, Unpin, Show Details
+    assert wait_for(lambda: _shown(lookalike, 280, probe_y, MENU_COLOUR), 30)
+    lookalike.act(f"pyautogui.click(150, {probe_y - (MENU_ROW * 3 + 12) // 2 + 6 + MENU_ROW + 16})")
+    assert wait_for(
+        lambda: "legato-probe" not in agent(lookalike, "gsettings get org.gnome.shell favorite-apps")[1], 30
+    )
+    host_dconf = Path.home() / ".config" / "dconf" / "user"  # the host's settings: untouched
+    assert not host_dconf.is_file() or b"legato-probe" not in host_dconf.read_bytes()
+    time.sleep(0.5)
+    assert outside_sandbox(lookalike) == []
+    assert lookalike.display.alive()

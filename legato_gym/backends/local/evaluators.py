@@ -9,6 +9,7 @@ getter or metric that is not here is refused at reset with :class:`UnsupportedTa
 
 from __future__ import annotations
 
+import ast
 import logging
 import re
 import shutil
@@ -155,10 +156,23 @@ def compare_text_file(actual: Any, expected: Any, **options: Any) -> float:
     return float(actual_text == expected_text)
 
 
+def check_gnome_favorite_apps(result: Any, rules: Mapping[str, Any]) -> float:
+    """OSWorld ``check_gnome_favorite_apps``: ``gsettings get org.gnome.shell favorite-apps``' answer (a GVariant
+    string array) holds the ``expected`` desktop ids, as many and the same ones, in any order."""
+    text = str(result or "").strip()
+    try:
+        apps = ast.literal_eval(text.removeprefix("@as ").strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return 0.0
+    expected = list(rules["expected"])
+    return float(isinstance(apps, list) and len(apps) == len(expected) and set(apps) == set(expected))
+
+
 METRICS: dict[str, Callable[..., float]] = {
     "exact_match": exact_match,
     "check_include_exclude": check_include_exclude,
     "compare_text_file": compare_text_file,
+    "check_gnome_favorite_apps": check_gnome_favorite_apps,
 }
 
 

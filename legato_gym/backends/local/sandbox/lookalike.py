@@ -3,9 +3,11 @@
 ``LocalOptions(session="lookalike")`` runs openbox with a top bar and a dock of legato's own
 (:mod:`.panel`, one small python-xlib process inside the sandbox) that look and act as the VM's GNOME
 Shell does where an agent sees or clicks: the top bar (rows 0-26: Activities, the focused app's name, the
-clock centred, status icons), the Ubuntu dock (columns 0-69: the VM's launchers in the VM's order, a dot
-per window of a running app, Show Applications at the bottom), the work area right of the dock and under
-the top bar (openbox's margins), an overview with an app grid and a search, and a launcher's right-click menu.
+clock centred, status icons), the Ubuntu dock (columns 0-69: the favourites, ``org.gnome.shell favorite-apps``,
+the VM's launchers in the VM's order by default; then the running apps that are not favourites and Trash; a
+dot per window of a running app, Show Applications at the bottom), the work area right of the dock and under
+the top bar (openbox's margins), an overview with an app grid and a search, and a launcher's right-click menu
+(the app's windows, Pin to Dash or Unpin).
 
 Everything the panel shows is drawn here once per screen size with Pillow (:func:`write_lookalike_files`)
 into the desktop's own folder, bound read-only at :data:`LOOKALIKE_DIR`: raw pixmaps (zlib) and a manifest
@@ -50,6 +52,10 @@ PANEL_FILE = Path(__file__).with_name("panel.py")
 #: The sandbox's fontconfig configuration (:func:`.fonts.fontconfig_conf`) and xsettingsd's, in that folder.
 FONTCONFIG_NAME = "fonts.conf"
 XSETTINGS_NAME = "xsettingsd.conf"
+#: The session's compiled GSettings schemas (:func:`.shell.lookalike_schemas`), a folder in that folder.
+SCHEMAS_NAME = "schemas"
+#: The desktop files the sandbox has (it binds the host's ``/usr``), whose apps the dock can show.
+APPLICATIONS = Path("/usr/share/applications")
 
 #: The VM's colours (reference/osworld-vm-look.md, read from its screenshot).
 BAR_COLOUR = (19, 19, 19)
@@ -195,13 +201,21 @@ LAUNCHERS: tuple[AppEntry, ...] = (
 )
 #: The dock's Trash, under a separator (a click opens it in Files).
 TRASH = AppEntry("trash", "Trash", ("nautilus", "--new-window", "trash:///"), ("user-trash",), ())
+#: The icon of an app whose desktop file the host did not see, or of a window no app claims (GNOME's).
+GENERIC_ICONS = ("application-x-executable", "applications-other")
 #: The app grid: the launchers that open something, then the other apps of the desktop, by name.
 APPS: tuple[AppEntry, ...] = (
     *(app for app in LAUNCHERS if app.command),
-    AppEntry("org.gnome.Terminal", "Terminal", ("gnome-terminal",), ("org.gnome.Terminal", "utilities-terminal"), ()),
-    AppEntry("org.xfce.mousepad", "Text Editor", ("mousepad",), ("text-editor", "org.xfce.mousepad"), ()),
-    AppEntry("org.gnome.Evince", "Document Viewer", ("evince",), ("org.gnome.Evince", "evince"), ()),
-    AppEntry("org.gnome.Totem", "Videos", ("totem",), ("org.gnome.Totem", "totem"), ()),
+    AppEntry(
+        "org.gnome.Terminal",
+        "Terminal",
+        ("gnome-terminal",),
+        ("org.gnome.Terminal", "utilities-terminal"),
+        ("gnome-terminal*",),
+    ),
+    AppEntry("org.xfce.mousepad", "Text Editor", ("mousepad",), ("text-editor", "org.xfce.mousepad"), ("mousepad",)),
+    AppEntry("org.gnome.Evince", "Document Viewer", ("evince",), ("org.gnome.Evince", "evince"), ("evince",)),
+    AppEntry("org.gnome.Totem", "Videos", ("totem",), ("org.gnome.Totem", "totem"), ("totem",)),
 )
 #: The icons of names the top bar shows that no app above has (first found wins, as :attr:`AppEntry.icons`).
 OTHER_ICONS = {"XTerm": ("xterm", "utilities-terminal"), "LibreOffice": ("libreoffice-startcenter", "libreoffice-main")}
@@ -216,6 +230,41 @@ OTHER_NAMES = {
     "xterm": "XTerm",
     "soffice": "LibreOffice",
 }
+
+
+def installed_apps(folder: Path = APPLICATIONS) -> tuple[AppEntry, ...]:
+    """The apps of the desktop files in ``folder`` that are neither a launcher nor in the app grid, as GNOME's app
+    system knows them (the dock shows one when it is a favourite or runs): its name, its Exec line (in a
+    terminal when it says ``Terminal=true``), its icon and its window class (``StartupWMClass``, else the
+    desktop file's name, as GNOME matches windows to apps). Hidden ones (deleted, in desktop-file terms) are
+    left out."""
+    from legato_gym.backends.local.apps.gnome import terminal_command
+    from legato_gym.backends.local.sandbox.panel import desktop_groups, exec_argv
+
+    known = {app.key for app in (*LAUNCHERS, *APPS)}
+    terminal = terminal_command()
+    found = []
+    for path in sorted(folder.glob("*.desktop")):
+        entry = desktop_groups(path).get("Desktop Entry", {})
+        argv = exec_argv(entry.get("Exec", ""))
+        if path.stem in known or entry.get("Type") != "Application" or entry.get("Hidden") == "true" or not argv:
+            continue
+        if entry.get("Terminal") == "true":
+            if terminal is None:
+                continue
+            argv = [terminal, "--", *argv] if terminal == "gnome-terminal" else [terminal, "-e", *argv]
+        icon = entry.get("Icon", "")
+        wm_class = (entry.get("StartupWMClass") or path.stem).lower()
+        found.append(
+            AppEntry(path.stem, entry.get("Name") or path.stem, tuple(argv), (icon,) if icon else (), (wm_class,))
+        )
+    return tuple(found)
+
+
+def dock_apps() -> tuple[AppEntry, ...]:
+    """Every app the dock can show (a favourite, a running app): the launchers, the app grid's others, then the
+    installed desktop files' (:func:`installed_apps`); a window's app is the first whose classes match."""
+    return (*LAUNCHERS, *(app for app in APPS if app not in LAUNCHERS), *installed_apps())
 
 
 @dataclass(frozen=True)
@@ -238,9 +287,10 @@ class Layout:
         """``(x, y, width, height)`` that maximized windows fill: right of the dock, under the top bar."""
         return (DOCK_WIDTH, BAR_HEIGHT, self.width - DOCK_WIDTH, self.height - BAR_HEIGHT)
 
-    def launcher_centre(self, index: int) -> int:
-        """The y of launcher ``index``'s centre (the launchers, then Trash after a separator)."""
-        gap = 0 if index < len(LAUNCHERS) else self.cell // 4
+    def launcher_centre(self, index: int, favourites: int = len(LAUNCHERS)) -> int:
+        """The y of launcher ``index``'s centre: the ``favourites``, then after a separator the running apps that
+        are not and Trash."""
+        gap = 0 if index < favourites or not favourites else self.cell // 4
         return self.first_centre + self.cell * index + gap
 
 
@@ -256,6 +306,9 @@ def layout(screen: tuple[int, int]) -> Layout:
 
 
 def _find_icon(names: Sequence[str], size: int) -> Path | None:
+    for name in names:  # a desktop file's Icon may be a picture's path
+        if name.startswith("/") and name.endswith(".png") and Path(name).is_file():
+            return Path(name)
     for theme in _ICON_THEMES:
         for folder in (f"{size}x{size}", "48x48", "256x256", "64x64", "128x128", "scalable"):
             for kind in ("apps", "places", "legacy", "mimetypes"):
@@ -618,10 +671,43 @@ def _tiles(apps: Sequence[AppEntry]) -> tuple[Any, dict[str, Any]]:
     return strip, {"width": TILE[0], "height": TILE[1]}
 
 
+def _dock_icons(dock: Any, icons: Sequence[Sequence[str]], size: int) -> tuple[Any, bytes]:
+    """The dock's icons side by side, each the first found of its names at ``size``, over the dock band's mean
+    colour, and their mask: a bit per pixel, set where an icon has any ink (rows of the strip's width, least
+    significant bit first, each padded to 32 bits, as the X server takes a depth-1 image). The panel copies an
+    icon through its mask, so the band around it is the band's own; the band varies by a few levels only from
+    top to bottom, which is all an icon's antialiased edge can differ from GNOME's blend over it."""
+    import numpy as np
+    from PIL import Image
+
+    behind = tuple(int(v) for v in np.asarray(dock).reshape(-1, 3).mean(axis=0).round())
+    strip = Image.new("RGB", (size * len(icons), size), behind)
+    alpha = Image.new("L", strip.size, 0)
+    for i, names in enumerate(icons):
+        icon = _icon(names, size)
+        strip.paste(icon, (i * size, 0), icon)
+        alpha.paste(icon.getchannel("A"), (i * size, 0))
+    ink = np.asarray(alpha) > 0
+    padded = np.zeros((size, (strip.width + 31) // 32 * 32), dtype=bool)
+    padded[:, : strip.width] = ink
+    return strip, np.packbits(padded, axis=1, bitorder="little").tobytes()
+
+
+def _dock_app(app: AppEntry, icon: int) -> dict[str, Any]:
+    return {
+        "name": app.name,
+        "id": app.key,  # its desktop file's (the favourites' ids, the menus' app actions)
+        "command": list(app.command),
+        "classes": list(app.classes),
+        "icon": icon,
+    }
+
+
 def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
     from PIL import Image, ImageDraw
 
     from legato_gym.backends.local.apps.gnome import AUDIO_VOLUME
+    from legato_gym.backends.local.sandbox.shell import FAVORITES
 
     spot = layout(screen)
     width, height = screen
@@ -655,16 +741,15 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
     keep("app_icons_lit", _bar_icons(BAR_BUTTON_LIT)[0])
     keep("app_icons_hover", _bar_icons(BAR_BUTTON_HOVER)[0])
     del activities
-    # the dock: the wallpaper under a dark band, the launchers, Trash after a separator, Show Applications
+    # the dock: the wallpaper under a dark band, and Show Applications; the panel puts the launchers on it (the
+    # favourites, the running apps, Trash after a separator) from a strip of every app's icon
     band = wallpaper.crop((0, BAR_HEIGHT, DOCK_WIDTH, height))
     tint = Image.new("RGB", band.size, DOCK_TINT)
     dock = Image.blend(band, tint, DOCK_OPACITY)
-    for i, app in enumerate((*LAUNCHERS, TRASH)):
-        icon = _icon(app.icons, spot.icon)
-        centre = spot.launcher_centre(i) - BAR_HEIGHT
-        dock.paste(icon, (DOCK_WIDTH // 2 - spot.icon // 2, centre - spot.icon // 2), icon)
-    separator = spot.launcher_centre(len(LAUNCHERS)) - spot.cell // 2 - spot.cell // 8 - BAR_HEIGHT
-    ImageDraw.Draw(dock).line((14, separator, DOCK_WIDTH - 15, separator), fill=(90, 84, 88), width=1)
+    apps = dock_apps()
+    icons, mask = _dock_icons(dock, [GENERIC_ICONS, *(app.icons for app in (*apps, TRASH))], spot.icon)
+    keep("dock_icons", icons)
+    files["dock_mask.z"] = zlib.compress(mask, 6)
     grid_icon = _show_apps_icon(spot.icon)
     dock.paste(
         grid_icon, (DOCK_WIDTH // 2 - spot.icon // 2, spot.show_apps_centre - BAR_HEIGHT - spot.icon // 2), grid_icon
@@ -741,16 +826,17 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
         "app_icons": {"size": APP_ICON, "y": (BAR_HEIGHT - APP_ICON) // 2, "index": app_icon_index},
         "status": [width - STATUS_WIDTH, width],
         "cell": spot.cell,
-        "launchers": [
-            {
-                "name": a.name,
-                "id": a.key,  # its desktop file's (the menus' app actions)
-                "command": list(a.command),
-                "classes": list(a.classes),
-                "y": spot.launcher_centre(i),
-            }
-            for i, a in enumerate((*LAUNCHERS, TRASH))
-        ],
+        "dock": {
+            # every app the dock can show, its icon the strip's (0: the generic one), Trash apart
+            "apps": [_dock_app(app, i + 1) for i, app in enumerate(apps)],
+            "trash": _dock_app(TRASH, len(apps) + 1),
+            "favorites": list(FAVORITES),  # where GSettings cannot be asked (shell.lookalike_schemas)
+            "icon": spot.icon,
+            "first_centre": spot.first_centre,
+            "gap": spot.cell // 4,
+            "mask": "dock_mask.z",
+            "separator": [90, 84, 88],
+        },
         "show_apps": spot.show_apps_centre,
         "apps": [{"name": a.name, "id": a.key, "command": list(a.command)} for a in APPS],
         "tile": tile_table,
@@ -836,6 +922,8 @@ def write_lookalike_files(folder: Path, screen: tuple[int, int]) -> None:
     (:mod:`.panel`), its pictures for a ``screen`` of ``(width, height)`` and its manifest.
 
     The pictures are drawn once per screen size in this process (about a second of Pillow), then copied."""
+    from legato_gym.backends.local.sandbox.shell import lookalike_schemas
+
     files, manifest = _rendered(tuple(screen))  # type: ignore[arg-type]
     folder.mkdir(parents=True, exist_ok=True)
     for name, data in files:
@@ -846,3 +934,6 @@ def write_lookalike_files(folder: Path, screen: tuple[int, int]) -> None:
     if (conf := fonts.fontconfig_conf()) is not None:  # FONTCONFIG_FILE inside (.shell.session_environment)
         (folder / FONTCONFIG_NAME).write_text(conf)
     (folder / XSETTINGS_NAME).write_text(fonts.xsettings_conf())
+    if (schemas := lookalike_schemas()) is not None:  # GSETTINGS_SCHEMA_DIR inside (.shell.session_environment)
+        (folder / SCHEMAS_NAME).mkdir(exist_ok=True)
+        (folder / SCHEMAS_NAME / "gschemas.compiled").write_bytes(schemas)

@@ -6,9 +6,11 @@ paints) it maps a top bar and a dock as windows of its own that the window manag
 Shell's: no window list shows them; openbox's ``<margins>`` keep maximized windows right of the dock and under
 the bar), and creates ``MARKER`` once the window manager's work area says so. Then it sleeps in ``select`` and
 wakes for a click, a key, a change of the root's window list or active window (the dots, the
-app's name), or the minute (the clock). The top bar's buttons open GNOME 42's menus (the app menu, the date
+app's name), a change of the favourites (its ``gsettings monitor`` child says it: the dock's launchers), or the
+minute (the clock). The top bar's buttons open GNOME 42's menus (the app menu, the date
 menu, the system menu and its end-session dialogs, which end nothing: :data:`DIALOGS`), the dock's launchers a
-menu of their own, Activities and Show Applications the overview. It draws only by copying pre-drawn pictures
+menu of their own (the app's windows, Pin to Dash or Unpin, which write the favourites with ``gsettings``),
+Activities and Show Applications the overview. It draws only by copying pre-drawn pictures
 (server-side pixmaps, text as glyphs copied from a strip) and filling rectangles: it imports neither Pillow nor
 numpy, and an idle desktop costs it nothing.
 
@@ -17,7 +19,9 @@ Standalone on purpose (only the standard library and python-xlib): it runs from 
 
 from __future__ import annotations
 
+import ast
 import calendar
+import ctypes
 import json
 import logging
 import os
@@ -101,8 +105,10 @@ def wait_for_input(display: Any, files: list[Any], timeout: float) -> list[Any]:
 
 #: A desktop file's Exec field codes (the files or URLs to open, the icon, ...): a launch with none leaves them out.
 FIELD_CODE = re.compile(r"%[fFuUdDnNickvm]")
-#: The most rows the dock's menu has room for.
-MENU_ROWS = 8
+#: The most rows the dock's menu has room for (an app's windows are left out past it, its other rows never).
+MENU_ROWS = 12
+#: The setting the dock shows (GNOME Shell's favourites), read and written with ``gsettings`` as GNOME does.
+FAVORITES = ("org.gnome.shell", "favorite-apps")
 
 
 def desktop_file(desktop_id: str) -> Path | None:
@@ -127,19 +133,35 @@ def exec_argv(line: str) -> list[str]:
     return [word for word in argv if word]
 
 
-def desktop_actions(desktop_id: str) -> list[tuple[str, str, list[str]]]:
-    """The desktop actions of the installed app ``desktop_id`` (its file's ``Actions=``, in that order), each as
-    its id, its name and its Exec line's program and arguments, as GNOME's app menu lists them; none when the
-    app has no desktop file here."""
-    path = desktop_file(desktop_id)
-    if path is None:
-        return []
+def parse_favorites(text: str) -> list[str] | None:
+    """The desktop ids of a GVariant string array as ``gsettings`` prints it (``['a.desktop', 'b.desktop']``,
+    ``@as []``); ``None`` when it is not one."""
+    text = text.strip()
+    text = text[len("@as ") :] if text.startswith("@as ") else text
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        return None
+    return value
+
+
+def format_favorites(ids: list[str]) -> str:
+    """``ids`` as the GVariant string array ``gsettings set`` takes."""
+    quoted = ("'" + item.replace("\\", "\\\\").replace("'", "\\'") + "'" for item in ids)
+    return "[" + ", ".join(quoted) + "]" if ids else "@as []"
+
+
+def desktop_groups(path: Path) -> dict[str, dict[str, str]]:
+    """A desktop file's groups (``Desktop Entry``, ``Desktop Action new-window``), each its keys' values (the
+    first of a key; ``Name[de]`` is a key of its own); none when it cannot be read."""
     groups: dict[str, dict[str, str]] = {}
     group: dict[str, str] = {}
     try:
         lines = path.read_text(errors="replace").splitlines()
     except OSError:
-        return []
+        return {}
     for line in lines:
         line = line.strip()
         if line.startswith("[") and line.endswith("]"):
@@ -147,6 +169,15 @@ def desktop_actions(desktop_id: str) -> list[tuple[str, str, list[str]]]:
         elif "=" in line and not line.startswith("#"):
             key, value = line.split("=", 1)
             group.setdefault(key.strip(), value.strip())
+    return groups
+
+
+def desktop_actions(desktop_id: str) -> list[tuple[str, str, list[str]]]:
+    """The desktop actions of the installed app ``desktop_id`` (its file's ``Actions=``, in that order), each as
+    its id, its name and its Exec line's program and arguments, as GNOME's app menu lists them; none when the
+    app has no desktop file here."""
+    path = desktop_file(desktop_id)
+    groups = desktop_groups(path) if path is not None else {}
     found = []
     for action in groups.get("Desktop Entry", {}).get("Actions", "").split(";"):
         fields = groups.get(f"Desktop Action {action}", {})
@@ -202,12 +233,16 @@ class Panel:
         }
         self.pixmaps = {name: self._load(name, *spec) for name, spec in self.m["images"].items()}
         self.colours = {name: self._pixel(rgb) for name, rgb in self.m["colours"].items()}
-        self.running: list[int] = [0] * len(self.m["launchers"])
+        self.dock_m: dict[str, Any] = self.m["dock"]
+        self.known = {app["id"]: app for app in self.dock_m["apps"]}
+        self.launchers: list[dict[str, Any]] = []  # what the dock shows, top to bottom, with each one's y
+        self.running: list[int] = []  # its windows, per launcher
+        self.dock_shown: Any = None
+        self.icon_mask = self._load_mask()
         self.active_name = ""
         self.query = ""
         self.overview_tiles: list[tuple[int, int, int]] = []
         self.menu_items: list[tuple[str, Any]] = []
-        self.menu_launcher = -1
         self.super_code = self.d.keysym_to_keycode(XK.XK_Super_L)
         # the wallpaper is the root window's background, painted by the host and kept by the X server across
         # resets (:func:`.lookalike.wallpaper`); a window under all others that draws nothing takes the clicks on it
@@ -256,13 +291,18 @@ class Panel:
         self.sliding = False  # the slider's knob is held
         self.volume_moved = False  # by the pointer, since the menu opened (a late reading leaves it)
         self.has_shape = self.d.has_extension("SHAPE")
+        #: the favourites the dock shows, as the session's dconf holds them; ``gsettings monitor`` says each change
+        self.gsettings = shutil.which("gsettings")
+        self.favorites: list[str] = self._read_favorites()
+        self.favorites_monitor = self._watch_favorites()
+        self.monitor_answer = b""
         self.root.change_attributes(event_mask=X.PropertyChangeMask)
         self.root.grab_key(self.super_code, X.AnyModifier, False, X.GrabModeAsync, X.GrabModeAsync)
         self.desktop.map()
         self.bar.map()
         self.dock.map()
         self._restack()
-        self._dots()
+        self._dock()
         self._app_name()
         self._clock()
         self.d.flush()
@@ -288,6 +328,22 @@ class Panel:
         del data
         self.d.flush()
         return pixmap
+
+    def _load_mask(self) -> Any:
+        """The dock icons' mask (:func:`.lookalike._dock_icons`) as a depth-1 pixmap, its bits in the X server's
+        order; ``None`` without one (the icons are then copied whole)."""
+        width, height = self.m["images"]["dock_icons"][:2]
+        try:
+            data = zlib.decompress((self.folder / self.dock_m["mask"]).read_bytes())
+        except (OSError, zlib.error):
+            return None
+        if self.d.display.info.bitmap_format_bit_order != X.LSBFirst:
+            data = data.translate(bytes(int(f"{b:08b}"[::-1], 2) for b in range(256)))
+        mask = self.root.create_pixmap(width, height, 1)
+        gc = mask.create_gc(foreground=1, background=0)
+        mask.put_image(gc, 0, 0, width, height, X.ZPixmap, 1, 0, data)
+        gc.free()
+        return mask
 
     def _copy_of(self, name: str, width: int, height: int) -> Any:
         pixmap = self.root.create_pixmap(width, height, self.depth)
@@ -374,30 +430,160 @@ class Panel:
         own = {self.bar.id, self.dock.id, self.desktop.id}
         return [wid for wid in (prop.value if prop is not None else []) if wid not in own]
 
-    def _dots(self) -> None:
-        """A dot left of each launcher per window of its app (at most four), as the Ubuntu dock's."""
-        counts = [0] * len(self.m["launchers"])
+    # the dock: the favourites, the running apps that are not, Trash
+
+    def _read_favorites(self) -> list[str]:
+        """The favourites as ``gsettings get`` says them, else (no ``gsettings``, no schema) the VM's."""
+        default = list(self.dock_m["favorites"])
+        if self.gsettings is None:
+            return default
+        try:
+            proc = subprocess.run(
+                [self.gsettings, "get", *FAVORITES], capture_output=True, text=True, timeout=10, check=False
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            logger.warning("could not read the favourites: %s", exc)
+            return default
+        found = parse_favorites(proc.stdout) if proc.returncode == 0 else None
+        return default if found is None else found
+
+    def _watch_favorites(self) -> subprocess.Popen[bytes] | None:
+        """``gsettings monitor`` of the favourites: it sleeps until dconf says the setting changed (its signal on
+        the session bus, as GNOME Shell's settings hear it) and prints the new value; it ends with the panel."""
+        if self.gsettings is None:
+            return None
+
+        def end_with_the_panel() -> None:  # PR_SET_PDEATHSIG: SIGTERM once the panel is gone
+            ctypes.CDLL(None, use_errno=True).prctl(1, 15, 0, 0, 0)
+
+        try:
+            return subprocess.Popen(
+                [self.gsettings, "monitor", *FAVORITES],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                preexec_fn=end_with_the_panel,  # safe: the panel has no threads
+            )
+        except OSError as exc:
+            logger.warning("could not watch the favourites: %s", exc)
+            return None
+
+    def _favorites_said(self) -> None:
+        """Take ``gsettings monitor``'s lines (``favorite-apps: [...]``): the dock shows the last one."""
+        monitor = self.favorites_monitor
+        assert monitor is not None and monitor.stdout is not None
+        chunk = os.read(monitor.stdout.fileno(), 65536)
+        if not chunk:  # it ended: the dock keeps what it shows
+            monitor.stdout.close()
+            self.exited.append(monitor)
+            self.favorites_monitor = None
+            return
+        self.monitor_answer += chunk
+        *lines, self.monitor_answer = self.monitor_answer.split(b"\n")
+        for line in lines:
+            _, _, value = line.decode(errors="replace").partition(":")
+            found = parse_favorites(value)
+            if found is not None:
+                self.favorites = found
+        self._dock()
+
+    def _set_favorites(self, ids: list[str]) -> None:
+        """Write the favourites with ``gsettings set``, inside the sandbox, as GNOME's Pin and Unpin do; the dock
+        shows them at once (the monitor then says the same)."""
+        self.favorites = ids
+        if self.gsettings is not None:
+            self._launch([self.gsettings, "set", *FAVORITES, format_favorites(ids)])
+        self._dock()
+
+    def _favourite(self, desktop_id: str) -> dict[str, Any] | None:
+        """The app of the favourite ``desktop_id`` (``vim.desktop``): one the host drew, else one whose desktop
+        file the sandbox has (the generic icon); ``None`` for neither, which GNOME's dash leaves out too."""
+        key = desktop_id.removesuffix(".desktop")
+        if key in self.known:
+            return dict(self.known[key])
+        path = desktop_file(key) if key and "/" not in key else None
+        entry = desktop_groups(path).get("Desktop Entry", {}) if path is not None else {}
+        if not entry or entry.get("Hidden") == "true":
+            return None
+        wm_class = (entry.get("StartupWMClass") or key).lower()
+        command = exec_argv(entry.get("Exec", ""))
+        if command and entry.get("Terminal") == "true":  # in a terminal, as the host's desktop files' apps
+            terminal = shutil.which("gnome-terminal")
+            command = [terminal, "--", *command] if terminal else ["xterm", "-e", *command]
+        return {"name": entry.get("Name") or key, "id": key, "command": command, "classes": [wm_class], "icon": 0}
+
+    def _fits(self, favourites: int) -> int:
+        """How many launchers the dock has room for above Show Applications, after ``favourites`` favourites."""
+        half, n = int(self.m["cell"]) // 2, 0
+        while self._centre(n, favourites) + half <= int(self.m["show_apps"]) - half:
+            n += 1
+        return n
+
+    def _centre(self, index: int, favourites: int) -> int:
+        """The y of launcher ``index``'s centre (:meth:`.lookalike.Layout.launcher_centre`)."""
+        gap = 0 if index < favourites or not favourites else int(self.dock_m["gap"])
+        return int(self.dock_m["first_centre"]) + int(self.m["cell"]) * index + gap
+
+    def _dock(self) -> None:
+        """The dock as the Ubuntu dock's: the favourites whose app is known, then, after a separator, the running
+        apps that are not favourites (in the order their first windows came) and Trash, each with a dot per window
+        of its app at its left (at most four). Redrawn only when what it shows changes."""
+        launchers = [dict(app, favourite=True) for f in self.favorites if (app := self._favourite(f)) is not None]
+        favourites = len(launchers)
+        counts = [0] * favourites
         for wid in self._clients():
             names = self._window_classes(wid)
-            for i, launcher in enumerate(self.m["launchers"]):
-                if names and _matches(launcher["classes"], names):
-                    counts[i] += 1
-                    break
-        if counts == self.running:
+            if not names:
+                continue
+            hit = next((i for i, app in enumerate(launchers) if _matches(app["classes"], names)), -1)
+            if hit == -1:
+                known = next((app for app in self.dock_m["apps"] if _matches(app["classes"], names)), None)
+                app = known or {
+                    "name": self._name_of(names),
+                    "id": "",
+                    "command": [],
+                    "classes": [names[-1]],
+                    "icon": 0,
+                }
+                launchers.append(dict(app, favourite=False))
+                counts.append(0)
+                hit = len(launchers) - 1
+            counts[hit] += 1
+        room = self._fits(favourites) - 1
+        launchers = [*launchers[:room], dict(self.dock_m["trash"], favourite=False)]
+        counts = [*counts[:room], 0]
+        favourites = min(favourites, room)
+        for i, launcher in enumerate(launchers):
+            launcher["y"] = self._centre(i, favourites)
+        shown = ([(app["id"], app["icon"], app["classes"]) for app in launchers], counts, favourites)
+        self.launchers, self.running = launchers, counts
+        if shown == self.dock_shown:
             return
-        self.running = counts
-        height = self.height - self.bar_h
-        self.dock_pixmap.copy_area(self.gc, self.pixmaps["dock"], 0, 0, 12, height, 0, 0)
+        self.dock_shown = shown
+        height, size = self.height - self.bar_h, int(self.dock_m["icon"])
+        self.dock_pixmap.copy_area(self.gc, self.pixmaps["dock"], 0, 0, self.dock_w, height, 0, 0)
+        x = self.dock_w // 2 - size // 2
+        for launcher in launchers:
+            y, source = launcher["y"] - self.bar_h - size // 2, launcher["icon"] * size
+            if self.icon_mask is not None:  # the band shows around the icon
+                self.gc.change(clip_mask=self.icon_mask, clip_x_origin=x - source, clip_y_origin=y)
+            self.dock_pixmap.copy_area(self.gc, self.pixmaps["dock_icons"], source, 0, size, size, x, y)
+            self.gc.change(clip_mask=X.NONE)
+        if favourites:  # the separator between the favourites and the rest
+            cell = int(self.m["cell"])
+            y = self._centre(favourites, favourites) - cell // 2 - cell // 8 - self.bar_h
+            self.gc.change(foreground=self._pixel(self.dock_m["separator"]))
+            self.dock_pixmap.fill_rectangle(self.gc, 14, y, self.dock_w - 28, 1)
         self.gc.change(foreground=self.colours["dot"])
-        for launcher, count in zip(self.m["launchers"], counts, strict=True):
-            shown = min(count, MAX_DOTS)
-            for j in range(shown):
-                centre = launcher["y"] - self.bar_h + round((j - (shown - 1) / 2) * 9)
+        for launcher, count in zip(launchers, counts, strict=True):
+            shown_dots = min(count, MAX_DOTS)
+            for j in range(shown_dots):
+                centre = launcher["y"] - self.bar_h + round((j - (shown_dots - 1) / 2) * 9)
                 self.dock_pixmap.fill_arc(self.gc, 1, centre - 3, 7, 7, 0, 360 * 64)
-        self.dock.clear_area(0, 0, 12, height)
+        self.dock.clear_area(0, 0, self.dock_w, height)
 
     def _name_of(self, names: tuple[str, ...]) -> str:
-        for launcher in self.m["launchers"]:
+        for launcher in self.dock_m["apps"]:
             if _matches(launcher["classes"], names):
                 return str(launcher["name"])
         for name in names:
@@ -607,22 +793,32 @@ class Panel:
     # the launcher's menu
 
     def _open_menu(self, index: int) -> None:
-        launcher = self.m["launchers"][index]
+        """Launcher ``index``'s menu, as the Ubuntu dock's: the app's windows by title, New Window (unless a desktop
+        action is one), its desktop actions, Pin to Dash or Unpin, Show Details, and Quit while it runs; Trash's
+        opens it."""
+        launcher = self.launchers[index]
+        trash = launcher is self.launchers[-1]
         items: list[tuple[str, Any]] = []
-        trash = index == len(self.m["launchers"]) - 1
-        actions = [] if trash else desktop_actions(launcher.get("id", ""))
+        actions = [] if trash or not launcher["id"] else desktop_actions(launcher["id"])
         if launcher["command"] and not any(action == "new-window" for action, _, _ in actions):
-            items.append(("Open" if trash else "New Window", launcher["command"]))
-        items.extend((name, argv) for _, name, argv in actions)
-        if not trash:
-            items.append(("Show Details", []))  # GNOME Software's page of the app: not here (see _menu_rows)
-        if self.running[index]:
-            items.append(("Quit", index))
+            items.append(("Open" if trash else "New Window", ("launch", launcher["command"])))
+        items.extend((name, ("launch", argv)) for _, name, argv in actions)
+        if not trash and launcher["id"]:
+            pin = (
+                ("Unpin", ("unpin", launcher["id"]))
+                if launcher["favourite"]
+                else ("Pin to Dash", ("pin", launcher["id"]))
+            )
+            items.append(pin)
+            items.append(("Show Details", ("details",)))  # GNOME Software's page of the app: not here (_menu_rows)
+        windows = self._windows_of(launcher) if launcher["classes"] else []
+        if windows:
+            items.append(("Quit", ("quit", launcher)))
+        titles = [(self._fit("menu", self._title(wid), MENU_WIDTH - 32), ("window", wid)) for wid in windows]
+        items = [*titles[: MENU_ROWS - len(items)], *items]
         if not items:
             return
-        items = items[-MENU_ROWS:] if len(items) > MENU_ROWS else items
         self.menu_items = items
-        self.menu_launcher = index
         height = MENU_ROW * len(items) + 12
         y = max(self.bar_h, min(launcher["y"] - height // 2, self.height - height))
         self.menu.configure(x=self.dock_w + 6, y=y, width=MENU_WIDTH, height=height, stack_mode=X.Above)
@@ -634,6 +830,30 @@ class Panel:
         self.menu.clear_area(0, 0, MENU_WIDTH, height)
         self.menu.grab_pointer(True, X.ButtonPressMask, X.GrabModeAsync, X.GrabModeAsync, X.NONE, X.NONE, X.CurrentTime)
 
+    def _windows_of(self, launcher: dict[str, Any]) -> list[int]:
+        """The windows of ``launcher``'s app, in the window manager's order."""
+        return [wid for wid in self._clients() if _matches(launcher["classes"], self._window_classes(wid))]
+
+    def _title(self, wid: int) -> str:
+        """Window ``wid``'s title (``_NET_WM_NAME``, else ``WM_NAME``), as the dock's menu lists it."""
+        window = self.d.create_resource_object("window", wid)
+        try:
+            prop = window.get_full_property(self.d.intern_atom("_NET_WM_NAME"), X.AnyPropertyType)
+            value = prop.value if prop is not None else window.get_wm_name()
+        except xerror.XError:
+            return ""
+        if isinstance(value, bytes):
+            value = value.decode(errors="replace")
+        return str(value or "")
+
+    def _fit(self, style: str, text: str, width: int) -> str:
+        """``text`` cut to ``width`` pixels of ``style``'s glyphs, an ellipsis ending it where it was cut."""
+        if self._text_width(style, text) <= width:
+            return text
+        while text and self._text_width(style, text + "…") > width:
+            text = text[:-1]
+        return text + "…"
+
     def _menu_click(self, event: Any) -> None:
         self.menu.unmap()
         self.d.ungrab_pointer(X.CurrentTime)
@@ -641,23 +861,39 @@ class Panel:
         if event.window.id != self.menu.id or not inside:
             return
         _, action = self.menu_items[(event.event_y - 6) // MENU_ROW]
-        if isinstance(action, int):
-            self._quit(action)
-        else:
-            self._launch(action)
+        if action[0] == "quit":
+            self._quit(action[1])
+        elif action[0] == "launch":
+            self._launch(action[1])
+        elif action[0] == "window":
+            self._raise(action[1])
+        elif action[0] == "pin":  # appended, as GNOME's Pin to Dash
+            self._set_favorites([*self.favorites, f"{action[1]}.desktop"])
+        elif action[0] == "unpin":
+            self._set_favorites([f for f in self.favorites if f.removesuffix(".desktop") != action[1]])
 
-    def _quit(self, index: int) -> None:
+    def _raise(self, wid: int) -> None:
+        """Raise and focus window ``wid`` (``_NET_ACTIVE_WINDOW`` from a pager, as GNOME activates a window)."""
+        from Xlib.protocol import event as xevent  # type: ignore[import-untyped]
+
+        message = xevent.ClientMessage(
+            window=self.d.create_resource_object("window", wid),
+            client_type=self.d.intern_atom("_NET_ACTIVE_WINDOW"),
+            data=(32, [2, X.CurrentTime, 0, 0, 0]),
+        )
+        self.root.send_event(message, event_mask=X.SubstructureRedirectMask | X.SubstructureNotifyMask)
+
+    def _quit(self, launcher: dict[str, Any]) -> None:
         close = self.d.intern_atom("_NET_CLOSE_WINDOW")
         from Xlib.protocol import event as xevent  # type: ignore[import-untyped]
 
-        for wid in self._clients():
-            if _matches(self.m["launchers"][index]["classes"], self._window_classes(wid)):
-                message = xevent.ClientMessage(
-                    window=self.d.create_resource_object("window", wid),
-                    client_type=close,
-                    data=(32, [X.CurrentTime, 2, 0, 0, 0]),
-                )
-                self.root.send_event(message, event_mask=X.SubstructureRedirectMask | X.SubstructureNotifyMask)
+        for wid in self._windows_of(launcher):
+            message = xevent.ClientMessage(
+                window=self.d.create_resource_object("window", wid),
+                client_type=close,
+                data=(32, [X.CurrentTime, 2, 0, 0, 0]),
+            )
+            self.root.send_event(message, event_mask=X.SubstructureRedirectMask | X.SubstructureNotifyMask)
 
     # the top bar's menus: the app menu, the calendar, the system menu; and the end-session dialogs
 
@@ -720,7 +956,7 @@ class Panel:
 
     def _app_entry(self) -> dict[str, Any] | None:
         """The focused window's app: the dock's launcher of its classes, else the app grid's app of its name."""
-        for launcher in self.m["launchers"]:
+        for launcher in self.dock_m["apps"]:
             if self.active_classes and _matches(launcher["classes"], self.active_classes):
                 return dict(launcher)
         return next((dict(app) for app in self.m["apps"] if app["name"] == self.active_name), None)
@@ -1194,7 +1430,7 @@ class Panel:
     def _launcher_at(self, y: int) -> int | None:
         """The launcher (or Show Applications, -1) whose cell holds the dock's row ``y`` (screen coordinates)."""
         half = int(self.m["cell"]) // 2
-        for i, launcher in enumerate(self.m["launchers"]):
+        for i, launcher in enumerate(self.launchers):
             if abs(y - launcher["y"]) <= half:
                 return i
         if abs(y - int(self.m["show_apps"])) <= half:
@@ -1228,7 +1464,7 @@ class Panel:
             elif event.detail == 1:
                 if self._overview_shown():
                     self._close_overview()
-                self._launch(self.m["launchers"][index]["command"])
+                self._launch(self.launchers[index]["command"])
 
     def handle(self, event: Any) -> None:
         if event.type == X.ButtonPress:
@@ -1243,7 +1479,7 @@ class Panel:
             self._slid()
         elif event.type == X.PropertyNotify and event.window.id == self.root.id:
             if event.atom == self.atoms["_NET_CLIENT_LIST"]:
-                self._dots()
+                self._dock()
             if event.atom in (self.atoms["_NET_ACTIVE_WINDOW"], self.atoms["_NET_CLIENT_LIST"]):
                 self._app_name()
             if event.atom == self.atoms["_NET_CLIENT_LIST_STACKING"]:
@@ -1277,9 +1513,12 @@ class Panel:
                 self._clock()
             wake = 60 - time.time() % 60 + 0.05
             reader = [self.volume_reader.stdout] if self.volume_reader is not None else []
-            readable = wait_for_input(self.d, reader, wake if ready else min(wake, 0.05))
+            monitor = [self.favorites_monitor.stdout] if self.favorites_monitor is not None else []
+            readable = wait_for_input(self.d, [*reader, *monitor], wake if ready else min(wake, 0.05))
             if reader and reader[0] in readable:
                 self._volume_read()
+            if monitor and monitor[0] in readable:
+                self._favorites_said()
             self.exited = [child for child in self.exited if child.poll() is None]
 
 

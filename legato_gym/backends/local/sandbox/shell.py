@@ -14,15 +14,20 @@ settings daemon binds it; Debian's 43 has no such key: :data:`SHORTCUT_SCHEMA`).
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import shlex
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from legato_gym.backends.local.apps.catalog import window_table
 from legato_gym.backends.local.apps.gnome import terminal_command
 from legato_gym.errors import MissingDependencyError
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "APP_WINDOWS",
@@ -33,6 +38,7 @@ __all__ = [
     "SESSIONS",
     "gnome_environment",
     "gnome_installed",
+    "lookalike_schemas",
     "openbox_applications",
     "opens_as",
     "prelude",
@@ -281,9 +287,14 @@ def _write_wallpaper(path: Path, size: tuple[int, int] = (960, 540)) -> None:
     Image.fromarray(pixels, "RGB").save(path)
 
 
-def _override_file() -> str:
+#: The lookalike session's settings: the VM's favourites, which its dock shows (:mod:`.panel`). Only those: its
+#: apps take their look from xsettingsd, not from GSettings (:func:`session_environment`).
+LOOKALIKE_OVERRIDES = {"org.gnome.shell": {"favorite-apps": _OVERRIDES["org.gnome.shell"]["favorite-apps"]}}
+
+
+def _override_file(overrides: dict[str, dict[str, str]] = _OVERRIDES) -> str:
     lines = []
-    for schema, keys in _OVERRIDES.items():
+    for schema, keys in overrides.items():
         lines.append(f"[{schema}]")
         lines.extend(f"{key}={value}" for key, value in keys.items())
         lines.append("")
@@ -319,13 +330,37 @@ def write_gnome_files(folder: Path) -> None:
     (folder / "share" / "applications" / "code.desktop").write_text(_CODE_DESKTOP)
     _write_wallpaper(folder / "share" / "backgrounds" / WALLPAPER)
     schemas = folder / "schemas"
-    schemas.mkdir(exist_ok=True)
+    _compile_schemas(schemas, _OVERRIDES, {f"{SHORTCUT_SCHEMA}.gschema.xml": _SCHEMA_XML})
+
+
+def _compile_schemas(schemas: Path, overrides: dict[str, dict[str, str]], extra: dict[str, str]) -> None:
+    """Compile the system's schemas, the ``extra`` schema files (name: text) and ``overrides`` into ``schemas``."""
+    schemas.mkdir(parents=True, exist_ok=True)
     for source in SYSTEM_SCHEMAS.iterdir():
         if source.suffix in (".xml", ".override"):
             shutil.copyfile(source, schemas / source.name)
-    (schemas / "99_legato.gschema.override").write_text(_override_file())
-    (schemas / f"{SHORTCUT_SCHEMA}.gschema.xml").write_text(_SCHEMA_XML)
+    (schemas / "99_legato.gschema.override").write_text(_override_file(overrides))
+    for name, text in extra.items():
+        (schemas / name).write_text(text)
     subprocess.run(["glib-compile-schemas", str(schemas)], check=True, capture_output=True, timeout=60)
+
+
+@functools.lru_cache(maxsize=1)
+def lookalike_schemas() -> bytes | None:
+    """The lookalike session's compiled schemas (``gschemas.compiled``): the system's, with the VM's favourites
+    as ``org.gnome.shell favorite-apps``' default (:data:`LOOKALIKE_OVERRIDES`), so that ``gsettings reset``
+    gives them back and a ``gsettings set`` changes them in the session's dconf as on the VM. Compiled once per
+    process; ``None`` where ``glib-compile-schemas`` or GNOME Shell's schema is not installed (the dock then shows
+    the VM's launchers, and a task that reads the setting is refused: :mod:`..coverage`)."""
+    if shutil.which("glib-compile-schemas") is None or not (SYSTEM_SCHEMAS / "org.gnome.shell.gschema.xml").is_file():
+        return None
+    with tempfile.TemporaryDirectory(prefix="legato-schemas-") as folder:
+        try:
+            _compile_schemas(Path(folder), LOOKALIKE_OVERRIDES, {})
+        except (OSError, subprocess.SubprocessError) as exc:
+            logger.warning("could not compile the lookalike session's GSettings schemas: %s", exc)
+            return None
+        return (Path(folder) / "gschemas.compiled").read_bytes()
 
 
 def gnome_environment() -> dict[str, str]:
@@ -355,9 +390,11 @@ def session_environment(session: str) -> dict[str, str]:
     if session != "lookalike":
         return {}
     from legato_gym.backends.local.sandbox import fonts
-    from legato_gym.backends.local.sandbox.lookalike import FONTCONFIG_NAME, LOOKALIKE_DIR
+    from legato_gym.backends.local.sandbox.lookalike import FONTCONFIG_NAME, LOOKALIKE_DIR, SCHEMAS_NAME
 
     found = dict(LOOKALIKE_ENVIRONMENT) if Path("/usr/share/icons/Yaru/cursors").is_dir() else {}
+    if lookalike_schemas() is not None:  # the VM's favourites by default (.lookalike.write_lookalike_files)
+        found["GSETTINGS_SCHEMA_DIR"] = f"{LOOKALIKE_DIR}/{SCHEMAS_NAME}"
     if fonts.installed():  # the Ubuntu fonts' folders (.fonts.fontconfig_conf), for openbox and the apps
         found["FONTCONFIG_FILE"] = f"{LOOKALIKE_DIR}/{FONTCONFIG_NAME}"
     return found
