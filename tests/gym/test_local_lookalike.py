@@ -8,6 +8,7 @@ One 1920x1080 desktop is shared by the tests; one more at 1280x720 checks anothe
 from __future__ import annotations
 
 import datetime
+import functools
 import io
 import json
 import os
@@ -33,6 +34,9 @@ from legato_gym.backends.local.sandbox.lookalike import (
     BAR_BUTTON_LIT,
     BAR_COLOUR,
     DAY_SELECTED,
+    DOCK_OPACITY,
+    DOCK_TINT,
+    DOCK_WIDTH,
     DOT_COLOUR,
     INSENSITIVE_BUTTON,
     LAUNCHERS,
@@ -44,6 +48,7 @@ from legato_gym.backends.local.sandbox.lookalike import (
     TITLE_BUTTON_SLACK,
     YARU_TITLE_BUTTONS,
     _draw_lcd,
+    _wallpaper,
     layout,
     wallpaper,
 )
@@ -668,10 +673,18 @@ def same_icon(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(np.abs(a - b).mean() < 4)
 
 
+@functools.cache
+def bare_dock() -> np.ndarray:
+    """The dock with no launcher on it at 1920x1080, as the host draws it: the wallpaper under the dock's tint."""
+    from PIL import Image
+
+    paper = _wallpaper((1920, 1080)).crop((0, 0, DOCK_WIDTH, 1080))
+    return np.asarray(Image.blend(paper, Image.new("RGB", paper.size, DOCK_TINT), DOCK_OPACITY), dtype=np.int16)
+
+
 def no_icon(screen: np.ndarray, y: int) -> bool:
-    """Only the dock's band at launcher centre ``y``: each row even (no icon's ink on it)."""
-    cell = icon_at(screen, y)
-    return bool(np.abs(cell - cell[:, :1]).max() <= 3)
+    """Only the dock's band at launcher centre ``y`` (the wallpaper's facets under the tint, no icon's ink)."""
+    return bool(np.abs(icon_at(screen, y).astype(np.int16) - icon_at(bare_dock(), y)).max() <= 3)
 
 
 needs_gsettings = pytest.mark.skipif(

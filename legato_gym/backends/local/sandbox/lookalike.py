@@ -704,7 +704,7 @@ def _dock_app(app: AppEntry, icon: int) -> dict[str, Any]:
 
 
 def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
-    from PIL import Image, ImageDraw
+    from PIL import Image
 
     from legato_gym.backends.local.apps.gnome import AUDIO_VOLUME
     from legato_gym.backends.local.sandbox.shell import FAVORITES
@@ -723,7 +723,6 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
     bar_glyphs, bar_table = _glyphs("regular", 15, (238, 238, 236), BAR_COLOUR)
     bold_glyphs, bold_table = _glyphs("bold", 15, (238, 238, 236), BAR_COLOUR)
     text_y = (BAR_HEIGHT - bar_table["height"]) // 2
-    activities = Image.new("RGB", (1, 1))
     _draw_lcd(bar, [((18, text_y), "Activities")], _font("regular", 15), (238, 238, 236))
     activities_end = 18 + _text_width(bar_table, "Activities") + 12
     _status_icons(bar, width)
@@ -740,7 +739,6 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
     keep("app_icons", app_icons)
     keep("app_icons_lit", _bar_icons(BAR_BUTTON_LIT)[0])
     keep("app_icons_hover", _bar_icons(BAR_BUTTON_HOVER)[0])
-    del activities
     # the dock: the wallpaper under a dark band, and Show Applications; the panel puts the launchers on it (the
     # favourites, the running apps, Trash after a separator) from a strip of every app's icon
     band = wallpaper.crop((0, BAR_HEIGHT, DOCK_WIDTH, height))
