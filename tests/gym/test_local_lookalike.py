@@ -36,15 +36,19 @@ from legato_gym.backends.local.sandbox.lookalike import (
     LAUNCHERS,
     MENU_COLOUR,
     MENU_HIGHLIGHT,
+    PICKER_COLOUR,
+    PICKER_SPACING,
     SUBMENU_COLOUR,
     TITLE_BAR_COLOURS,
     TITLE_BAR_HEIGHT,
     TITLE_BUTTON_SLACK,
     YARU_TITLE_BUTTONS,
     layout,
+    picker_area,
+    picker_card,
     wallpaper,
 )
-from legato_gym.backends.local.sandbox.panel import GAP, MENU_ROW, PAD, ROW, SEPARATOR, desktop_actions
+from legato_gym.backends.local.sandbox.panel import GAP, MENU_ROW, PAD, ROW, SEPARATOR, desktop_actions, picker_slots
 from legato_gym.backends.local.sandbox.shell import APP_WINDOWS
 from legato_gym.backends.local.xstate import open_display
 from legato_gym.config import OSWORLD_ENV_VAR
@@ -494,6 +498,15 @@ def test_clicking_a_dock_launcher_opens_its_app_with_a_dot_and_its_name(desktop:
     assert wait_for(lambda: bool((pixels(desktop)[3:24, 100:200] > 200).any()), 10)  # "Files" after Activities
 
 
+#: A spot of the window picker's grey: left of the search entry, above the workspace's card.
+PICKER_GREY = (100, 27 + picker_card(SCREEN)[1] - 20)
+
+
+def picker_shown(desktop: LocalDesktop) -> bool:
+    x, y = PICKER_GREY
+    return bool(np.abs(pixels(desktop)[y, x] - np.array(PICKER_COLOUR)).sum() <= 3)
+
+
 def test_show_applications_and_the_overview_search_launch_inside(desktop: LocalDesktop) -> None:
     desktop.reset(EMPTY)
     before = pixels(desktop)
@@ -503,15 +516,114 @@ def test_show_applications_and_the_overview_search_launch_inside(desktop: LocalD
     desktop.act("pyautogui.press('enter')")
     assert wait_for(lambda: frame_of(desktop, "Mousepad") is not None), frames(desktop)
     desktop.reset(EMPTY)
-    desktop.act("pyautogui.click(40, 13)")  # Activities: the overview, with its search
-    assert wait_for(lambda: bool(np.abs(pixels(desktop)[600, 1000] - before[600, 1000]).sum() > 30), 10)
+    desktop.act("pyautogui.click(40, 13)")  # Activities: the overview (the window picker), with its search
+    assert wait_for(lambda: picker_shown(desktop), 10)
     desktop.act("pyautogui.press('escape')")  # and away again
     assert wait_for(lambda: bool(np.abs(pixels(desktop)[600, 1000] - before[600, 1000]).sum() <= 3), 10)
     desktop.act("pyautogui.press('win')")  # the Super key opens it, as GNOME's overlay key
-    assert wait_for(lambda: bool(np.abs(pixels(desktop)[600, 1000] - before[600, 1000]).sum() > 30), 10)
+    assert wait_for(lambda: picker_shown(desktop), 10)
     desktop.act("pyautogui.typewrite('xterm', interval=0.02); pyautogui.press('enter')")
     assert wait_for(lambda: frame_of(desktop, "XTerm") is None, 2)  # xterm is not in the grid: nothing opens
     desktop.act("pyautogui.press('escape')")
+
+
+def active_window(desktop: LocalDesktop) -> int:
+    """The root's ``_NET_ACTIVE_WINDOW`` (0: none)."""
+    from Xlib import X
+
+    screen = open_display(desktop.display.name)
+    try:
+        root = screen.screen().root
+        active = root.get_full_property(screen.intern_atom("_NET_ACTIVE_WINDOW"), X.AnyPropertyType)
+        return int(active.value[0]) if active is not None and len(active.value) else 0
+    finally:
+        screen.close()
+
+
+def windows_by_colour(desktop: LocalDesktop) -> dict[str, tuple[int, tuple[int, int, int, int]]]:
+    """Each managed window's id and frame (:func:`client_frames`), by the colour of its middle: "red" or
+    "blue"."""
+    from Xlib import X
+
+    screen = open_display(desktop.display.name)
+    try:
+        root = screen.screen().root
+        clients = root.get_full_property(screen.intern_atom("_NET_CLIENT_LIST"), X.AnyPropertyType)
+        ids = list(clients.value) if clients is not None else []
+    finally:
+        screen.close()
+    shot = pixels(desktop)
+    found = {}
+    for wid, (_, box) in zip(ids, client_frames(desktop), strict=True):
+        colour = shot[box[1] + box[3] // 2, box[0] + box[2] // 2]
+        found["red" if colour[0] > colour[2] else "blue"] = (int(wid), box)
+    return found
+
+
+def preview_differs(screen: np.ndarray, frame: np.ndarray, slot: tuple[int, int, int, int]) -> float:
+    """How far the screen's ``slot`` is from ``frame`` (a window's frame as the screen showed it) scaled to the
+    slot's size: the mean absolute difference per channel."""
+    from PIL import Image
+
+    x, y, w, h = slot
+    scaled = np.asarray(Image.fromarray(frame.astype(np.uint8)).resize((w, h), Image.Resampling.NEAREST)).astype(int)
+    return float(np.abs(screen[y : y + h, x : x + w] - scaled).mean())
+
+
+def test_super_opens_the_window_picker_and_a_click_on_a_preview_focuses_its_window(desktop: LocalDesktop) -> None:
+    """As GNOME 43's overview: Activities or Super show the open windows scaled down where GNOME's layout puts
+    them (:func:`.panel.picker_slots`) over the workspace's card, each preview the window as it was on the
+    screen; a click on one focuses and raises its window (``_NET_ACTIVE_WINDOW``, as a pager asks) and closes the
+    overview; Escape or a click beside the windows closes it; an empty desktop's shows the empty workspace."""
+    card_x, card_y, card_w, card_h = (v + o for v, o in zip(picker_card(SCREEN), (70, 27, 0, 0), strict=True))
+    desktop.reset(EMPTY)
+    before = pixels(desktop)
+    desktop.act("pyautogui.press('win')")  # an empty desktop: the grey overview and the wallpaper's card
+    assert wait_for(lambda: picker_shown(desktop), 10)
+    screen = pixels(desktop)
+    centre = before[27 + 1053 // 2, 70 + 1850 // 2]  # the work area's middle, at the card's middle
+    assert np.abs(screen[card_y + card_h // 2, card_x + card_w // 2] - centre).sum() <= 30
+    desktop.act("pyautogui.press('escape')")
+    assert wait_for(lambda: not picker_shown(desktop), 10)
+    titles = {"red": "120x30+100+80", "blue": "70x20+1100+600"}
+    for colour, geometry in titles.items():
+        desktop.client.post_json("/setup/launch", {"command": ["xterm", "-bg", colour, "-geometry", geometry]})
+        assert wait_for(lambda: colour in windows_by_colour(desktop), 20), windows_by_colour(desktop)  # noqa: B023
+    assert wait_for(lambda: np.array_equal(pixels(desktop), pixels(desktop)), 10)  # xterm's prompt drawn
+    found = windows_by_colour(desktop)
+    ids = {colour: wid for colour, (wid, _) in found.items()}
+    boxes = {colour: box for colour, (_, box) in found.items()}
+    before = pixels(desktop)
+    order = list(titles)
+    ax, ay, aw, ah = picker_area(SCREEN)  # in the overview, which covers the work area
+    slots = picker_slots([boxes[t] for t in order], (1850, 1053), (ax, ay, aw, ah), 1080, PICKER_SPACING)
+    expected = {  # on the screen
+        t: (70 + int(x), 27 + int(y), max(1, round(w)), max(1, round(h)))
+        for t, (x, y, w, h) in zip(order, slots, strict=True)
+    }
+    assert active_window(desktop) == ids["blue"]  # the last one opened has the focus
+    desktop.act("pyautogui.press('win')")
+    assert wait_for(lambda: picker_shown(desktop), 10)
+    screen = pixels(desktop)
+    for title, (x, y, w, h) in expected.items():
+        bx, by, bw, bh = boxes[title]
+        frame = before[by : by + bh, bx : bx + bw]
+        assert preview_differs(screen, frame, (x, y, w, h)) < 8, (title, expected, boxes)
+        shifted = (x + w // 4, y, w, h)  # control: the same comparison a quarter of a preview aside fails
+        assert preview_differs(screen, frame, shifted) > 8, title
+    x, y, w, h = expected["red"]
+    desktop.act(f"pyautogui.click({x + w // 2}, {y + h // 2})")  # the red window's preview: it gets the focus
+    assert wait_for(lambda: active_window(desktop) == ids["red"], 10), (active_window(desktop), ids)
+    assert wait_for(lambda: not picker_shown(desktop), 10)
+    desktop.act("pyautogui.press('win')")  # Escape closes; so does a click beside the windows
+    assert wait_for(lambda: picker_shown(desktop), 10)
+    desktop.act("pyautogui.press('escape')")
+    assert wait_for(lambda: not picker_shown(desktop), 10)
+    desktop.act("pyautogui.click(40, 13)")
+    assert wait_for(lambda: picker_shown(desktop), 10)
+    desktop.act(f"pyautogui.click({PICKER_GREY[0]}, {PICKER_GREY[1]})")
+    assert wait_for(lambda: not picker_shown(desktop), 10)
+    assert active_window(desktop) == ids["red"]  # nothing else focused
 
 
 def dock_menu_row(n: int, count: int, centre: int = FILES) -> int:

@@ -466,6 +466,61 @@ def _show_apps_icon(size: int) -> Any:
     return image
 
 
+#: GNOME 43's window picker under Yaru (``#overviewGroup`` #222222, ``.workspace-background``'s 30 px corners
+#: and shadow), measured on the ``gnome`` session at 1920x1080 (docs/backends.md): the workspace is the work
+#: area's wallpaper scaled into a card, x 242-1747, y 149-1005 on the screen (the work area's shape, centred
+#: right of the dock, 122 px under the work area's top), the windows' previews laid out over it
+#: (:func:`.panel.picker_slots`), the search entry 24 px under the bar. ``PICKER_CARD``: the card's top in
+#: the work area, and its height over the screen's.
+PICKER_COLOUR = (34, 34, 34)
+PICKER_CARD = (122, 857 / 1080)
+PICKER_SEARCH_Y = 24
+PICKER_CORNER = 30
+#: The previews' area: the card widened by this much (both ways, keeping its shape), as measured with three
+#: windows whose row did not fit the card (GNOME's row then reaches 20 px past the card's sides).
+PICKER_SLACK = 20
+#: Between previews and rows: ``.window-picker``'s 6 px and the largest of a preview's chrome (its icon's 30 %
+#: below the preview, 19.2 px, and 5 px for the hovered preview's growth), as GNOME adds them.
+PICKER_SPACING = 30.2
+
+
+def picker_card(screen: tuple[int, int]) -> tuple[int, int, int, int]:
+    """The workspace's card in the window picker, ``(x, y, width, height)`` from the overview's top left (the
+    work area's top left): the work area's shape at :data:`PICKER_CARD`'s height, centred across it."""
+    width, height = screen
+    work_w, work_h = width - DOCK_WIDTH, height - BAR_HEIGHT
+    card_h = min(round(height * PICKER_CARD[1]), work_h - PICKER_CARD[0])
+    card_w = round(card_h * work_w / work_h)
+    return ((work_w - card_w) // 2, PICKER_CARD[0], card_w, card_h)
+
+
+def picker_area(screen: tuple[int, int]) -> tuple[int, int, int, int]:
+    """Where the window picker lays out the previews (:func:`.panel.picker_slots`): the card widened by
+    :data:`PICKER_SLACK` on each side, and as much taller in proportion, about its centre."""
+    x, y, w, h = picker_card(screen)
+    dy = round(PICKER_SLACK * h / w)
+    return (x - PICKER_SLACK, y - dy, w + 2 * PICKER_SLACK, h + 2 * dy)
+
+
+def _picker_background(screen: tuple[int, int]) -> Any:
+    """The window picker without its windows: the overview's grey, the work area's wallpaper on a card with
+    rounded corners and a soft shadow under it."""
+    from PIL import Image, ImageDraw, ImageFilter
+
+    width, height = screen
+    x, y, w, h = picker_card(screen)
+    image = Image.new("RGB", (width - DOCK_WIDTH, height - BAR_HEIGHT), PICKER_COLOUR)
+    radius = max(2, round(PICKER_CORNER * w / (width - DOCK_WIDTH)))
+    shadow = Image.new("L", image.size, 0)
+    ImageDraw.Draw(shadow).rounded_rectangle((x - 4, y, x + w + 3, y + h + 7), radius=radius, fill=70)
+    image.paste((0, 0, 0), mask=shadow.filter(ImageFilter.GaussianBlur(8)))
+    card = _wallpaper(screen).crop((DOCK_WIDTH, BAR_HEIGHT, width, height)).resize((w, h), Image.Resampling.LANCZOS)
+    mask = Image.new("L", (w, h), 0)
+    ImageDraw.Draw(mask).rounded_rectangle((0, 0, w - 1, h - 1), radius=radius, fill=255)
+    image.paste(card, (x, y), mask)
+    return image
+
+
 TILE = (136, 128)
 GRID_ICON = 64
 
@@ -564,6 +619,9 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
     keep("menu_icons", _menu_icons(MENU_COLOUR))
     keep("menu_icons_hot", _menu_icons(MENU_HIGHLIGHT))
     keep("bell", _bell(48))
+    # the window picker's background: loaded only while the overview is open, not kept in the X server
+    files["picker.z"] = _raw(_picker_background(screen))
+    card = picker_card(screen)
     manifest = {
         "screen": [width, height],
         "bar_height": BAR_HEIGHT,
@@ -617,6 +675,13 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
         "show_apps": spot.show_apps_centre,
         "apps": [{"name": a.name, "id": a.key, "command": list(a.command)} for a in APPS],
         "tile": tile_table,
+        "picker": {
+            "background": [width - DOCK_WIDTH, height - BAR_HEIGHT, "picker.z"],
+            "card": list(card),
+            "area": list(picker_area(screen)),
+            "search_y": PICKER_SEARCH_Y,
+            "spacing": PICKER_SPACING,
+        },
         "names": {**OTHER_NAMES},
         "volume": AUDIO_VOLUME,  # the system menu's slider until the sound server says its own
     }
