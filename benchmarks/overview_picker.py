@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.local_desktop import descendants, stats
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, LocalOptions
-from legato_gym.backends.local.sandbox.lookalike import PICKER_COLOUR, PICKER_SPACING, picker_card
+from legato_gym.backends.local.sandbox.lookalike import PICKER_COLOUR, PICKER_SPACING, picker_area, picker_card
 from legato_gym.backends.local.sandbox.panel import picker_slots
 from legato_gym.backends.local.waits import cpu_ticks
 from legato_gym.backends.local.xstate import open_display
@@ -103,7 +103,7 @@ def main() -> None:
         display = open_display(desktop.display.name)
         super_key = display.keysym_to_keycode(XK.XK_Super_L)
         escape = display.keysym_to_keycode(XK.XK_Escape)
-        card_x, card_y, card_w, _ = picker_card(SCREEN)
+        card_y = picker_card(SCREEN)[1]
         grey = (100, 27 + card_y - 20)
         for count in (int(n) for n in args.windows.split(",")):
             desktop.reset(EMPTY)
@@ -114,11 +114,12 @@ def main() -> None:
             while len(frames(display)) < count and time.monotonic() < deadline:
                 time.sleep(0.1)
             time.sleep(1)
-            boxes = [(x - 70, y - 27, w, h) for x, y, w, h in frames(display)]
-            k = card_w / (SCREEN[0] - 70)
+            ax, ay, aw, ah = picker_area(SCREEN)
+            slots = picker_slots(
+                frames(display), (SCREEN[0] - 70, SCREEN[1] - 27), (ax, ay, aw, ah), SCREEN[1], PICKER_SPACING
+            )
             spots = [(grey[0], grey[1], PICKER_COLOUR)]
-            for sx, sy, sw, sh in picker_slots(boxes, (0, 0, SCREEN[0] - 70, SCREEN[1] - 27), SCREEN[1], PICKER_SPACING):
-                spots.append((70 + card_x + round((sx + sw / 2) * k), 27 + card_y + round((sy + sh * 0.6) * k), (255, 0, 0)))
+            spots += [(70 + round(x + w / 2), 27 + round(y + h * 0.6), (255, 0, 0)) for x, y, w, h in slots]
             pid = panel_pid(desktop)
             pss_before = own_pss_kib(pid)
             times = []
@@ -144,7 +145,7 @@ def main() -> None:
             idle_open = (cpu_ticks([pid]) - ticks) / os.sysconf("SC_CLK_TCK") / args.idle * 100
             rows.append((count, times, pss_before, pss_open, pss_after, idle, idle_open))
         display.close()
-    print("| windows | Super to drawn (median of rounds) | panel PSS before / open / after | panel idle CPU closed / open |")
+    print("| windows | Super to drawn (median of rounds) | panel PSS before / open / after | idle CPU, closed / open |")
     print("|---|---|---|---|")
     for count, times, before, opened, after, idle, idle_open in rows:
         print(

@@ -541,22 +541,33 @@ def active_window(desktop: LocalDesktop) -> int:
 
 
 def windows_by_colour(desktop: LocalDesktop) -> dict[str, tuple[int, tuple[int, int, int, int]]]:
-    """Each managed window's id and frame (:func:`client_frames`), by the colour of its middle: "red" or
-    "blue"."""
-    from Xlib import X
+    """Each managed window's id and frame (as :func:`client_frames` finds it), by the colour of its middle: "red"
+    or "blue"."""
+    from Xlib import X, error
 
     screen = open_display(desktop.display.name)
+    boxes = []
     try:
         root = screen.screen().root
         clients = root.get_full_property(screen.intern_atom("_NET_CLIENT_LIST"), X.AnyPropertyType)
-        ids = list(clients.value) if clients is not None else []
+        for wid in clients.value if clients is not None else []:
+            window = screen.create_resource_object("window", wid)
+            try:
+                geometry = window.get_geometry()
+                origin = root.translate_coords(window, 0, 0)
+                extents = window.get_full_property(screen.intern_atom("_NET_FRAME_EXTENTS"), X.AnyPropertyType)
+            except error.XError:
+                continue  # gone meanwhile
+            left, right, top, bottom = extents.value if extents is not None else (0, 0, 0, 0)
+            box = (origin.x - left, origin.y - top, geometry.width + left + right, geometry.height + top + bottom)
+            boxes.append((int(wid), box))
     finally:
         screen.close()
     shot = pixels(desktop)
     found = {}
-    for wid, (_, box) in zip(ids, client_frames(desktop), strict=True):
+    for wid, box in boxes:
         colour = shot[box[1] + box[3] // 2, box[0] + box[2] // 2]
-        found["red" if colour[0] > colour[2] else "blue"] = (int(wid), box)
+        found["red" if colour[0] > colour[2] else "blue"] = (wid, box)
     return found
 
 

@@ -5,7 +5,8 @@
 Shell does where an agent sees or clicks: the top bar (rows 0-26: Activities, the focused app's name, the
 clock centred, status icons), the Ubuntu dock (columns 0-69: the VM's launchers in the VM's order, a dot
 per window of a running app, Show Applications at the bottom), the work area right of the dock and under
-the top bar (openbox's margins), an overview with an app grid and a search, and a launcher's right-click menu.
+the top bar (openbox's margins), GNOME 43's window picker, an app grid and a search, and a launcher's
+right-click menu.
 
 Everything the panel shows is drawn here once per screen size with Pillow (:func:`write_lookalike_files`)
 into the desktop's own folder, bound read-only at :data:`LOOKALIKE_DIR`: raw pixmaps (zlib) and a manifest

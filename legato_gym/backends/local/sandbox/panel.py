@@ -8,9 +8,10 @@ the bar), and creates ``MARKER`` once the window manager's work area says so. Th
 wakes for a click, a key, a change of the root's window list or active window (the dots, the
 app's name), or the minute (the clock). The top bar's buttons open GNOME 42's menus (the app menu, the date
 menu, the system menu and its end-session dialogs, which end nothing: :data:`DIALOGS`), the dock's launchers a
-menu of their own, Activities and Show Applications the overview. It draws only by copying pre-drawn pictures
-(server-side pixmaps, text as glyphs copied from a strip) and filling rectangles: it imports neither Pillow nor
-numpy, and an idle desktop costs it nothing.
+menu of their own, Activities and Super the overview's window picker (:func:`picker_slots`), Show Applications
+its app grid. It draws only by copying pre-drawn pictures (server-side pixmaps, text as glyphs copied from a
+strip), filling rectangles and, while the window picker opens, reading the windows' pixels back from the X
+server a strip at a time: it imports neither Pillow nor numpy, and an idle desktop costs it nothing.
 
 Standalone on purpose (only the standard library and python-xlib): it runs from a file bound into the sandbox.
 """
@@ -753,7 +754,9 @@ class Panel:
         windows = self._picker_windows()
         work_area = (self.width - self.dock_w, self.height - self.bar_h)
         x, y, w, h = (int(v) for v in picker["area"])
-        slots = picker_slots([box for _, box in windows], work_area, (x, y, w, h), self.height, float(picker["spacing"]))
+        slots = picker_slots(
+            [box for _, box in windows], work_area, (x, y, w, h), self.height, float(picker["spacing"])
+        )
         self.previews = []
         for (wid, box), (x, y, w, h) in zip(windows, slots, strict=True):
             size = (max(1, round(w)), max(1, round(h)))
@@ -823,7 +826,7 @@ class Panel:
             self._close_overview()
         elif keysym in (XK.XK_Return, XK.XK_KP_Enter):
             shown = self._matching_apps()
-            if self.query and shown or self.overview_mode == "apps" and shown:
+            if shown and (self.query or self.overview_mode == "apps"):
                 self._close_overview()
                 self._launch(self.m["apps"][shown[0]]["command"])
         elif keysym == XK.XK_BackSpace:
