@@ -753,10 +753,9 @@ class Panel:
         picker = self.m["picker"]
         windows = self._picker_windows()
         work_area = (self.width - self.dock_w, self.height - self.bar_h)
-        x, y, w, h = (int(v) for v in picker["area"])
-        slots = picker_slots(
-            [box for _, box in windows], work_area, (x, y, w, h), self.height, float(picker["spacing"])
-        )
+        ax, ay, aw, ah = (int(v) for v in picker["area"])
+        boxes = [box for _, box in windows]
+        slots = picker_slots(boxes, work_area, (ax, ay, aw, ah), self.height, float(picker["spacing"]))
         self.previews = []
         for (wid, box), (x, y, w, h) in zip(windows, slots, strict=True):
             size = (max(1, round(w)), max(1, round(h)))
