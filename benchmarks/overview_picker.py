@@ -32,9 +32,11 @@ GEOMETRIES = ("100x30+100+80", "70x20+1100+600", "60x15+900+150")
 
 
 def panel_pid(desktop: LocalDesktop) -> int:
+    """The panel's python process (not the sandbox's processes that name it in their command lines)."""
     for pid in descendants(desktop.pids):
         try:
-            if b"panel.py" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            named = b"panel.py" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            if named and Path(f"/proc/{pid}/comm").read_text().startswith("python"):
                 return pid
         except OSError:
             continue

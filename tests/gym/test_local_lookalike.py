@@ -94,6 +94,13 @@ def client_frames(
     client's place on the root, widened by the window manager's ``_NET_FRAME_EXTENTS`` (its title bar).
     ``normal_only``: only normal windows that are no other window's dialog, the windows the table's rules place
     (openbox's rules are ``type="normal"``, GNOME's extension the same)."""
+    return [(cls, box) for _, cls, box in client_windows(desktop, normal_only=normal_only)]
+
+
+def client_windows(
+    desktop: LocalDesktop, *, normal_only: bool = False
+) -> list[tuple[int, tuple[str, str], tuple[int, int, int, int]]]:
+    """Each managed window's id, ``WM_CLASS`` and frame, from one listing (:func:`client_frames`)."""
     from Xlib import X, error
 
     found = []
@@ -117,7 +124,7 @@ def client_frames(
                 continue  # gone meanwhile
             left, right, top, bottom = extents.value if extents is not None else (0, 0, 0, 0)
             box = (origin.x - left, origin.y - top, geometry.width + left + right, geometry.height + top + bottom)
-            found.append(((cls[0], cls[1]), box))
+            found.append((int(wid), (cls[0], cls[1]), box))
     finally:
         screen.close()
     return found
@@ -541,31 +548,12 @@ def active_window(desktop: LocalDesktop) -> int:
 
 
 def windows_by_colour(desktop: LocalDesktop) -> dict[str, tuple[int, tuple[int, int, int, int]]]:
-    """Each managed window's id and frame (as :func:`client_frames` finds it), by the colour of its middle: "red"
-    or "blue"."""
-    from Xlib import X, error
-
-    screen = open_display(desktop.display.name)
-    boxes = []
-    try:
-        root = screen.screen().root
-        clients = root.get_full_property(screen.intern_atom("_NET_CLIENT_LIST"), X.AnyPropertyType)
-        for wid in clients.value if clients is not None else []:
-            window = screen.create_resource_object("window", wid)
-            try:
-                geometry = window.get_geometry()
-                origin = root.translate_coords(window, 0, 0)
-                extents = window.get_full_property(screen.intern_atom("_NET_FRAME_EXTENTS"), X.AnyPropertyType)
-            except error.XError:
-                continue  # gone meanwhile
-            left, right, top, bottom = extents.value if extents is not None else (0, 0, 0, 0)
-            box = (origin.x - left, origin.y - top, geometry.width + left + right, geometry.height + top + bottom)
-            boxes.append((int(wid), box))
-    finally:
-        screen.close()
+    """Each managed window's id and frame (:func:`client_windows`), by the colour of its middle: "red" or
+    "blue"."""
+    windows = client_windows(desktop)
     shot = pixels(desktop)
     found = {}
-    for wid, box in boxes:
+    for wid, _, box in windows:
         colour = shot[box[1] + box[3] // 2, box[0] + box[2] // 2]
         found["red" if colour[0] > colour[2] else "blue"] = (wid, box)
     return found
