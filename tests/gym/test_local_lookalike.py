@@ -37,6 +37,7 @@ from legato_gym.backends.local.sandbox.lookalike import (
     MENU_COLOUR,
     MENU_HIGHLIGHT,
     PICKER_COLOUR,
+    PICKER_ICON,
     PICKER_SPACING,
     SUBMENU_COLOUR,
     TITLE_BAR_COLOURS,
@@ -559,14 +560,21 @@ def windows_by_colour(desktop: LocalDesktop) -> dict[str, tuple[int, tuple[int, 
     return found
 
 
-def preview_differs(screen: np.ndarray, frame: np.ndarray, slot: tuple[int, int, int, int]) -> float:
+def preview_differs(
+    screen: np.ndarray, frame: np.ndarray, slot: tuple[int, int, int, int], rows: tuple[int, int] = (0, -1)
+) -> float:
     """How far the screen's ``slot`` is from ``frame`` (a window's frame as the screen showed it) scaled to the
-    slot's size: the mean absolute difference per channel."""
+    slot's size, in the slot's ``rows`` (from the top; ``-1``: its bottom): the mean absolute difference per
+    channel."""
     from PIL import Image
 
     x, y, w, h = slot
+    top, bottom = rows[0], rows[1] if rows[1] >= 0 else h
     scaled = np.asarray(Image.fromarray(frame.astype(np.uint8)).resize((w, h), Image.Resampling.NEAREST)).astype(int)
-    return float(np.abs(screen[y : y + h, x : x + w] - scaled).mean())
+    return float(np.abs(screen[y + top : y + bottom, x : x + w] - scaled[top:bottom]).mean())
+
+
+COLOURS = {"red": (255, 0, 0), "blue": (0, 0, 255)}
 
 
 def test_super_opens_the_window_picker_and_a_click_on_a_preview_focuses_its_window(desktop: LocalDesktop) -> None:
@@ -607,9 +615,13 @@ def test_super_opens_the_window_picker_and_a_click_on_a_preview_focuses_its_wind
     for title, (x, y, w, h) in expected.items():
         bx, by, bw, bh = boxes[title]
         frame = before[by : by + bh, bx : bx + bw]
-        assert preview_differs(screen, frame, (x, y, w, h)) < 8, (title, expected, boxes)
+        above_icon = (0, h - PICKER_ICON * 7 // 10)  # the app's icon covers the preview's bottom 45 rows
+        assert preview_differs(screen, frame, (x, y, w, h), above_icon) < 8, (title, expected, boxes)
         shifted = (x + w // 4, y, w, h)  # control: the same comparison a quarter of a preview aside fails
-        assert preview_differs(screen, frame, shifted) > 8, title
+        assert preview_differs(screen, frame, shifted, above_icon) > 8, title
+        left, top = x + (w - PICKER_ICON) // 2, y + h - PICKER_ICON * 7 // 10  # xterm's icon, over the bottom
+        under = screen[top : y + h, left : left + PICKER_ICON]  # where the window is its background colour
+        assert (np.abs(under - np.array(COLOURS[title])).sum(axis=2) > 60).sum() > 300, title
     x, y, w, h = expected["red"]
     desktop.act(f"pyautogui.click({x + w // 2}, {y + h // 2})")  # the red window's preview: it gets the focus
     assert wait_for(lambda: active_window(desktop) == ids["red"], 10), (active_window(desktop), ids)

@@ -495,6 +495,35 @@ def picker_card(screen: tuple[int, int]) -> tuple[int, int, int, int]:
     return ((work_w - card_w) // 2, PICKER_CARD[0], card_w, card_h)
 
 
+#: The app icon GNOME 43 puts on each preview (its ``windowPreview.js``): 64 px, centred, 70 % over the preview's
+#: bottom; the app found by the window's class, as the top bar names it.
+PICKER_ICON = 64
+#: Icons of the windows of classes no launcher claims (lower-case ``WM_CLASS`` values, a trailing ``*`` any rest).
+OTHER_ICONS = (
+    (("gnome-terminal-server",), ("org.gnome.Terminal", "utilities-terminal")),
+    (("mousepad",), ("text-editor", "org.xfce.mousepad")),
+    (("evince",), ("org.gnome.Evince", "evince")),
+    (("totem",), ("org.gnome.Totem", "totem")),
+    (("xterm",), ("xterm-color", "xterm")),
+    (("soffice", "libreoffice*"), ("libreoffice-startcenter", "libreoffice-main")),
+)
+#: The icon of a window of no app above.
+FALLBACK_ICON = ("application-x-executable",)
+
+
+def _picker_icons() -> tuple[Any, list[list[str]]]:
+    """The window picker's app icons side by side (RGBA, :data:`PICKER_ICON` square), the fallback last, and
+    the classes each one is for."""
+    from PIL import Image
+
+    entries = [(list(app.classes), app.icons) for app in LAUNCHERS if app.classes]
+    entries += [(list(classes), icons) for classes, icons in OTHER_ICONS]
+    strip = Image.new("RGBA", (PICKER_ICON * (len(entries) + 1), PICKER_ICON))
+    for i, (_, icons) in enumerate([*entries, ([], FALLBACK_ICON)]):
+        strip.paste(_icon(icons, PICKER_ICON), (i * PICKER_ICON, 0))
+    return strip, [classes for classes, _ in entries]
+
+
 def picker_area(screen: tuple[int, int]) -> tuple[int, int, int, int]:
     """Where the window picker lays out the previews (:func:`.panel.picker_slots`): the card widened by
     :data:`PICKER_SLACK` on each side, and as much taller in proportion, about its centre."""
@@ -622,6 +651,8 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
     keep("bell", _bell(48))
     # the window picker's background: loaded only while the overview is open, not kept in the X server
     files["picker.z"] = _raw(_picker_background(screen))
+    icons, icon_classes = _picker_icons()
+    files["picker_icons.z"] = zlib.compress(icons.tobytes("raw", "BGRA"), 6)
     card = picker_card(screen)
     manifest = {
         "screen": [width, height],
@@ -682,6 +713,8 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
             "area": list(picker_area(screen)),
             "search_y": PICKER_SEARCH_Y,
             "spacing": PICKER_SPACING,
+            "icons": [icons.width, icons.height, "picker_icons.z"],
+            "icon_classes": icon_classes,
         },
         "names": {**OTHER_NAMES},
         "volume": AUDIO_VOLUME,  # the system menu's slider until the sound server says its own

@@ -674,8 +674,38 @@ class Panel:
         width, height, file = picker["background"]
         self._put(self.overview_pixmap, zlib.decompress((self.folder / file).read_bytes()), width, height)
         self._draw_search(width, int(picker["search_y"]))
-        for (x, y, w, h), _, pixmap in self.previews:
+        icons_w, size, icons_file = picker["icons"]
+        icons = zlib.decompress((self.folder / icons_file).read_bytes())
+        for (x, y, w, h), wid, pixmap in self.previews:
             self.overview_pixmap.copy_area(self.gc, pixmap, 0, 0, w, h, x, y)
+            self._draw_icon(icons, icons_w, size, self._icon_of(wid), x + (w - size) // 2, y + h - size * 7 // 10)
+
+    def _icon_of(self, wid: int) -> int:
+        """Which of the picker's icons is the app's of window ``wid`` (the last: none of them)."""
+        names = self._window_classes(wid)
+        table = self.m["picker"]["icon_classes"]
+        return next((i for i, classes in enumerate(table) if names and _matches(classes, names)), len(table))
+
+    def _draw_icon(self, icons: bytes, icons_w: int, size: int, index: int, x: int, y: int) -> None:
+        """Blend icon ``index`` of the strip ``icons`` (BGRA rows) over the overview at ``(x, y)`` by its alpha:
+        what is there is read back from the X server, mixed here and sent again (a few thousand pixels)."""
+        x0, y0 = max(0, x), max(0, y)
+        x1 = min(self.width - self.dock_w, x + size)
+        y1 = min(self.height - self.bar_h, y + size)
+        if x1 <= x0 or y1 <= y0:
+            return
+        w = x1 - x0
+        under = bytearray(self.overview_pixmap.get_image(x0, y0, w, y1 - y0, X.ZPixmap, 0xFFFFFFFF).data)
+        for row in range(y1 - y0):
+            source = ((y0 - y + row) * icons_w + index * size + x0 - x) * 4
+            target = row * w * 4
+            for n in range(0, w * 4, 4):
+                alpha = icons[source + n + 3]
+                if alpha:
+                    for c in range(3):
+                        at = target + n + c
+                        under[at] = (icons[source + n + c] * alpha + under[at] * (255 - alpha)) // 255
+        self._put(self.overview_pixmap, bytes(under), w, y1 - y0, x0, y0)
 
     def _put(self, target: Any, data: bytes, width: int, height: int, left: int = 0, top: int = 0) -> None:
         """Send ``data`` (ZPixmap rows, 4 bytes a pixel) onto ``target`` at ``(left, top)``, in strips under the
