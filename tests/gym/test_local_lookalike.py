@@ -30,6 +30,7 @@ from legato_gym.backends.local.sandbox.lookalike import (
     BAR_BUTTON_HOVER,
     BAR_BUTTON_LIT,
     BAR_COLOUR,
+    CAPTION_COLOUR,
     DAY_SELECTED,
     DOT_COLOUR,
     INSENSITIVE_BUTTON,
@@ -622,6 +623,17 @@ def test_super_opens_the_window_picker_and_a_click_on_a_preview_focuses_its_wind
         left, top = x + (w - PICKER_ICON) // 2, y + h - PICKER_ICON * 7 // 10  # xterm's icon, over the bottom
         under = screen[top : y + h, left : left + PICKER_ICON]  # where the window is its background colour
         assert (np.abs(under - np.array(COLOURS[title])).sum(axis=2) > 60).sum() > 300, title
+    x, y, w, h = expected["blue"]  # the pointer on a preview: its title's caption under its icon, as GNOME's
+    caption = (x + w // 2, y + h + PICKER_ICON * 3 // 10 + 6 + 3)  # the pill's middle, above the title's glyphs
+
+    def captioned() -> bool:
+        return bool(np.abs(pixels(desktop)[caption[1], caption[0]] - np.array(CAPTION_COLOUR)).sum() <= 6)
+
+    assert not captioned()
+    desktop.act(f"pyautogui.moveTo({x + w // 2}, {y + h // 3})")
+    assert wait_for(captioned, 10)
+    desktop.act(f"pyautogui.moveTo({PICKER_GREY[0]}, {PICKER_GREY[1]})")
+    assert wait_for(lambda: not captioned(), 10)
     x, y, w, h = expected["red"]
     desktop.act(f"pyautogui.click({x + w // 2}, {y + h // 2})")  # the red window's preview: it gets the focus
     assert wait_for(lambda: active_window(desktop) == ids["red"], 10), (active_window(desktop), ids)

@@ -495,6 +495,9 @@ def picker_card(screen: tuple[int, int]) -> tuple[int, int, int, int]:
     return ((work_w - card_w) // 2, PICKER_CARD[0], card_w, card_h)
 
 
+#: The title caption under the preview the pointer is on (Yaru's ``.window-caption``: #2a2a2a at 97.5 % in a
+#: 1 px #464646 border, a pill with 6 px above and below the text and 12 px beside it), 6 px under the icon.
+CAPTION_COLOUR = (42, 42, 42)
 #: The app icon GNOME 43 puts on each preview (its ``windowPreview.js``): 64 px, centred, 70 % over the preview's
 #: bottom; the app found by the window's class, as the top bar names it.
 PICKER_ICON = 64
@@ -641,6 +644,7 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
         "small_selected": ("regular", 12, (239, 239, 239), DAY_SELECTED),
         "button": ("regular", 15, TEXT_COLOUR, BUTTON_COLOUR),
         "button_off": ("regular", 15, INSENSITIVE_TEXT, INSENSITIVE_BUTTON),
+        "caption": ("regular", 15, (238, 238, 236), CAPTION_COLOUR),
     }
     glyph_tables = {}
     for style, (kind, size, fg, bg) in menu_styles.items():
@@ -674,6 +678,8 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
             "bar_lit": BAR_BUTTON_LIT,
             "bar_hover": BAR_BUTTON_HOVER,
             "day_selected": DAY_SELECTED,
+            "caption": CAPTION_COLOUR,
+            "caption_border": MENU_SEPARATOR,
         },
         "images": images,
         "glyphs": {

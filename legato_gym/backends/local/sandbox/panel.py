@@ -344,6 +344,10 @@ class Panel:
         self.previews: list[tuple[tuple[int, int, int, int], int, Any]] = []
         self.overview_pixmap: Any = None  # while the overview is shown (a screen's worth of the X server's memory)
         self.overview = self._popup(self.dock_w, self.bar_h, self.width - self.dock_w, self.height - self.bar_h)
+        self.overview.change_attributes(
+            event_mask=X.ButtonPressMask | X.KeyPressMask | X.KeyReleaseMask | X.PointerMotionMask
+        )
+        self.hovered = -1  # the window picker's preview under the pointer (its caption shown)
         self.menu = self._popup(0, 0, MENU_WIDTH, MENU_ROW)
         self.menu_pixmap = self.root.create_pixmap(MENU_WIDTH, MENU_ROW * MENU_ROWS + 12, self.depth)
         self.menu.change_attributes(background_pixmap=self.menu_pixmap)
@@ -672,13 +676,60 @@ class Panel:
         captured window's preview where GNOME's layout puts it."""
         picker = self.m["picker"]
         width, height, file = picker["background"]
-        self._put(self.overview_pixmap, zlib.decompress((self.folder / file).read_bytes()), width, height)
+        self._put_compressed(self.overview_pixmap, self.folder / file, width, height)
         self._draw_search(width, int(picker["search_y"]))
         icons_w, size, icons_file = picker["icons"]
         icons = zlib.decompress((self.folder / icons_file).read_bytes())
-        for (x, y, w, h), wid, pixmap in self.previews:
+        for n, ((x, y, w, h), wid, pixmap) in enumerate(self.previews):
             self.overview_pixmap.copy_area(self.gc, pixmap, 0, 0, w, h, x, y)
             self._draw_icon(icons, icons_w, size, self._icon_of(wid), x + (w - size) // 2, y + h - size * 7 // 10)
+            if n == self.hovered:
+                self._draw_caption(self._title_of(wid), x + w // 2, y + h + size * 3 // 10 + 6, w)
+
+    def _title_of(self, wid: int) -> str:
+        """Window ``wid``'s title (``_NET_WM_NAME``, else ``WM_NAME``), as GNOME's caption shows it."""
+        try:
+            window = self.d.create_resource_object("window", wid)
+            name = window.get_full_property(self.d.intern_atom("_NET_WM_NAME"), X.AnyPropertyType)
+            if name is not None and name.value:
+                value = name.value
+                return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+            return str(window.get_wm_name() or "")
+        except xerror.XError:
+            return ""
+
+    def _draw_caption(self, title: str, centre: int, top: int, room: int) -> None:
+        """The title caption (Yaru's ``.window-caption``: a pill in a 1 px border) centred on ``centre`` from
+        ``top``, at most ``room`` wide, the title cut with an ellipsis to fit."""
+        room = max(room, 40)
+        while title and self._text_width("caption", title) + 26 > room:
+            title = title[:-2] + "…" if len(title) > 1 else ""
+        height = self.m["glyphs"]["caption"]["height"] + 14
+        width = self._text_width("caption", title) + 26
+        x = centre - width // 2
+        for colour, inset in (("caption_border", 0), ("caption", 1)):
+            self.gc.change(foreground=self.colours[colour])
+            d = height - 2 * inset
+            for left in (x + inset, x + width - inset - d):
+                self.overview_pixmap.fill_arc(self.gc, left, top + inset, d, d, 0, 360 * 64)
+            self.overview_pixmap.fill_rectangle(self.gc, x + height // 2, top + inset, width - height, d)
+        self._text(self.overview_pixmap, "caption", title, x + 13, top + 7)
+
+    def _overview_motion(self, event: Any) -> None:
+        """The window picker's caption follows the pointer, from preview to preview, as GNOME's overlay."""
+        if self.overview_mode != "windows" or self.query:
+            return
+        under = next(
+            (
+                n
+                for n, ((x, y, w, h), _, _) in enumerate(self.previews)
+                if x <= event.event_x < x + w and y <= event.event_y < y + h
+            ),
+            -1,
+        )
+        if under != self.hovered:
+            self.hovered = under
+            self._draw_overview()
 
     def _icon_of(self, wid: int) -> int:
         """Which of the picker's icons is the app's of window ``wid`` (the last: none of them)."""
@@ -705,17 +756,27 @@ class Panel:
                     for c in range(3):
                         at = target + n + c
                         under[at] = (icons[source + n + c] * alpha + under[at] * (255 - alpha)) // 255
-        self._put(self.overview_pixmap, bytes(under), w, y1 - y0, x0, y0)
+        self.overview_pixmap.put_image(self.gc, x0, y0, w, y1 - y0, X.ZPixmap, self.depth, 0, bytes(under))
 
-    def _put(self, target: Any, data: bytes, width: int, height: int, left: int = 0, top: int = 0) -> None:
-        """Send ``data`` (ZPixmap rows, 4 bytes a pixel) onto ``target`` at ``(left, top)``, in strips under the
-        core protocol's request size."""
+    def _put_compressed(self, target: Any, path: Path, width: int, height: int) -> None:
+        """Send the picture in ``path`` (zlib-compressed ZPixmap rows) onto ``target``, a strip at a time as it is
+        decompressed, each sent before the next: the panel never holds the whole picture (a screen's worth, which
+        the C library keeps for the process once freed: it raises its threshold for giving blocks back)."""
+        stream = zlib.decompressobj()
+        tail = path.read_bytes()
         stride = width * 4
         rows = max(1, 200_000 // stride)
         for y in range(0, height, rows):
             count = min(rows, height - y)
-            chunk = data[y * stride : (y + count) * stride]
-            target.put_image(self.gc, left, top + y, width, count, X.ZPixmap, self.depth, 0, chunk)
+            chunk = b""
+            while len(chunk) < count * stride:
+                more = stream.decompress(tail, count * stride - len(chunk))
+                tail = stream.unconsumed_tail
+                if not more:
+                    return
+                chunk += more
+            target.put_image(self.gc, 0, y, width, count, X.ZPixmap, self.depth, 0, chunk)
+            self.d.flush()  # python-xlib would hold every strip until the next flush
 
     def _frame(self, wid: int) -> tuple[int, int, int, int] | None:
         """The on-screen box ``(x, y, width, height)`` of client ``wid``'s frame (its ancestor under the root),
@@ -764,7 +825,8 @@ class Panel:
         columns = [min(w - 1, (2 * i + 1) * w // (2 * width)) for i in range(width)]
         pick = operator.itemgetter(*columns)
         pixmap = self.root.create_pixmap(width, height, self.depth)
-        strip = max(1, 262_144 // (w * 4))
+        strip = max(1, 100_000 // (w * 4))  # rows read at a time; as many sent at a time:
+        per_put = max(1, 100_000 // (width * 4))  # no block the C library would keep once freed
         top, rows = -strip, memoryview(b"")
         out = array.array("I")
         for j in range(height):
@@ -775,7 +837,11 @@ class Panel:
                 rows = memoryview(image.data).cast("I")
             line = pick(rows[(source - top) * w : (source - top + 1) * w])
             out.extend(line if width > 1 else (line,))
-        self._put(pixmap, out.tobytes(), width, height)
+            if (j + 1) % per_put == 0 or j == height - 1:
+                count = len(out) // width
+                pixmap.put_image(self.gc, 0, j + 1 - count, width, count, X.ZPixmap, self.depth, 0, out.tobytes())
+                self.d.flush()
+                out = array.array("I")
         return pixmap
 
     def _capture_windows(self) -> None:
@@ -795,6 +861,7 @@ class Panel:
         for _, _, pixmap in self.previews:
             pixmap.free()
         self.previews = []
+        self.hovered = -1
 
     def _open_overview(self, mode: str = "windows") -> None:
         self.query = ""
@@ -1517,6 +1584,8 @@ class Panel:
             self._hover(self.bar_item(event.event_x))
         elif event.type == X.LeaveNotify and event.window.id == self.bar.id:
             self._hover("")
+        elif event.type == X.MotionNotify and event.window.id == self.overview.id:
+            self._overview_motion(event)
         elif event.type == X.MotionNotify and self.popover_kind:
             self._popover_motion(event)
         elif event.type == X.ButtonRelease and self.sliding:
