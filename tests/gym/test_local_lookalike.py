@@ -594,8 +594,10 @@ def test_super_opens_the_window_picker_and_a_click_on_a_preview_focuses_its_wind
     desktop.act("pyautogui.press('escape')")
     assert wait_for(lambda: not picker_shown(desktop), 10)
     titles = {"red": "120x30+100+80", "blue": "70x20+1100+600"}
+    long_title = ["-T", "Ünïcödé, and long: " * 200, "-e", "sleep", "600"]  # its caption is cut to fit
     for colour, geometry in titles.items():
-        desktop.client.post_json("/setup/launch", {"command": ["xterm", "-bg", colour, "-geometry", geometry]})
+        command = ["xterm", "-bg", colour, "-geometry", geometry, *(long_title if colour == "blue" else [])]
+        desktop.client.post_json("/setup/launch", {"command": command})
         assert wait_for(lambda: colour in windows_by_colour(desktop), 20), windows_by_colour(desktop)  # noqa: B023
     assert wait_for(lambda: np.array_equal(pixels(desktop), pixels(desktop)), 10)  # xterm's prompt drawn
     found = windows_by_colour(desktop)

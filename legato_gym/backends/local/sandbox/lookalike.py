@@ -296,16 +296,19 @@ def _raw(image: Any) -> bytes:
     return zlib.compress(image.convert("RGB").tobytes("raw", "BGRX"), 6)
 
 
-def _glyphs(kind: str, size: int, fg: tuple[int, int, int], bg: tuple[int, int, int]) -> tuple[Any, dict[str, Any]]:
-    """A strip of the printable ASCII characters drawn in ``fg`` over ``bg``, and where each one is: its x in the
-    strip, its advance and the width to copy, which takes in the ink right of the advance (Ubuntu's "f", "r"
-    and others reach into the next glyph's cell; the panel copies right to left, so that it is kept)."""
+def _glyphs(
+    kind: str, size: int, fg: tuple[int, int, int], bg: tuple[int, int, int], latin1: bool = False
+) -> tuple[Any, dict[str, Any]]:
+    """A strip of the printable ASCII characters (and Latin-1's, with ``latin1``: window titles) drawn in ``fg``
+    over ``bg``, and where each one is: its x in the strip, its advance and the width to copy, which takes in the
+    ink right of the advance (Ubuntu's "f", "r" and others reach into the next glyph's cell; the panel copies
+    right to left, so that it is kept)."""
     from PIL import Image, ImageDraw
 
     font = _font(kind, size)
     ascent, descent = font.getmetrics()
     height = ascent + descent
-    chars = [*(chr(c) for c in range(32, 127)), "…"]
+    chars = [*(chr(c) for c in range(32, 127)), *(chr(c) for c in range(161, 256) if latin1), "…"]
     advances = [round(font.getlength(c)) for c in chars]
     inks = [max(advance, font.getbbox(c)[2]) for c, advance in zip(chars, advances, strict=True)]
     strip = Image.new("RGB", (sum(inks) + 2 * len(chars), height), bg)
@@ -648,7 +651,7 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
     }
     glyph_tables = {}
     for style, (kind, size, fg, bg) in menu_styles.items():
-        strip, glyph_tables[style] = _glyphs(kind, size, fg, bg)
+        strip, glyph_tables[style] = _glyphs(kind, size, fg, bg, latin1=style == "caption")
         keep(f"glyphs_{style}", strip)
     keep("menu_icons", _menu_icons(MENU_COLOUR))
     keep("menu_icons_hot", _menu_icons(MENU_HIGHLIGHT))

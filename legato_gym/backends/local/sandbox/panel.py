@@ -48,7 +48,9 @@ logger = logging.getLogger("legato.panel")
 WATCHED = ("_NET_CLIENT_LIST", "_NET_ACTIVE_WINDOW", "_NET_CLIENT_LIST_STACKING", "_NET_WORKAREA")
 MENU_ROW = 32
 MENU_WIDTH = 220
-SEARCH = (320, 36)
+#: The overview's search entry, a pill (Yaru's ``.search-entry``: 320 px of text, 9 px of padding and a 1 px
+#: border each side, 38 px tall, measured on the ``gnome`` session), 24 px under the bar.
+SEARCH = (340, 38)
 MAX_DOTS = 4
 #: The top bar's menus (GNOME Shell 42 with Yaru's stylesheet): 6 px of padding in a 1 px border, 15 px corners,
 #: items 36 px tall (9 px above and below the text), separators 13 px (6 px around a line), at least 15em wide;
@@ -652,7 +654,10 @@ class Panel:
 
     def _draw_search(self, width: int, y: int) -> None:
         sx = (width - SEARCH[0]) // 2
-        self._fill(self.overview_pixmap, "search", sx, y, *SEARCH)
+        self.gc.change(foreground=self.colours["search"])
+        for left in (sx, sx + SEARCH[0] - SEARCH[1]):
+            self.overview_pixmap.fill_arc(self.gc, left, y, SEARCH[1], SEARCH[1], 0, 360 * 64)
+        self.overview_pixmap.fill_rectangle(self.gc, sx + SEARCH[1] // 2, y, SEARCH[0] - SEARCH[1], SEARCH[1])
         text_y = y + (SEARCH[1] - self.m["glyphs"]["search"]["height"]) // 2
         if self.query:
             self._text(self.overview_pixmap, "search", self.query, sx + 14, text_y)
@@ -711,6 +716,7 @@ class Panel:
         """The title caption (Yaru's ``.window-caption``: a pill in a 1 px border) centred on ``centre`` from
         ``top``, at most ``room`` wide, the title cut with an ellipsis to fit."""
         room = max(room, 40)
+        title = title[: room // 2]  # no glyph is narrower than 2 px: the rest would not show
         while title and self._text_width("caption", title) + 26 > room:
             title = title[:-2] + "…" if len(title) > 1 else ""
         height = self.m["glyphs"]["caption"]["height"] + 14
