@@ -480,6 +480,9 @@ PICKER_COLOUR = (34, 34, 34)
 PICKER_CARD = (122, 857 / 1080)
 PICKER_SEARCH_Y = 24
 PICKER_CORNER = 30
+#: The next workspace's card, right of the current one: this far from it, and this much smaller (measured: from
+#: x 1858, y 175-980 at 1920x1080, cut by the screen's edge).
+PICKER_PEEK = (110, 805 / 857)
 #: The previews' area: the card widened by this much (both ways, keeping its shape), as measured with three
 #: windows whose row did not fit the card (GNOME's row then reaches 20 px past the card's sides).
 PICKER_SLACK = 20
@@ -540,20 +543,26 @@ def picker_area(screen: tuple[int, int]) -> tuple[int, int, int, int]:
 
 def _picker_background(screen: tuple[int, int]) -> Any:
     """The window picker without its windows: the overview's grey, the work area's wallpaper on a card with
-    rounded corners and a soft shadow under it."""
+    rounded corners and a soft shadow under it, and the next (empty) workspace's card peeking in at the right
+    (:data:`PICKER_PEEK`), as GNOME's dynamic workspaces always have one after the last."""
     from PIL import Image, ImageDraw, ImageFilter
 
     width, height = screen
     x, y, w, h = picker_card(screen)
+    gap, scale = PICKER_PEEK
+    peek_w, peek_h = round(w * scale), round(h * scale)
+    cards = ((x, y, w, h), (x + w + gap, y + (h - peek_h) // 2, peek_w, peek_h))
     image = Image.new("RGB", (width - DOCK_WIDTH, height - BAR_HEIGHT), PICKER_COLOUR)
     radius = max(2, round(PICKER_CORNER * w / (width - DOCK_WIDTH)))
     shadow = Image.new("L", image.size, 0)
-    ImageDraw.Draw(shadow).rounded_rectangle((x - 4, y, x + w + 3, y + h + 7), radius=radius, fill=70)
+    for cx, cy, cw, ch in cards:
+        ImageDraw.Draw(shadow).rounded_rectangle((cx - 4, cy, cx + cw + 3, cy + ch + 7), radius=radius, fill=70)
     image.paste((0, 0, 0), mask=shadow.filter(ImageFilter.GaussianBlur(8)))
-    card = _wallpaper(screen).crop((DOCK_WIDTH, BAR_HEIGHT, width, height)).resize((w, h), Image.Resampling.LANCZOS)
-    mask = Image.new("L", (w, h), 0)
-    ImageDraw.Draw(mask).rounded_rectangle((0, 0, w - 1, h - 1), radius=radius, fill=255)
-    image.paste(card, (x, y), mask)
+    work = _wallpaper(screen).crop((DOCK_WIDTH, BAR_HEIGHT, width, height))
+    for cx, cy, cw, ch in cards:
+        mask = Image.new("L", (cw, ch), 0)
+        ImageDraw.Draw(mask).rounded_rectangle((0, 0, cw - 1, ch - 1), radius=radius, fill=255)
+        image.paste(work.resize((cw, ch), Image.Resampling.LANCZOS), (cx, cy), mask)
     return image
 
 
