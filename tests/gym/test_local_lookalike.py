@@ -575,6 +575,27 @@ def preview_differs(
     return float(np.abs(screen[y + top : y + bottom, x : x + w] - scaled[top:bottom]).mean())
 
 
+#: GNOME 43's window picker, measured on the ``gnome`` session (1920x1080, Yaru; docs/backends.md): xterms'
+#: frames as mutter placed them (a 37 px title bar over the client), and where each preview's client area began
+#: on the screen (its first pixel of the xterm's background colour), one, two and three windows open.
+GNOME_PICKER = (
+    ([(300, 200, 604, 561)], [(708, 346)]),
+    ([(300, 200, 604, 561), (900, 500, 364, 301)], [(457, 346), (1193, 469)]),
+    ([(300, 200, 604, 561), (900, 500, 364, 301), (1200, 100, 484, 691)], [(241, 346), (895, 469), (1305, 284)]),
+)
+
+
+@pytest.mark.parametrize(("frames", "clients"), GNOME_PICKER)
+def test_the_pickers_layout_puts_the_windows_where_gnome_43_did(
+    frames: list[tuple[int, int, int, int]], clients: list[tuple[int, int]]
+) -> None:
+    ax, ay, aw, ah = picker_area(SCREEN)  # the overview's, which begins at the work area's top left
+    slots = picker_slots(frames, (1850, 1053), (70 + ax, 27 + ay, aw, ah), 1080, PICKER_SPACING)
+    for (x, y, w, _), frame, (client_x, client_y) in zip(slots, frames, clients, strict=True):
+        assert abs(w / frame[2] - 0.95) < 0.01  # none of them shrunk further than GNOME's 95 %
+        assert abs(x - client_x) <= 1 and abs(y + TITLE_BAR_HEIGHT * w / frame[2] - client_y) <= 1, (slots, clients)
+
+
 COLOURS = {"red": (255, 0, 0), "blue": (0, 0, 255)}
 
 
