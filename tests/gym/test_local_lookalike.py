@@ -33,6 +33,7 @@ from legato_gym.backends.local.sandbox.lookalike import (
     BAR_BUTTON_HOVER,
     BAR_BUTTON_LIT,
     BAR_COLOUR,
+    CAPTION_COLOUR,
     DAY_SELECTED,
     DOCK_OPACITY,
     DOCK_TINT,
@@ -42,6 +43,9 @@ from legato_gym.backends.local.sandbox.lookalike import (
     LAUNCHERS,
     MENU_COLOUR,
     MENU_HIGHLIGHT,
+    PICKER_COLOUR,
+    PICKER_ICON,
+    PICKER_SPACING,
     SUBMENU_COLOUR,
     TITLE_BAR_COLOURS,
     TITLE_BAR_HEIGHT,
@@ -50,6 +54,8 @@ from legato_gym.backends.local.sandbox.lookalike import (
     _draw_lcd,
     _wallpaper,
     layout,
+    picker_area,
+    picker_card,
     wallpaper,
 )
 from legato_gym.backends.local.sandbox.panel import (
@@ -61,6 +67,7 @@ from legato_gym.backends.local.sandbox.panel import (
     desktop_actions,
     format_favorites,
     parse_favorites,
+    picker_slots,
 )
 from legato_gym.backends.local.sandbox.shell import APP_WINDOWS, FAVORITES
 from legato_gym.backends.local.xstate import open_display
@@ -114,6 +121,13 @@ def client_frames(
     client's place on the root, widened by the window manager's ``_NET_FRAME_EXTENTS`` (its title bar).
     ``normal_only``: only normal windows that are no other window's dialog, the windows the table's rules place
     (openbox's rules are ``type="normal"``, GNOME's extension the same)."""
+    return [(cls, box) for _, cls, box in client_windows(desktop, normal_only=normal_only)]
+
+
+def client_windows(
+    desktop: LocalDesktop, *, normal_only: bool = False
+) -> list[tuple[int, tuple[str, str], tuple[int, int, int, int]]]:
+    """Each managed window's id, ``WM_CLASS`` and frame, from one listing (:func:`client_frames`)."""
     from Xlib import X, error
 
     found = []
@@ -137,7 +151,7 @@ def client_frames(
                 continue  # gone meanwhile
             left, right, top, bottom = extents.value if extents is not None else (0, 0, 0, 0)
             box = (origin.x - left, origin.y - top, geometry.width + left + right, geometry.height + top + bottom)
-            found.append(((cls[0], cls[1]), box))
+            found.append((int(wid), (cls[0], cls[1]), box))
     finally:
         screen.close()
     return found
@@ -588,6 +602,15 @@ def test_clicking_a_dock_launcher_opens_its_app_with_a_dot_and_its_name(desktop:
     assert name_columns.min() == 140
 
 
+#: A spot of the window picker's grey: left of the search entry, above the workspace's card.
+PICKER_GREY = (100, 27 + picker_card(SCREEN)[1] - 20)
+
+
+def picker_shown(desktop: LocalDesktop) -> bool:
+    x, y = PICKER_GREY
+    return bool(np.abs(pixels(desktop)[y, x] - np.array(PICKER_COLOUR)).sum() <= 3)
+
+
 def test_show_applications_and_the_overview_search_launch_inside(desktop: LocalDesktop) -> None:
     desktop.reset(EMPTY)
     before = pixels(desktop)
@@ -597,15 +620,151 @@ def test_show_applications_and_the_overview_search_launch_inside(desktop: LocalD
     desktop.act("pyautogui.press('enter')")
     assert wait_for(lambda: frame_of(desktop, "Mousepad") is not None), frames(desktop)
     desktop.reset(EMPTY)
-    desktop.act("pyautogui.click(40, 13)")  # Activities: the overview, with its search
-    assert wait_for(lambda: bool(np.abs(pixels(desktop)[600, 1000] - before[600, 1000]).sum() > 30), 10)
+    desktop.act("pyautogui.click(40, 13)")  # Activities: the overview (the window picker), with its search
+    assert wait_for(lambda: picker_shown(desktop), 10)
     desktop.act("pyautogui.press('escape')")  # and away again
     assert wait_for(lambda: bool(np.abs(pixels(desktop)[600, 1000] - before[600, 1000]).sum() <= 3), 10)
     desktop.act("pyautogui.press('win')")  # the Super key opens it, as GNOME's overlay key
-    assert wait_for(lambda: bool(np.abs(pixels(desktop)[600, 1000] - before[600, 1000]).sum() > 30), 10)
+    assert wait_for(lambda: picker_shown(desktop), 10)
     desktop.act("pyautogui.typewrite('xterm', interval=0.02); pyautogui.press('enter')")
     assert wait_for(lambda: frame_of(desktop, "XTerm") is None, 2)  # xterm is not in the grid: nothing opens
     desktop.act("pyautogui.press('escape')")
+
+
+def active_window(desktop: LocalDesktop) -> int:
+    """The root's ``_NET_ACTIVE_WINDOW`` (0: none)."""
+    from Xlib import X
+
+    screen = open_display(desktop.display.name)
+    try:
+        root = screen.screen().root
+        active = root.get_full_property(screen.intern_atom("_NET_ACTIVE_WINDOW"), X.AnyPropertyType)
+        return int(active.value[0]) if active is not None and len(active.value) else 0
+    finally:
+        screen.close()
+
+
+def windows_by_colour(desktop: LocalDesktop) -> dict[str, tuple[int, tuple[int, int, int, int]]]:
+    """Each managed window's id and frame (:func:`client_windows`), by the colour of its middle: "red" or
+    "blue"."""
+    windows = client_windows(desktop)
+    shot = pixels(desktop)
+    found = {}
+    for wid, _, box in windows:
+        colour = shot[box[1] + box[3] // 2, box[0] + box[2] // 2]
+        found["red" if colour[0] > colour[2] else "blue"] = (wid, box)
+    return found
+
+
+def preview_differs(
+    screen: np.ndarray, frame: np.ndarray, slot: tuple[int, int, int, int], rows: tuple[int, int] = (0, -1)
+) -> float:
+    """How far the screen's ``slot`` is from ``frame`` (a window's frame as the screen showed it) scaled to the
+    slot's size, in the slot's ``rows`` (from the top; ``-1``: its bottom): the mean absolute difference per
+    channel."""
+    from PIL import Image
+
+    x, y, w, h = slot
+    top, bottom = rows[0], rows[1] if rows[1] >= 0 else h
+    scaled = np.asarray(Image.fromarray(frame.astype(np.uint8)).resize((w, h), Image.Resampling.NEAREST)).astype(int)
+    return float(np.abs(screen[y + top : y + bottom, x : x + w] - scaled[top:bottom]).mean())
+
+
+#: GNOME 43's window picker, measured on the ``gnome`` session (1920x1080, Yaru; docs/backends.md): xterms'
+#: frames as mutter placed them (a 37 px title bar over the client), and where each preview's client area began
+#: on the screen (its first pixel of the xterm's background colour), one, two and three windows open.
+GNOME_PICKER = (
+    ([(300, 200, 604, 561)], [(708, 346)]),
+    ([(300, 200, 604, 561), (900, 500, 364, 301)], [(457, 346), (1193, 469)]),
+    ([(300, 200, 604, 561), (900, 500, 364, 301), (1200, 100, 484, 691)], [(241, 346), (895, 469), (1305, 284)]),
+)
+
+
+@pytest.mark.parametrize(("frames", "clients"), GNOME_PICKER)
+def test_the_pickers_layout_puts_the_windows_where_gnome_43_did(
+    frames: list[tuple[int, int, int, int]], clients: list[tuple[int, int]]
+) -> None:
+    ax, ay, aw, ah = picker_area(SCREEN)  # the overview's, which begins at the work area's top left
+    slots = picker_slots(frames, (1850, 1053), (70 + ax, 27 + ay, aw, ah), 1080, PICKER_SPACING)
+    for (x, y, w, _), frame, (client_x, client_y) in zip(slots, frames, clients, strict=True):
+        assert abs(w / frame[2] - 0.95) < 0.01  # none of them shrunk further than GNOME's 95 %
+        assert abs(x - client_x) <= 1 and abs(y + TITLE_BAR_HEIGHT * w / frame[2] - client_y) <= 1, (slots, clients)
+
+
+COLOURS = {"red": (255, 0, 0), "blue": (0, 0, 255)}
+
+
+def test_super_opens_the_window_picker_and_a_click_on_a_preview_focuses_its_window(desktop: LocalDesktop) -> None:
+    """As GNOME 43's overview: Activities or Super show the open windows scaled down where GNOME's layout puts
+    them (:func:`.panel.picker_slots`) over the workspace's card, each preview the window as it was on the
+    screen; a click on one focuses and raises its window (``_NET_ACTIVE_WINDOW``, as a pager asks) and closes the
+    overview; Escape or a click beside the windows closes it; an empty desktop's shows the empty workspace."""
+    card_x, card_y, card_w, card_h = (v + o for v, o in zip(picker_card(SCREEN), (70, 27, 0, 0), strict=True))
+    desktop.reset(EMPTY)
+    before = pixels(desktop)
+    desktop.act("pyautogui.press('win')")  # an empty desktop: the grey overview and the wallpaper's card
+    assert wait_for(lambda: picker_shown(desktop), 10)
+    screen = pixels(desktop)
+    centre = before[27 + 1053 // 2, 70 + 1850 // 2]  # the work area's middle, at the card's middle
+    assert np.abs(screen[card_y + card_h // 2, card_x + card_w // 2] - centre).sum() <= 30
+    desktop.act("pyautogui.press('escape')")
+    assert wait_for(lambda: not picker_shown(desktop), 10)
+    titles = {"red": "120x30+100+80", "blue": "70x20+1100+600"}
+    long_title = ["-T", "Ünïcödé, and long: " * 200, "-e", "sleep", "600"]  # its caption is cut to fit
+    for colour, geometry in titles.items():
+        command = ["xterm", "-bg", colour, "-geometry", geometry, *(long_title if colour == "blue" else [])]
+        desktop.client.post_json("/setup/launch", {"command": command})
+        assert wait_for(lambda: colour in windows_by_colour(desktop), 20), windows_by_colour(desktop)  # noqa: B023
+    assert wait_for(lambda: np.array_equal(pixels(desktop), pixels(desktop)), 10)  # xterm's prompt drawn
+    found = windows_by_colour(desktop)
+    ids = {colour: wid for colour, (wid, _) in found.items()}
+    boxes = {colour: box for colour, (_, box) in found.items()}
+    before = pixels(desktop)
+    order = list(titles)
+    ax, ay, aw, ah = picker_area(SCREEN)  # in the overview, which covers the work area
+    slots = picker_slots([boxes[t] for t in order], (1850, 1053), (ax, ay, aw, ah), 1080, PICKER_SPACING)
+    expected = {  # on the screen
+        t: (70 + int(x), 27 + int(y), max(1, round(w)), max(1, round(h)))
+        for t, (x, y, w, h) in zip(order, slots, strict=True)
+    }
+    assert active_window(desktop) == ids["blue"]  # the last one opened has the focus
+    desktop.act("pyautogui.press('win')")
+    assert wait_for(lambda: picker_shown(desktop), 10)
+    screen = pixels(desktop)
+    for title, (x, y, w, h) in expected.items():
+        bx, by, bw, bh = boxes[title]
+        frame = before[by : by + bh, bx : bx + bw]
+        above_icon = (0, h - PICKER_ICON * 7 // 10)  # the app's icon covers the preview's bottom 45 rows
+        assert preview_differs(screen, frame, (x, y, w, h), above_icon) < 8, (title, expected, boxes)
+        shifted = (x + w // 4, y, w, h)  # control: the same comparison a quarter of a preview aside fails
+        assert preview_differs(screen, frame, shifted, above_icon) > 8, title
+        left, top = x + (w - PICKER_ICON) // 2, y + h - PICKER_ICON * 7 // 10  # xterm's icon, over the bottom
+        under = screen[top : y + h, left : left + PICKER_ICON]  # where the window is its background colour
+        assert (np.abs(under - np.array(COLOURS[title])).sum(axis=2) > 60).sum() > 300, title
+    x, y, w, h = expected["blue"]  # the pointer on a preview: its title's caption under its icon, as GNOME's
+    caption = (x + w // 2, y + h + PICKER_ICON * 3 // 10 + 6 + 3)  # the pill's middle, above the title's glyphs
+
+    def captioned() -> bool:
+        return bool(np.abs(pixels(desktop)[caption[1], caption[0]] - np.array(CAPTION_COLOUR)).sum() <= 6)
+
+    assert not captioned()
+    desktop.act(f"pyautogui.moveTo({x + w // 2}, {y + h // 3})")
+    assert wait_for(captioned, 10)
+    desktop.act(f"pyautogui.moveTo({PICKER_GREY[0]}, {PICKER_GREY[1]})")
+    assert wait_for(lambda: not captioned(), 10)
+    x, y, w, h = expected["red"]
+    desktop.act(f"pyautogui.click({x + w // 2}, {y + h // 2})")  # the red window's preview: it gets the focus
+    assert wait_for(lambda: active_window(desktop) == ids["red"], 10), (active_window(desktop), ids)
+    assert wait_for(lambda: not picker_shown(desktop), 10)
+    desktop.act("pyautogui.press('win')")  # Escape closes; so does a click beside the windows
+    assert wait_for(lambda: picker_shown(desktop), 10)
+    desktop.act("pyautogui.press('escape')")
+    assert wait_for(lambda: not picker_shown(desktop), 10)
+    desktop.act("pyautogui.click(40, 13)")
+    assert wait_for(lambda: picker_shown(desktop), 10)
+    desktop.act(f"pyautogui.click({PICKER_GREY[0]}, {PICKER_GREY[1]})")
+    assert wait_for(lambda: not picker_shown(desktop), 10)
+    assert active_window(desktop) == ids["red"]  # nothing else focused
 
 
 def dock_menu_row(n: int, count: int, centre: int = FILES) -> int:
@@ -758,18 +917,6 @@ def test_unpin_and_pin_to_dash_write_the_favourites_and_move_the_launcher(deskto
 def xterms(desktop: LocalDesktop) -> dict[str, int]:
     """Each xterm's title and window id, as the window manager lists them."""
     return {w.title: int(w.wid, 16) for w in desktop.display.windows() if w.wm_class.startswith("xterm.")}
-
-
-def active_window(desktop: LocalDesktop) -> int:
-    from Xlib import X
-
-    screen = open_display(desktop.display.name)
-    try:
-        root = screen.screen().root
-        prop = root.get_full_property(screen.intern_atom("_NET_ACTIVE_WINDOW"), X.AnyPropertyType)
-        return int(prop.value[0]) if prop is not None and len(prop.value) else 0
-    finally:
-        screen.close()
 
 
 def test_a_running_apps_menu_lists_its_windows_and_a_click_raises_one(desktop: LocalDesktop) -> None:

@@ -6,8 +6,8 @@ Shell does where an agent sees or clicks: the top bar (rows 0-26: Activities, th
 clock centred, status icons), the Ubuntu dock (columns 0-69: the favourites, ``org.gnome.shell favorite-apps``,
 the VM's launchers in the VM's order by default; then the running apps that are not favourites and Trash; a
 dot per window of a running app, Show Applications at the bottom), the work area right of the dock and under
-the top bar (openbox's margins), an overview with an app grid and a search, and a launcher's right-click menu
-(the app's windows, Pin to Dash or Unpin).
+the top bar (openbox's margins), GNOME 43's window picker, an app grid and a search, and a launcher's
+right-click menu (the app's windows, Pin to Dash or Unpin).
 
 Everything the panel shows is drawn here once per screen size with Pillow (:func:`write_lookalike_files`)
 into the desktop's own folder, bound read-only at :data:`LOOKALIKE_DIR`: raw pixmaps (zlib) and a manifest
@@ -217,10 +217,15 @@ APPS: tuple[AppEntry, ...] = (
     AppEntry("org.gnome.Evince", "Document Viewer", ("evince",), ("org.gnome.Evince", "evince"), ("evince",)),
     AppEntry("org.gnome.Totem", "Videos", ("totem",), ("org.gnome.Totem", "totem"), ("totem",)),
 )
-#: The icons of names the top bar shows that no app above has (first found wins, as :attr:`AppEntry.icons`).
-OTHER_ICONS = {"XTerm": ("xterm", "utilities-terminal"), "LibreOffice": ("libreoffice-startcenter", "libreoffice-main")}
 #: An app's icon where the theme has none for it (GNOME's fallback).
 GENERIC_ICON = ("application-x-executable", "applications-other")
+#: Icons of the windows of classes no app above claims (lower-case ``WM_CLASS`` values, a trailing ``*`` any rest;
+#: the first icon found wins, as :attr:`AppEntry.icons`): the window picker's, and the top bar's by
+#: :data:`OTHER_NAMES`.
+OTHER_ICONS = (
+    (("xterm",), ("xterm-color", "xterm")),
+    (("soffice", "libreoffice*"), ("libreoffice-startcenter", "libreoffice-main")),
+)
 #: Names the top bar shows for windows of classes no app above claims.
 OTHER_NAMES = {
     "gnome-terminal-server": "Terminal",
@@ -431,8 +436,11 @@ def _draw_lcd(
     image.paste(Image.fromarray(np.rint(pixels).astype(np.uint8), "RGB"))
 
 
-def _glyphs(kind: str, size: int, fg: tuple[int, int, int], bg: tuple[int, int, int]) -> tuple[Any, dict[str, Any]]:
-    """A strip of the printable ASCII characters drawn in ``fg`` over ``bg`` (:func:`_draw_lcd`), and where each
+def _glyphs(
+    kind: str, size: int, fg: tuple[int, int, int], bg: tuple[int, int, int], latin1: bool = False
+) -> tuple[Any, dict[str, Any]]:
+    """A strip of the printable ASCII characters (and Latin-1's, with ``latin1``: window titles) drawn in ``fg``
+    over ``bg`` (:func:`_draw_lcd`), and where each
     one is: its x in the strip, its advance and the width to copy, which takes in the ink right of the advance
     (Ubuntu's "f", "r" and others reach into the next glyph's cell, a colour fringe a pixel further; the panel
     copies right to left, so that it is kept)."""
@@ -442,7 +450,7 @@ def _glyphs(kind: str, size: int, fg: tuple[int, int, int], bg: tuple[int, int, 
     font = _font(kind, size)
     ascent, descent = font.getmetrics()
     height = ascent + descent
-    chars = [*(chr(c) for c in range(32, 127)), "…"]
+    chars = [*(chr(c) for c in range(32, 127)), *(chr(c) for c in range(161, 256) if latin1), "…"]
     advances = [round(font.getlength(c)) for c in chars]
     cells = [max(advance, font.getbbox(c)[2] + 1) for c, advance in zip(chars, advances, strict=True)]
     strip = Image.new("RGB", (sum(cells) + 2 * len(chars), height), bg)
@@ -498,8 +506,8 @@ def _bar_icons(background: tuple[int, int, int]) -> tuple[Any, dict[str, int]]:
     icons: dict[str, Sequence[str]] = {"": GENERIC_ICON}
     for app in (*LAUNCHERS, *APPS):
         icons.setdefault(app.name, (*app.icons, *GENERIC_ICON))
-    for name in OTHER_NAMES.values():
-        icons.setdefault(name, (*OTHER_ICONS.get(name, ()), *GENERIC_ICON))
+    for classes, found in OTHER_ICONS:
+        icons.setdefault(OTHER_NAMES.get(classes[0], classes[0]), (*found, *GENERIC_ICON))
     strip = Image.new("RGB", (APP_ICON * len(icons), APP_ICON), background)
     for i, names in enumerate(icons.values()):
         strip.paste(_bar_icon(names, (238, 238, 236), background), (i * APP_ICON, 0))
@@ -650,6 +658,93 @@ def _show_apps_icon(size: int) -> Any:
     return image
 
 
+#: GNOME 43's window picker under Yaru (``#overviewGroup`` #222222, ``.workspace-background``'s 30 px corners
+#: and shadow), measured on the ``gnome`` session at 1920x1080 (docs/backends.md): the workspace is the work
+#: area's wallpaper scaled into a card, x 242-1747, y 149-1005 on the screen (the work area's shape, centred
+#: right of the dock, 122 px under the work area's top), the windows' previews laid out over it
+#: (:func:`.panel.picker_slots`), the search entry 24 px under the bar. ``PICKER_CARD``: the card's top in
+#: the work area, and its height over the screen's.
+PICKER_COLOUR = (34, 34, 34)
+PICKER_CARD = (122, 857 / 1080)
+PICKER_SEARCH_Y = 24
+PICKER_CORNER = 30
+#: The next workspace's card, right of the current one: this far from it, and this much smaller (measured: from
+#: x 1858, y 175-980 at 1920x1080, cut by the screen's edge).
+PICKER_PEEK = (110, 805 / 857)
+#: The previews' area: the card widened by this much (both ways, keeping its shape), as measured with three
+#: windows whose row did not fit the card (GNOME's row then reaches 20 px past the card's sides).
+PICKER_SLACK = 20
+#: Between previews and rows: ``.window-picker``'s 6 px and the largest of a preview's chrome (its icon's 30 %
+#: below the preview, 19.2 px, and 5 px for the hovered preview's growth), as GNOME adds them.
+PICKER_SPACING = 30.2
+
+
+def picker_card(screen: tuple[int, int]) -> tuple[int, int, int, int]:
+    """The workspace's card in the window picker, ``(x, y, width, height)`` from the overview's top left (the
+    work area's top left): the work area's shape at :data:`PICKER_CARD`'s height, centred across it."""
+    width, height = screen
+    work_w, work_h = width - DOCK_WIDTH, height - BAR_HEIGHT
+    card_h = min(round(height * PICKER_CARD[1]), work_h - PICKER_CARD[0])
+    card_w = round(card_h * work_w / work_h)
+    return ((work_w - card_w) // 2, PICKER_CARD[0], card_w, card_h)
+
+
+#: The title caption under the preview the pointer is on (Yaru's ``.window-caption``: #2a2a2a at 97.5 % in a
+#: 1 px #464646 border, a pill with 6 px above and below the text and 12 px beside it), 6 px under the icon.
+CAPTION_COLOUR = (42, 42, 42)
+#: The app icon GNOME 43 puts on each preview (its ``windowPreview.js``): 64 px, centred, 70 % over the preview's
+#: bottom; the app found by the window's class, as the top bar names it.
+PICKER_ICON = 64
+#: The icon of a window of no app above.
+FALLBACK_ICON = ("application-x-executable",)
+
+
+def _picker_icons() -> tuple[Any, list[list[str]]]:
+    """The window picker's app icons side by side (RGBA, :data:`PICKER_ICON` square), the fallback last, and
+    the classes each one is for."""
+    from PIL import Image
+
+    entries = [(list(app.classes), app.icons) for app in dict.fromkeys((*LAUNCHERS, *APPS)) if app.classes]
+    entries += [(list(classes), icons) for classes, icons in OTHER_ICONS]
+    strip = Image.new("RGBA", (PICKER_ICON * (len(entries) + 1), PICKER_ICON))
+    for i, (_, icons) in enumerate([*entries, ([], FALLBACK_ICON)]):
+        strip.paste(_icon(icons, PICKER_ICON), (i * PICKER_ICON, 0))
+    return strip, [classes for classes, _ in entries]
+
+
+def picker_area(screen: tuple[int, int]) -> tuple[int, int, int, int]:
+    """Where the window picker lays out the previews (:func:`.panel.picker_slots`): the card widened by
+    :data:`PICKER_SLACK` on each side, and as much taller in proportion, about its centre."""
+    x, y, w, h = picker_card(screen)
+    dy = round(PICKER_SLACK * h / w)
+    return (x - PICKER_SLACK, y - dy, w + 2 * PICKER_SLACK, h + 2 * dy)
+
+
+def _picker_background(screen: tuple[int, int]) -> Any:
+    """The window picker without its windows: the overview's grey, the work area's wallpaper on a card with
+    rounded corners and a soft shadow under it, and the next (empty) workspace's card peeking in at the right
+    (:data:`PICKER_PEEK`), as GNOME's dynamic workspaces always have one after the last."""
+    from PIL import Image, ImageDraw, ImageFilter
+
+    width, height = screen
+    x, y, w, h = picker_card(screen)
+    gap, scale = PICKER_PEEK
+    peek_w, peek_h = round(w * scale), round(h * scale)
+    cards = ((x, y, w, h), (x + w + gap, y + (h - peek_h) // 2, peek_w, peek_h))
+    image = Image.new("RGB", (width - DOCK_WIDTH, height - BAR_HEIGHT), PICKER_COLOUR)
+    radius = max(2, round(PICKER_CORNER * w / (width - DOCK_WIDTH)))
+    shadow = Image.new("L", image.size, 0)
+    for cx, cy, cw, ch in cards:
+        ImageDraw.Draw(shadow).rounded_rectangle((cx - 4, cy, cx + cw + 3, cy + ch + 7), radius=radius, fill=70)
+    image.paste((0, 0, 0), mask=shadow.filter(ImageFilter.GaussianBlur(8)))
+    work = _wallpaper(screen).crop((DOCK_WIDTH, BAR_HEIGHT, width, height))
+    for cx, cy, cw, ch in cards:
+        mask = Image.new("L", (cw, ch), 0)
+        ImageDraw.Draw(mask).rounded_rectangle((0, 0, cw - 1, ch - 1), radius=radius, fill=255)
+        image.paste(work.resize((cw, ch), Image.Resampling.LANCZOS), (cx, cy), mask)
+    return image
+
+
 TILE = (136, 128)
 GRID_ICON = 64
 
@@ -774,14 +869,20 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
         "small_selected": ("regular", 12, (239, 239, 239), DAY_SELECTED),
         "button": ("regular", 15, TEXT_COLOUR, BUTTON_COLOUR),
         "button_off": ("regular", 15, INSENSITIVE_TEXT, INSENSITIVE_BUTTON),
+        "caption": ("regular", 15, (238, 238, 236), CAPTION_COLOUR),
     }
     glyph_tables = {}
     for style, (kind, size, fg, bg) in menu_styles.items():
-        strip, glyph_tables[style] = _glyphs(kind, size, fg, bg)
+        strip, glyph_tables[style] = _glyphs(kind, size, fg, bg, latin1=style == "caption")
         keep(f"glyphs_{style}", strip)
     keep("menu_icons", _menu_icons(MENU_COLOUR))
     keep("menu_icons_hot", _menu_icons(MENU_HIGHLIGHT))
     keep("bell", _bell(48))
+    # the window picker's background: loaded only while the overview is open, not kept in the X server
+    files["picker.z"] = _raw(_picker_background(screen))
+    icons, icon_classes = _picker_icons()
+    files["picker_icons.z"] = zlib.compress(icons.tobytes("raw", "BGRA"), 6)
+    card = picker_card(screen)
     manifest = {
         "screen": [width, height],
         "bar_height": BAR_HEIGHT,
@@ -802,6 +903,8 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
             "bar_lit": BAR_BUTTON_LIT,
             "bar_hover": BAR_BUTTON_HOVER,
             "day_selected": DAY_SELECTED,
+            "caption": CAPTION_COLOUR,
+            "caption_border": MENU_SEPARATOR,
         },
         "images": images,
         "glyphs": {
@@ -838,6 +941,15 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
         "show_apps": spot.show_apps_centre,
         "apps": [{"name": a.name, "id": a.key, "command": list(a.command)} for a in APPS],
         "tile": tile_table,
+        "picker": {
+            "background": [width - DOCK_WIDTH, height - BAR_HEIGHT, "picker.z"],
+            "card": list(card),
+            "area": list(picker_area(screen)),
+            "search_y": PICKER_SEARCH_Y,
+            "spacing": PICKER_SPACING,
+            "icons": [icons.width, icons.height, "picker_icons.z"],
+            "icon_classes": icon_classes,
+        },
         "names": {**OTHER_NAMES},
         "volume": AUDIO_VOLUME,  # the system menu's slider until the sound server says its own
     }

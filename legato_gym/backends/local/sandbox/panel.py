@@ -10,20 +10,25 @@ app's name), a change of the favourites (its ``gsettings monitor`` child says it
 minute (the clock). The top bar's buttons open GNOME 42's menus (the app menu, the date
 menu, the system menu and its end-session dialogs, which end nothing: :data:`DIALOGS`), the dock's launchers a
 menu of their own (the app's windows, Pin to Dash or Unpin, which write the favourites with ``gsettings``),
-Activities and Show Applications the overview. It draws only by copying pre-drawn pictures
-(server-side pixmaps, text as glyphs copied from a strip) and filling rectangles: it imports neither Pillow nor
-numpy, and an idle desktop costs it nothing.
+Activities and Super the overview's window picker (:func:`picker_slots`), Show Applications its app grid. It
+draws only by copying pre-drawn pictures (server-side pixmaps, text as glyphs copied from a strip), filling
+rectangles and, while the window picker opens, reading the windows' pixels back from the X server a strip at a
+time: it imports neither Pillow nor numpy, and an idle desktop costs it nothing.
 
 Standalone on purpose (only the standard library and python-xlib): it runs from a file bound into the sandbox.
 """
 
 from __future__ import annotations
 
+import array
 import ast
 import calendar
+import contextlib
 import ctypes
 import json
 import logging
+import math
+import operator
 import os
 import re
 import select
@@ -46,7 +51,9 @@ logger = logging.getLogger("legato.panel")
 WATCHED = ("_NET_CLIENT_LIST", "_NET_ACTIVE_WINDOW", "_NET_CLIENT_LIST_STACKING", "_NET_WORKAREA")
 MENU_ROW = 32
 MENU_WIDTH = 220
-SEARCH = (320, 36)
+#: The overview's search entry, a pill (Yaru's ``.search-entry``: 320 px of text, 9 px of padding and a 1 px
+#: border each side, 38 px tall, measured on the ``gnome`` session), 24 px under the bar.
+SEARCH = (340, 38)
 MAX_DOTS = 4
 #: The top bar's menus (GNOME Shell 42 with Yaru's stylesheet): 6 px of padding in a 1 px border, 15 px corners,
 #: items 36 px tall (9 px above and below the text), separators 13 px (6 px around a line), at least 15em wide;
@@ -198,6 +205,124 @@ def _month_later(date: tuple[int, int, int], step: int) -> tuple[int, int, int]:
     return year, month + 1, min(date[2], calendar.monthrange(year, month + 1)[1])
 
 
+#: GNOME 43's window picker (its ``workspace.js``): no preview is over 95 % of its window's size, and a window's
+#: height over the screen's, h, gives it 1.5 - 0.5 h times the others' scale (small windows stay legible).
+PREVIEW_MAX_SCALE = 0.95
+
+
+def _window_scale(box: tuple[float, float, float, float], screen_height: int) -> float:
+    return 1.5 - 0.5 * box[3] / screen_height
+
+
+def _picker_rows(
+    boxes: list[tuple[float, float, float, float]], count: int, screen_height: int
+) -> list[tuple[list[int], float, float]]:
+    """The windows in ``count`` rows as GNOME's unaligned layout fills them: top to bottom by their centres, a
+    row taking windows while its width gets nearer the ideal (the total over ``count``), left to right in it.
+    Each row: its windows' indices, its width and height at full size (each window at its own scale)."""
+    scale = [_window_scale(box, screen_height) for box in boxes]
+    ideal = sum(box[2] * s for box, s in zip(boxes, scale, strict=True)) / count
+    order = sorted(range(len(boxes)), key=lambda i: boxes[i][1] + boxes[i][3] / 2)
+    rows: list[tuple[list[int], float, float]] = []
+    n = 0
+    for r in range(count):
+        members: list[int] = []
+        width = height = 0.0
+        while n < len(order):
+            i = order[n]
+            w, h = boxes[i][2] * scale[i], boxes[i][3] * scale[i]
+            height = max(height, h)  # as GNOME's: the next row's first window counts here too
+            nearer = abs(1 - (width + w) / ideal) < abs(1 - width / ideal)
+            if width + w <= ideal or nearer or r == count - 1:
+                members.append(i)
+                width += w
+                n += 1
+            else:
+                break
+        members.sort(key=lambda i: boxes[i][0] + boxes[i][2] / 2)
+        rows.append((members, width, height))
+    return rows
+
+
+def picker_slots(
+    boxes: list[tuple[int, int, int, int]],
+    work_area: tuple[int, int],
+    area: tuple[int, int, int, int],
+    screen_height: int,
+    spacing: float,
+) -> list[tuple[float, float, float, float]]:
+    """Where GNOME 43's window picker puts windows of frames ``boxes`` (``x, y, width, height`` on the screen)
+    in ``area`` (the workspace's card): each window's preview ``(x, y, width, height)``, in the order of
+    ``boxes``.
+
+    As its ``UnalignedLayoutStrategy``: one row, then one more while the rows' scale and filled space in the
+    ``work_area`` (its width and height) get better (by GNOME's weights); that scale (at most 95 %) holds in
+    ``area`` too, unless a row does not fit there; each row centred, one row's windows centred on its middle,
+    several rows' on their bottom; ``spacing`` between windows and rows. Example: one window of half the work
+    area's size, alone, is shown at 95 % of its size in the card's middle."""
+    if not boxes:
+        return []
+    fboxes = [(float(x), float(y), float(w), float(h)) for x, y, w, h in boxes]
+    ww, wh = work_area
+    ax, ay, aw, ah = area
+    best: tuple[list[tuple[list[int], float, float]], float] | None = None
+    best_space = 0.0
+    columns = -1
+    for count in range(1, len(boxes) + 1):
+        if -(-len(boxes) // count) == columns:
+            break
+        rows = _picker_rows(fboxes, count, screen_height)
+        widest = max(rows, key=lambda row: row[1])
+        grid_w, grid_h = widest[1], sum(row[2] for row in rows)
+        h_spacing, v_spacing = (len(widest[0]) - 1) * spacing, (count - 1) * spacing
+        scale = min((ww - h_spacing) / grid_w, (wh - v_spacing) / grid_h, PREVIEW_MAX_SCALE)
+        space = (grid_w * scale + h_spacing) * (grid_h * scale + v_spacing) / (ww * wh)
+        if best is not None:
+            gain_scale, gain_space = scale - best[1], (space - best_space) * 0.1
+            better = (
+                (scale > best[1] and space > best_space)
+                or (scale > best[1] and gain_scale > gain_space)
+                or (scale <= best[1] and space > best_space and gain_space > gain_scale)
+            )
+            if not better:
+                break
+        best, best_space, columns = (rows, scale), space, -(-len(boxes) // count)
+    assert best is not None
+    rows, scale = best
+    heights = [row[2] * scale for row in rows]
+    v_spacing = (len(rows) - 1) * spacing
+    fit_v = min(1.0, (ah - v_spacing) / sum(heights))
+    placed: list[tuple[float, float, float, list[int]]] = []  # each row's x, y, extra scale, windows
+    compensation, y = 0.0, 0.0
+    for (members, width, _), height in zip(rows, heights, strict=True):
+        h_spacing = (len(members) - 1) * spacing
+        fit = min(fit_v, min(1.0, (aw - h_spacing) / (width * scale)))
+        if fit < fit_v:
+            compensation += (fit_v - fit) * height
+        row_x = ax + max(aw - (width * scale * fit + h_spacing), 0) / 2
+        placed.append((row_x, ay + max(ah - (sum(heights) + v_spacing), 0) / 2 + y, fit, members))
+        y += height * fit + spacing
+    slots: dict[int, tuple[float, float, float, float]] = {}
+    for (row_x, row_y, fit, members), height in zip(placed, heights, strict=True):
+        top, x = row_y + compensation / 2, row_x
+        for i in members:
+            s = scale * _window_scale(fboxes[i], screen_height) * fit
+            cell_w, cell_h = fboxes[i][2] * s, fboxes[i][3] * s
+            shown = min(s, PREVIEW_MAX_SCALE)
+            w, h = fboxes[i][2] * shown, fboxes[i][3] * shown
+            y_at = top + (height * fit - h) / 2 if len(rows) == 1 else top + height * fit - cell_h
+            slots[i] = (float(math.floor(x + (cell_w - w) / 2)), float(math.floor(y_at)), w, h)
+            x += cell_w + spacing
+    return [slots[i] for i in range(len(boxes))]
+
+
+def _give_back_memory() -> None:
+    """Return the C library's free heap to the system (``malloc_trim``): the window picker's strips of pixels
+    come and go in blocks the allocator would otherwise keep, a few MiB of the panel's PSS after some opens."""
+    with contextlib.suppress(OSError, AttributeError):  # AttributeError: not glibc
+        ctypes.CDLL(None).malloc_trim(0)
+
+
 def _matches(patterns: list[str], names: tuple[str, ...]) -> bool:
     for pattern in patterns:
         for name in names:
@@ -259,8 +384,15 @@ class Panel:
             event_mask=X.ButtonPressMask | X.PointerMotionMask | X.EnterWindowMask | X.LeaveWindowMask
         )
         self.overview_open = False
+        self.overview_mode = "windows"  # the window picker; "apps": the app grid (Show Applications)
+        #: the picker's previews while it is shown: where each is, its window, its pixmap (the X server's memory)
+        self.previews: list[tuple[tuple[int, int, int, int], int, Any]] = []
         self.overview_pixmap: Any = None  # while the overview is shown (a screen's worth of the X server's memory)
         self.overview = self._popup(self.dock_w, self.bar_h, self.width - self.dock_w, self.height - self.bar_h)
+        self.overview.change_attributes(
+            event_mask=X.ButtonPressMask | X.KeyPressMask | X.KeyReleaseMask | X.PointerMotionMask
+        )
+        self.hovered = -1  # the window picker's preview under the pointer (its caption shown)
         self.menu = self._popup(0, 0, MENU_WIDTH, MENU_ROW)
         self.menu_pixmap = self.root.create_pixmap(MENU_WIDTH, MENU_ROW * MENU_ROWS + 12, self.depth)
         self.menu.change_attributes(background_pixmap=self.menu_pixmap)
@@ -700,7 +832,8 @@ class Panel:
         self._text(self.bar_pixmap, _styled("bold", state), text, x, int(self.m["text_y"]))
         self.bar.clear_area(x0, 0, span, self.bar_h)
 
-    # the overview: a search field and the app grid, over the work area
+    # the overview: Activities and Super show the window picker (the open windows, scaled down, over the
+    # workspace); typing, or Show Applications, the app grid and its search
 
     def _matching_apps(self) -> list[int]:
         query = self.query.lower()
@@ -710,16 +843,26 @@ class Panel:
             if not query or query in app["name"].lower() or (app["command"] and query in app["command"][0].lower())
         ]
 
-    def _draw_overview(self) -> None:
-        width, height = self.width - self.dock_w, self.height - self.bar_h
-        self._fill(self.overview_pixmap, "overview", 0, 0, width, height)
-        sx, sy = (width - SEARCH[0]) // 2, 24
-        self._fill(self.overview_pixmap, "search", sx, sy, *SEARCH)
-        text_y = sy + (SEARCH[1] - self.m["glyphs"]["search"]["height"]) // 2
+    def _draw_search(self, width: int, y: int) -> None:
+        sx = (width - SEARCH[0]) // 2
+        self.gc.change(foreground=self.colours["search"])
+        for left in (sx, sx + SEARCH[0] - SEARCH[1]):
+            self.overview_pixmap.fill_arc(self.gc, left, y, SEARCH[1], SEARCH[1], 0, 360 * 64)
+        self.overview_pixmap.fill_rectangle(self.gc, sx + SEARCH[1] // 2, y, SEARCH[0] - SEARCH[1], SEARCH[1])
+        text_y = y + (SEARCH[1] - self.m["glyphs"]["search"]["height"]) // 2
         if self.query:
             self._text(self.overview_pixmap, "search", self.query, sx + 14, text_y)
         else:
             self._text(self.overview_pixmap, "hint", "Type to search", sx + 14, text_y)
+
+    def _draw_overview(self) -> None:
+        width, height = self.width - self.dock_w, self.height - self.bar_h
+        if self.overview_mode == "windows" and not self.query:
+            self._draw_picker()
+            self.overview.clear_area(0, 0, width, height)
+            return
+        self._fill(self.overview_pixmap, "overview", 0, 0, width, height)
+        self._draw_search(width, 24)
         tile_w, tile_h = self.m["tile"]["width"], self.m["tile"]["height"]
         shown = self._matching_apps()
         columns = max(1, min(8, (width - 80) // tile_w))
@@ -733,8 +876,203 @@ class Panel:
             self.overview_tiles.append((x, y, app))
         self.overview.clear_area(0, 0, width, height)
 
-    def _open_overview(self) -> None:
+    def _draw_picker(self) -> None:
+        """The window picker: the workspace (the wallpaper's card, pre-drawn), the search entry over it, and each
+        captured window's preview where GNOME's layout puts it."""
+        picker = self.m["picker"]
+        width, height, file = picker["background"]
+        self._put_compressed(self.overview_pixmap, self.folder / file, width, height)
+        self._draw_search(width, int(picker["search_y"]))
+        icons_w, size, icons_file = picker["icons"]
+        icons = zlib.decompress((self.folder / icons_file).read_bytes())
+        for n, ((x, y, w, h), wid, pixmap) in enumerate(self.previews):
+            self.overview_pixmap.copy_area(self.gc, pixmap, 0, 0, w, h, x, y)
+            self._draw_icon(icons, icons_w, size, self._icon_of(wid), x + (w - size) // 2, y + h - size * 7 // 10)
+            if n == self.hovered:
+                self._draw_caption(self._title_of(wid), x + w // 2, y + h + size * 3 // 10 + 6, w)
+
+    def _title_of(self, wid: int) -> str:
+        """Window ``wid``'s title (``_NET_WM_NAME``, else ``WM_NAME``), as GNOME's caption shows it."""
+        try:
+            window = self.d.create_resource_object("window", wid)
+            name = window.get_full_property(self.d.intern_atom("_NET_WM_NAME"), X.AnyPropertyType)
+            if name is not None and name.value:
+                value = name.value
+                return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+            return str(window.get_wm_name() or "")
+        except xerror.XError:
+            return ""
+
+    def _draw_caption(self, title: str, centre: int, top: int, room: int) -> None:
+        """The title caption (Yaru's ``.window-caption``: a pill in a 1 px border) centred on ``centre`` from
+        ``top``, at most ``room`` wide, the title cut with an ellipsis to fit."""
+        room = max(room, 40)
+        title = title[: room // 2]  # no glyph is narrower than 2 px: the rest would not show
+        while title and self._text_width("caption", title) + 26 > room:
+            title = title[:-2] + "…" if len(title) > 1 else ""
+        height = self.m["glyphs"]["caption"]["height"] + 14
+        width = self._text_width("caption", title) + 26
+        x = centre - width // 2
+        for colour, inset in (("caption_border", 0), ("caption", 1)):
+            self.gc.change(foreground=self.colours[colour])
+            d = height - 2 * inset
+            for left in (x + inset, x + width - inset - d):
+                self.overview_pixmap.fill_arc(self.gc, left, top + inset, d, d, 0, 360 * 64)
+            self.overview_pixmap.fill_rectangle(self.gc, x + height // 2, top + inset, width - height, d)
+        self._text(self.overview_pixmap, "caption", title, x + 13, top + 7)
+
+    def _overview_motion(self, event: Any) -> None:
+        """The window picker's caption follows the pointer, from preview to preview, as GNOME's overlay."""
+        if self.overview_mode != "windows" or self.query:
+            return
+        under = next(
+            (
+                n
+                for n, ((x, y, w, h), _, _) in enumerate(self.previews)
+                if x <= event.event_x < x + w and y <= event.event_y < y + h
+            ),
+            -1,
+        )
+        if under != self.hovered:
+            self.hovered = under
+            self._draw_overview()
+
+    def _icon_of(self, wid: int) -> int:
+        """Which of the picker's icons is the app's of window ``wid`` (the last: none of them)."""
+        names = self._window_classes(wid)
+        table = self.m["picker"]["icon_classes"]
+        return next((i for i, classes in enumerate(table) if names and _matches(classes, names)), len(table))
+
+    def _draw_icon(self, icons: bytes, icons_w: int, size: int, index: int, x: int, y: int) -> None:
+        """Blend icon ``index`` of the strip ``icons`` (BGRA rows) over the overview at ``(x, y)`` by its alpha:
+        what is there is read back from the X server, mixed here and sent again (a few thousand pixels)."""
+        x0, y0 = max(0, x), max(0, y)
+        x1 = min(self.width - self.dock_w, x + size)
+        y1 = min(self.height - self.bar_h, y + size)
+        if x1 <= x0 or y1 <= y0:
+            return
+        w = x1 - x0
+        under = bytearray(self.overview_pixmap.get_image(x0, y0, w, y1 - y0, X.ZPixmap, 0xFFFFFFFF).data)
+        for row in range(y1 - y0):
+            source = ((y0 - y + row) * icons_w + index * size + x0 - x) * 4
+            target = row * w * 4
+            for n in range(0, w * 4, 4):
+                alpha = icons[source + n + 3]
+                if alpha:
+                    for c in range(3):
+                        at = target + n + c
+                        under[at] = (icons[source + n + c] * alpha + under[at] * (255 - alpha)) // 255
+        self.overview_pixmap.put_image(self.gc, x0, y0, w, y1 - y0, X.ZPixmap, self.depth, 0, bytes(under))
+
+    def _put_compressed(self, target: Any, path: Path, width: int, height: int) -> None:
+        """Send the picture in ``path`` (zlib-compressed ZPixmap rows) onto ``target``, a strip at a time as it is
+        decompressed, each sent before the next: the panel never holds the whole picture (a screen's worth, which
+        the C library keeps for the process once freed: it raises its threshold for giving blocks back)."""
+        stream = zlib.decompressobj()
+        tail = path.read_bytes()
+        stride = width * 4
+        rows = max(1, 200_000 // stride)
+        for y in range(0, height, rows):
+            count = min(rows, height - y)
+            chunk = b""
+            while len(chunk) < count * stride:
+                more = stream.decompress(tail, count * stride - len(chunk))
+                tail = stream.unconsumed_tail
+                if not more:
+                    return
+                chunk += more
+            target.put_image(self.gc, 0, y, width, count, X.ZPixmap, self.depth, 0, chunk)
+            self.d.flush()  # python-xlib would hold every strip until the next flush
+
+    def _frame(self, wid: int) -> tuple[int, int, int, int] | None:
+        """The on-screen box ``(x, y, width, height)`` of client ``wid``'s frame (its ancestor under the root),
+        clipped to the screen; None when it is not shown (minimized, on no screen, gone)."""
+        try:
+            window = self.d.create_resource_object("window", wid)
+            if window.get_attributes().map_state != X.IsViewable:
+                return None
+            top = window
+            while True:
+                parent = top.query_tree().parent
+                if parent.id == self.root.id:
+                    break
+                top = parent
+            geometry = top.get_geometry()
+        except xerror.XError:
+            return None
+        x0, y0 = max(0, geometry.x), max(0, geometry.y)
+        x1 = min(self.width, geometry.x + geometry.width + 2 * geometry.border_width)
+        y1 = min(self.height, geometry.y + geometry.height + 2 * geometry.border_width)
+        return (x0, y0, x1 - x0, y1 - y0) if x1 > x0 and y1 > y0 else None
+
+    def _picker_windows(self) -> list[tuple[int, tuple[int, int, int, int]]]:
+        """The windows the picker shows, oldest first as GNOME sorts them: each normal window's id and frame."""
+        normal = self.d.intern_atom("_NET_WM_WINDOW_TYPE_NORMAL")
+        kind_atom = self.d.intern_atom("_NET_WM_WINDOW_TYPE")
+        shown = []
+        for wid in self._clients():
+            try:
+                window = self.d.create_resource_object("window", wid)
+                kind = window.get_full_property(kind_atom, X.AnyPropertyType)
+                transient = window.get_wm_transient_for()
+            except xerror.XError:
+                continue
+            if (kind is not None and normal not in kind.value) or transient is not None:
+                continue  # docks, the desktop, and dialogs (GNOME shows a dialog within its parent's preview)
+            box = self._frame(wid)
+            if box is not None:
+                shown.append((wid, box))
+        return shown
+
+    def _capture(self, box: tuple[int, int, int, int], width: int, height: int) -> Any:
+        """A pixmap of ``width`` x ``height`` with what the screen shows in ``box``, scaled down (the nearest
+        pixel): read from the X server a strip of rows at a time, so the panel never holds a whole window."""
+        x, y, w, h = box
+        columns = [min(w - 1, (2 * i + 1) * w // (2 * width)) for i in range(width)]
+        pick = operator.itemgetter(*columns)
+        pixmap = self.root.create_pixmap(width, height, self.depth)
+        strip = max(1, 100_000 // (w * 4))  # rows read at a time; as many sent at a time:
+        per_put = max(1, 100_000 // (width * 4))  # no block the C library would keep once freed
+        top, rows = -strip, memoryview(b"")
+        out = array.array("I")
+        for j in range(height):
+            source = min(h - 1, (2 * j + 1) * h // (2 * height))
+            if not top <= source < top + strip:
+                top = source
+                image = self.root.get_image(x, y + top, w, min(strip, h - top), X.ZPixmap, 0xFFFFFFFF)
+                rows = memoryview(image.data).cast("I")
+            line = pick(rows[(source - top) * w : (source - top + 1) * w])
+            out.extend(line if width > 1 else (line,))
+            if (j + 1) % per_put == 0 or j == height - 1:
+                count = len(out) // width
+                pixmap.put_image(self.gc, 0, j + 1 - count, width, count, X.ZPixmap, self.depth, 0, out.tobytes())
+                self.d.flush()
+                out = array.array("I")
+        return pixmap
+
+    def _capture_windows(self) -> None:
+        """Capture the picker's previews before the overview covers the windows (see :func:`picker_slots`)."""
+        picker = self.m["picker"]
+        windows = self._picker_windows()
+        work_area = (self.width - self.dock_w, self.height - self.bar_h)
+        ax, ay, aw, ah = (int(v) for v in picker["area"])
+        boxes = [box for _, box in windows]
+        slots = picker_slots(boxes, work_area, (ax, ay, aw, ah), self.height, float(picker["spacing"]))
+        self.previews = []
+        for (wid, box), (x, y, w, h) in zip(windows, slots, strict=True):
+            size = (max(1, round(w)), max(1, round(h)))
+            self.previews.append(((int(x), int(y), *size), wid, self._capture(box, *size)))
+
+    def _free_previews(self) -> None:
+        for _, _, pixmap in self.previews:
+            pixmap.free()
+        self.previews = []
+        self.hovered = -1
+
+    def _open_overview(self, mode: str = "windows") -> None:
         self.query = ""
+        self.overview_mode = mode
+        self._capture_windows()
         self.overview_pixmap = self.root.create_pixmap(self.width - self.dock_w, self.height - self.bar_h, self.depth)
         self.overview.change_attributes(background_pixmap=self.overview_pixmap)
         self._draw_overview()
@@ -751,8 +1089,10 @@ class Panel:
         if self.overview_pixmap is not None:
             self.overview_pixmap.free()
             self.overview_pixmap = None
+        self._free_previews()
         self.overview_open = False
         self._paint_activities()
+        _give_back_memory()
 
     def _overview_shown(self) -> bool:
         return bool(self.overview.get_attributes().map_state == X.IsViewable)
@@ -763,13 +1103,33 @@ class Panel:
         else:
             self._open_overview()
 
+    def _show_apps(self) -> None:
+        """Show Applications: the app grid; pressed again, back to the window picker (as GNOME's toggle)."""
+        if not self._overview_shown():
+            self._open_overview("apps")
+            return
+        self.overview_mode = "windows" if self.overview_mode == "apps" else "apps"
+        self.query = ""
+        self._draw_overview()
+
+    def _activate_window(self, wid: int) -> None:
+        """Ask the window manager to focus and raise ``wid``, as a pager does (``_NET_ACTIVE_WINDOW``, source 2)."""
+        from Xlib.protocol import event as xevent  # type: ignore[import-untyped]
+
+        message = xevent.ClientMessage(
+            window=self.d.create_resource_object("window", wid),
+            client_type=self.d.intern_atom("_NET_ACTIVE_WINDOW"),
+            data=(32, [2, X.CurrentTime, 0, 0, 0]),
+        )
+        self.root.send_event(message, event_mask=X.SubstructureRedirectMask | X.SubstructureNotifyMask)
+
     def _overview_key(self, event: Any) -> None:
         keysym = self.d.keycode_to_keysym(event.detail, 1 if event.state & X.ShiftMask else 0)
         if keysym == XK.XK_Escape:
             self._close_overview()
         elif keysym in (XK.XK_Return, XK.XK_KP_Enter):
             shown = self._matching_apps()
-            if shown:
+            if shown and (self.query or self.overview_mode == "apps"):
                 self._close_overview()
                 self._launch(self.m["apps"][shown[0]]["command"])
         elif keysym == XK.XK_BackSpace:
@@ -782,6 +1142,14 @@ class Panel:
                 self._draw_overview()
 
     def _overview_click(self, event: Any) -> None:
+        if self.overview_mode == "windows" and not self.query:
+            for (x, y, w, h), wid, _ in self.previews:
+                if x <= event.event_x < x + w and y <= event.event_y < y + h:
+                    self._close_overview()
+                    self._activate_window(wid)
+                    return
+            self._close_overview()  # a click beside the windows leaves the overview, as GNOME's
+            return
         tile_w, tile_h = self.m["tile"]["width"], self.m["tile"]["height"]
         for x, y, app in self.overview_tiles:
             if x <= event.event_x < x + tile_w and y <= event.event_y < y + tile_h:
@@ -1457,7 +1825,7 @@ class Panel:
                 return
             if index == -1:
                 if event.detail == 1:
-                    self._toggle_overview()
+                    self._show_apps()
                 return
             if event.detail == 3:
                 self._open_menu(index)
@@ -1473,6 +1841,8 @@ class Panel:
             self._hover(self.bar_item(event.event_x))
         elif event.type == X.LeaveNotify and event.window.id == self.bar.id:
             self._hover("")
+        elif event.type == X.MotionNotify and event.window.id == self.overview.id:
+            self._overview_motion(event)
         elif event.type == X.MotionNotify and self.popover_kind:
             self._popover_motion(event)
         elif event.type == X.ButtonRelease and self.sliding:
