@@ -1183,12 +1183,13 @@ def lit_columns(desktop: LocalDesktop) -> dict[str, int]:
 
 def pills(desktop: LocalDesktop, colour: tuple[int, int, int]) -> list[tuple[int, int]]:
     """The bar's pills of ``colour``: the runs of columns of its row 5 in that colour, as ``(start, end)``, runs
-    less than 12 px apart joined (the label's glyphs cut them), whatever the font's widths."""
+    less than 17 px apart joined (the label's glyphs cut them, and the app's 16 px icon where it is not an
+    outline), whatever the font's widths."""
     row = pixels(desktop)[5].astype(int)
     columns = (np.abs(row - np.array(colour)).sum(axis=1) <= 6).nonzero()[0]
     runs: list[tuple[int, int]] = []
     for x in columns.tolist():
-        if runs and x - runs[-1][1] < 12:
+        if runs and x - runs[-1][1] < 17:
             runs[-1] = (runs[-1][0], x + 1)
         else:
             runs.append((x, x + 1))
