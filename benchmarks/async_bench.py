@@ -2,15 +2,18 @@
 
     python benchmarks/async_bench.py                    # 8 desktops, groups of 4, 4 groups a batch, 4 updates
     python benchmarks/async_bench.py --updates 6 --desktops 8
-    python benchmarks/async_bench.py --update-scale 0.6   # a trainer that keeps up with the desktops
+    python benchmarks/async_bench.py --update-scale 1     # an update as long as a batch: the trainer the bottleneck
 
 Fake desktops with real-ish latencies (reset 0.5 s, actions lognormal around 0.4 s, model calls 0.3 s on the
-reference policy server) stand in for OSWorld VMs. The trainer's update takes as long as one batch takes to
-collect (its first dispatch to its last record, measured on the first batch-by-batch batch), then it loads a
-new version.
+reference policy server) stand in for OSWorld VMs. The trainer takes one batch of groups per update, then loads a
+new version. Its update is, by default, *balanced*: as long as the desktops' busy time per batch (the
+batch-by-batch run's busy desktop-seconds per batch, over the desktops), so that desktops kept busy make exactly
+one batch per update; ``--update-scale s`` makes it ``s`` times one batch-by-batch batch's span instead (its first
+dispatch to its last record, measured on the first batch: 1 is the issue's literal "an update as long as a batch").
 
 * **batch by batch**: ``collect`` one batch on version ``step-u``, update, ``collect`` the next on
-  ``step-u+1``, ...: the desktops wait during every update (and each ``collect`` starts its desktops).
+  ``step-u+1``, ...: the desktops wait during every update (and each ``collect`` starts its desktops); the
+  updates are added to the collects' wall time (nothing runs while the desktops wait).
 * **continuous**: one :class:`~legato_rl.follow.Follower`; the trainer takes a batch of groups as they
   complete, updates while the desktops go on, loads the version, takes the next batch.
 
@@ -53,31 +56,38 @@ def _busy(run: Path, since: float, until: float, desktop: int | None = None) -> 
 
 
 def batch_by_batch(policy: PolicyConfig, tasks: list[Any], root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """``collect`` one batch per update; the update is added to the wall time (the desktops wait through it).
+
+    The update's length is derived from this run: by default the *balanced* trainer, whose update is as long as
+    the desktops' busy time per batch (the batches' busy desktop-seconds / desktops / updates: the desktops, kept
+    busy, make one batch per update); with ``--update-scale s``, ``s`` x the first batch's span (its first dispatch
+    to its last record; 1: an update as long as a batch-by-batch batch).
+    """
     config = DesktopConfig(screen=(640, 360), timeouts=TIMEOUTS, options={"latency": LATENCY})
     per_batch = args.batch_groups
-    t0 = time.time()
-    update_s: float | None = None
-    completed = busy = 0.0
+    collecting = completed = busy = 0.0
+    span: float | None = None
     for u in range(args.updates):
         batch = [tasks[(u * per_batch + i) % len(tasks)] for i in range(per_batch)]
         out = root / f"batch-{u}"
         started = time.time()
         summary = collect(batch, replace(policy, version=f"step-{u}"), out=out,
                           desktops=args.desktops, group=args.group, backend="fake", desktop=config, seed=u)  # fmt: skip
-        if update_s is None:  # the trainer's update takes as long as one batch: first dispatch to last record
+        collecting += time.time() - started
+        if span is None:  # the first batch's span: its first dispatch to its last record
             records = list(read_records(out))
             span = max(float(r.ended_at or started) for r in records) - min(
                 float(r.started_at or started) for r in records
             )
-            update_s = span * args.update_scale
         completed += sum(summary["status_counts"][s] for s in ("ok", "truncated"))
-        busy += _busy(out, t0, float("inf"))
-        time.sleep(update_s)  # the simulated update: the desktops wait
-    wall = time.time() - t0
-    assert update_s is not None
+        busy += _busy(out, started, float("inf"))
+    assert span is not None
+    balanced = busy / args.desktops / args.updates
+    update_s = balanced if args.update_scale is None else span * args.update_scale
+    wall = collecting + args.updates * update_s  # each update after its batch, the desktops waiting
     return {"wall_s": wall, "completed": completed, "rollouts_per_hour": completed / wall * 3600,
             "utilisation": busy / (args.desktops * wall), "update_s": update_s, "staleness": (0.0, 0),
-            "busy_per_rollout": busy / completed}  # fmt: skip
+            "busy_per_rollout": busy / completed, "span_s": span, "balanced_s": balanced}  # fmt: skip
 
 
 def continuous(
@@ -181,9 +191,10 @@ def main() -> None:
     parser.add_argument("--max-staleness", type=int, default=None)
     parser.add_argument("--partial", choices=("continue", "restart"), default="continue")
     parser.add_argument(
-        "--update-scale", type=float, default=1.0,
-        help="the update's length in batches (default 1: the issue's setup; below 1 a trainer that keeps up with "
-        "the desktops, to see what the collector does when the trainer is not the bottleneck)",
+        "--update-scale", type=float, default=None,
+        help="the update's length in batch-by-batch batches (1: an update as long as one batch's span, the trainer "
+        "the bottleneck). Default: the balanced trainer, whose update is as long as the desktops' busy time per "
+        "batch (the batch-by-batch run's busy desktop-seconds per batch / desktops)",
     )  # fmt: skip
     parser.add_argument(
         "--sized", action="store_true",
@@ -202,8 +213,14 @@ def main() -> None:
         sized = None
         if args.sized:
             sized = continuous(policy, tasks, Path(tmp) / "sized", args, base["update_s"], _sized(cont, args))
+    length = (
+        f"balanced: the busy desktop-s per batch / desktops; a batch's span is {base['span_s']:.1f} s"
+        if args.update_scale is None
+        else f"{args.update_scale:g} x a batch's span of {base['span_s']:.1f} s; balanced would be "
+        f"{base['balanced_s']:.1f} s"
+    )
     print(f"desktops {args.desktops}, group {args.group}, {args.batch_groups} groups a batch, {args.updates} "
-          f"updates of {base['update_s']:.1f} s ({args.update_scale:g} batch), partial {args.partial}, max_ready "
+          f"updates of {base['update_s']:.2f} s ({length}), partial {args.partial}, max_ready "
           f"{args.max_ready or args.batch_groups}, max_staleness {args.max_staleness}")  # fmt: skip
     print("| | rollouts/hour | desktop utilisation | wall s | staleness mean / max |")
     print("|---|---|---|---|---|")
