@@ -108,15 +108,16 @@ def continuous(
         step_staleness: list[int] = []  # per step: versions between the step's and the trainer's
         completed = 0
         updating = False  # what the trainer does now: updating, or waiting for groups
-        samples: list[tuple[float, int, int, int, int, bool, bool]] = []
+        samples: list[tuple[float, int, int, int, bool, bool, int]] = []
 
         async def sample() -> None:  # where the desktops sit idle: the scheduler's state every 20 ms
             collector = follower._collector
             book = collector.book
             while True:
                 paused = bool(getattr(book, "paused", False))
-                samples.append((time.time(), len(collector._running), len(collector.ready), len(book._unfinished),
-                                book.pending, updating, paused))  # fmt: skip
+                slots = getattr(book, "open_slots", None)  # groups that may be open now (the opening rule)
+                samples.append((time.time(), len(collector._running), len(book._unfinished),
+                                book.pending, updating, paused, max_ready if slots is None else slots))  # fmt: skip
                 await asyncio.sleep(0.02)
 
         async with follower:
@@ -142,7 +143,7 @@ def continuous(
                 "utilisation": _busy(out, t0, t0 + wall) / (desktops * wall), "desktops": desktops,
                 "staleness": (sum(staleness) / len(staleness), max(staleness)), "summary": summary,
                 "step_staleness": sum(step_staleness) / len(step_staleness),
-                "idle": _idle(samples, desktops, max_ready, t0 + wall),
+                "idle": _idle(samples, desktops, t0 + wall),
                 "busy_per_rollout": _busy(out, t0, t0 + wall) / completed,
                 "per_desktop": [_busy(out, t0, t0 + wall, d) / wall for d in range(desktops)]}  # fmt: skip
 
@@ -155,11 +156,11 @@ def _sized(cont: dict[str, Any], args: argparse.Namespace) -> int:
     return int(cont["summary"]["follow"]["desktops_to_keep_up"] or args.desktops)
 
 
-def _idle(samples: list[tuple[float, int, int, int, int, bool, bool]], desktops: int, max_ready: int,
-          end: float) -> dict[str, float]:  # fmt: skip
+def _idle(samples: list[tuple[float, int, int, int, bool, bool, int]], desktops: int, end: float) -> dict[str, float]:
     """Idle desktop-seconds by what held them (from the sampled scheduler state), and the trainer's waits."""
     idle: dict[str, float] = {}
-    for (t, running, ready, unfinished, pending, updating, paused), (t_next, *_) in zip(
+    started = False  # an attempt has run: before that the desktops are starting
+    for (t, running, unfinished, pending, updating, paused, slots), (t_next, *_) in zip(
         samples, [*samples[1:], (end,)], strict=True
     ):
         dt = min(t_next, end) - t
@@ -168,10 +169,13 @@ def _idle(samples: list[tuple[float, int, int, int, int, bool, bool]], desktops:
         trainer = "trainer updating" if updating else "trainer waiting for groups"
         idle[trainer + ": wall s"] = idle.get(trainer + ": wall s", 0.0) + dt
         free = max(0, desktops - running) * dt
-        if paused or ready >= max_ready:
+        started = started or running > 0
+        if not started:
+            why = "the desktops starting (before the first attempt)"
+        elif paused:
             why = "queue full (max_ready waiting)"
-        elif pending == 0 and unfinished + ready >= max_ready:
-            why = "no attempt queued, no group may open (waiting + open = max_ready)"
+        elif pending == 0 and unfinished >= slots:
+            why = "no attempt queued, no group may open (open = max_ready - waiting, + 1 while the trainer asks)"
         elif pending == 0:
             why = "no attempt queued"
         else:
