@@ -67,6 +67,7 @@ def batch_by_batch(policy: PolicyConfig, tasks: list[Any], root: Path, args: arg
     per_batch = args.batch_groups
     collecting = completed = busy = 0.0
     span: float | None = None
+    batch_busy: list[float] = []  # each batch's busy desktop-seconds
     for u in range(args.updates):
         batch = [tasks[(u * per_batch + i) % len(tasks)] for i in range(per_batch)]
         out = root / f"batch-{u}"
@@ -80,14 +81,16 @@ def batch_by_batch(policy: PolicyConfig, tasks: list[Any], root: Path, args: arg
                 float(r.started_at or started) for r in records
             )
         completed += sum(summary["status_counts"][s] for s in ("ok", "truncated"))
-        busy += _busy(out, started, float("inf"))
+        batch_busy.append(_busy(out, started, float("inf")))
+        busy += batch_busy[-1]
     assert span is not None
     balanced = busy / args.desktops / args.updates
     update_s = balanced if args.update_scale is None else span * args.update_scale
     wall = collecting + args.updates * update_s  # each update after its batch, the desktops waiting
     return {"wall_s": wall, "completed": completed, "rollouts_per_hour": completed / wall * 3600,
             "utilisation": busy / (args.desktops * wall), "update_s": update_s, "staleness": (0.0, 0),
-            "busy_per_rollout": busy / completed, "span_s": span, "balanced_s": balanced}  # fmt: skip
+            "busy_per_rollout": busy / completed, "span_s": span, "balanced_s": balanced,
+            "batch_busy": batch_busy}  # fmt: skip
 
 
 def continuous(
@@ -246,6 +249,9 @@ def main() -> None:
     print(f"busy desktop-s per rollout trained on: batch {base['busy_per_rollout']:.2f}, continuous "
           f"{cont['busy_per_rollout']:.2f}; utilisation bound while the trainer is the bottleneck (one batch of "
           f"{args.batch_groups * args.group} rollouts per {update_s:.1f} s update): {100 * bound:.1f}%")  # fmt: skip
+    spread = base["batch_busy"]
+    print(f"busy desktop-s per batch-by-batch batch (its tasks): min {min(spread):.1f}, mean "
+          f"{sum(spread) / len(spread):.1f}, max {max(spread):.1f}")  # fmt: skip
     for name, r in rows[1:]:
         print(f"{name}, each desktop busy: " + ", ".join(f"{100 * u:.0f}%" for u in r["per_desktop"]))
         print(f"{name}, idle desktop-seconds by what held the desktops:")
