@@ -2,15 +2,18 @@
 
     python benchmarks/async_bench.py                    # 8 desktops, groups of 4, 4 groups a batch, 4 updates
     python benchmarks/async_bench.py --updates 6 --desktops 8
-    python benchmarks/async_bench.py --update-scale 0.6   # a trainer that keeps up with the desktops
+    python benchmarks/async_bench.py --update-scale 1     # an update as long as a batch: the trainer the bottleneck
 
 Fake desktops with real-ish latencies (reset 0.5 s, actions lognormal around 0.4 s, model calls 0.3 s on the
-reference policy server) stand in for OSWorld VMs. The trainer's update takes as long as one batch takes to
-collect (its first dispatch to its last record, measured on the first batch-by-batch batch), then it loads a
-new version.
+reference policy server) stand in for OSWorld VMs. The trainer takes one batch of groups per update, then loads a
+new version. Its update is, by default, *balanced*: as long as the desktops' busy time per batch (the
+batch-by-batch run's busy desktop-seconds per batch, over the desktops), so that desktops kept busy make exactly
+one batch per update; ``--update-scale s`` makes it ``s`` times one batch-by-batch batch's span instead (its first
+dispatch to its last record, measured on the first batch: 1 is the issue's literal "an update as long as a batch").
 
 * **batch by batch**: ``collect`` one batch on version ``step-u``, update, ``collect`` the next on
-  ``step-u+1``, ...: the desktops wait during every update (and each ``collect`` starts its desktops).
+  ``step-u+1``, ...: the desktops wait during every update (and each ``collect`` starts its desktops); the
+  updates are added to the collects' wall time (nothing runs while the desktops wait).
 * **continuous**: one :class:`~legato_rl.follow.Follower`; the trainer takes a batch of groups as they
   complete, updates while the desktops go on, loads the version, takes the next batch.
 
@@ -53,31 +56,41 @@ def _busy(run: Path, since: float, until: float, desktop: int | None = None) -> 
 
 
 def batch_by_batch(policy: PolicyConfig, tasks: list[Any], root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """``collect`` one batch per update; the update is added to the wall time (the desktops wait through it).
+
+    The update's length is derived from this run: by default the *balanced* trainer, whose update is as long as
+    the desktops' busy time per batch (the batches' busy desktop-seconds / desktops / updates: the desktops, kept
+    busy, make one batch per update); with ``--update-scale s``, ``s`` x the first batch's span (its first dispatch
+    to its last record; 1: an update as long as a batch-by-batch batch).
+    """
     config = DesktopConfig(screen=(640, 360), timeouts=TIMEOUTS, options={"latency": LATENCY})
     per_batch = args.batch_groups
-    t0 = time.time()
-    update_s: float | None = None
-    completed = busy = 0.0
+    collecting = completed = busy = 0.0
+    span: float | None = None
+    batch_busy: list[float] = []  # each batch's busy desktop-seconds
     for u in range(args.updates):
         batch = [tasks[(u * per_batch + i) % len(tasks)] for i in range(per_batch)]
         out = root / f"batch-{u}"
         started = time.time()
         summary = collect(batch, replace(policy, version=f"step-{u}"), out=out,
                           desktops=args.desktops, group=args.group, backend="fake", desktop=config, seed=u)  # fmt: skip
-        if update_s is None:  # the trainer's update takes as long as one batch: first dispatch to last record
+        collecting += time.time() - started
+        if span is None:  # the first batch's span: its first dispatch to its last record
             records = list(read_records(out))
             span = max(float(r.ended_at or started) for r in records) - min(
                 float(r.started_at or started) for r in records
             )
-            update_s = span * args.update_scale
         completed += sum(summary["status_counts"][s] for s in ("ok", "truncated"))
-        busy += _busy(out, t0, float("inf"))
-        time.sleep(update_s)  # the simulated update: the desktops wait
-    wall = time.time() - t0
-    assert update_s is not None
+        batch_busy.append(_busy(out, started, float("inf")))
+        busy += batch_busy[-1]
+    assert span is not None
+    balanced = busy / args.desktops / args.updates
+    update_s = balanced if args.update_scale is None else span * args.update_scale
+    wall = collecting + args.updates * update_s  # each update after its batch, the desktops waiting
     return {"wall_s": wall, "completed": completed, "rollouts_per_hour": completed / wall * 3600,
             "utilisation": busy / (args.desktops * wall), "update_s": update_s, "staleness": (0.0, 0),
-            "busy_per_rollout": busy / completed}  # fmt: skip
+            "busy_per_rollout": busy / completed, "span_s": span, "balanced_s": balanced,
+            "batch_busy": batch_busy}  # fmt: skip
 
 
 def continuous(
@@ -98,15 +111,16 @@ def continuous(
         step_staleness: list[int] = []  # per step: versions between the step's and the trainer's
         completed = 0
         updating = False  # what the trainer does now: updating, or waiting for groups
-        samples: list[tuple[float, int, int, int, int, bool, bool]] = []
+        samples: list[tuple[float, int, int, int, bool, bool, int]] = []
 
         async def sample() -> None:  # where the desktops sit idle: the scheduler's state every 20 ms
             collector = follower._collector
             book = collector.book
             while True:
                 paused = bool(getattr(book, "paused", False))
-                samples.append((time.time(), len(collector._running), len(collector.ready), len(book._unfinished),
-                                book.pending, updating, paused))  # fmt: skip
+                slots = getattr(book, "open_slots", None)  # groups that may be open now (the opening rule)
+                samples.append((time.time(), len(collector._running), len(book._unfinished),
+                                book.pending, updating, paused, max_ready if slots is None else slots))  # fmt: skip
                 await asyncio.sleep(0.02)
 
         async with follower:
@@ -132,7 +146,7 @@ def continuous(
                 "utilisation": _busy(out, t0, t0 + wall) / (desktops * wall), "desktops": desktops,
                 "staleness": (sum(staleness) / len(staleness), max(staleness)), "summary": summary,
                 "step_staleness": sum(step_staleness) / len(step_staleness),
-                "idle": _idle(samples, desktops, max_ready, t0 + wall),
+                "idle": _idle(samples, desktops, t0 + wall),
                 "busy_per_rollout": _busy(out, t0, t0 + wall) / completed,
                 "per_desktop": [_busy(out, t0, t0 + wall, d) / wall for d in range(desktops)]}  # fmt: skip
 
@@ -145,11 +159,11 @@ def _sized(cont: dict[str, Any], args: argparse.Namespace) -> int:
     return int(cont["summary"]["follow"]["desktops_to_keep_up"] or args.desktops)
 
 
-def _idle(samples: list[tuple[float, int, int, int, int, bool, bool]], desktops: int, max_ready: int,
-          end: float) -> dict[str, float]:  # fmt: skip
+def _idle(samples: list[tuple[float, int, int, int, bool, bool, int]], desktops: int, end: float) -> dict[str, float]:
     """Idle desktop-seconds by what held them (from the sampled scheduler state), and the trainer's waits."""
     idle: dict[str, float] = {}
-    for (t, running, ready, unfinished, pending, updating, paused), (t_next, *_) in zip(
+    started = False  # an attempt has run: before that the desktops are starting
+    for (t, running, unfinished, pending, updating, paused, slots), (t_next, *_) in zip(
         samples, [*samples[1:], (end,)], strict=True
     ):
         dt = min(t_next, end) - t
@@ -158,10 +172,13 @@ def _idle(samples: list[tuple[float, int, int, int, int, bool, bool]], desktops:
         trainer = "trainer updating" if updating else "trainer waiting for groups"
         idle[trainer + ": wall s"] = idle.get(trainer + ": wall s", 0.0) + dt
         free = max(0, desktops - running) * dt
-        if paused or ready >= max_ready:
+        started = started or running > 0
+        if not started:
+            why = "the desktops starting (before the first attempt)"
+        elif paused:
             why = "queue full (max_ready waiting)"
-        elif pending == 0 and unfinished + ready >= max_ready:
-            why = "no attempt queued, no group may open (waiting + open = max_ready)"
+        elif pending == 0 and unfinished >= slots:
+            why = "no attempt queued, no group may open (open = max_ready - waiting, + 1 while the trainer asks)"
         elif pending == 0:
             why = "no attempt queued"
         else:
@@ -181,9 +198,10 @@ def main() -> None:
     parser.add_argument("--max-staleness", type=int, default=None)
     parser.add_argument("--partial", choices=("continue", "restart"), default="continue")
     parser.add_argument(
-        "--update-scale", type=float, default=1.0,
-        help="the update's length in batches (default 1: the issue's setup; below 1 a trainer that keeps up with "
-        "the desktops, to see what the collector does when the trainer is not the bottleneck)",
+        "--update-scale", type=float, default=None,
+        help="the update's length in batch-by-batch batches (1: an update as long as one batch's span, the trainer "
+        "the bottleneck). Default: the balanced trainer, whose update is as long as the desktops' busy time per "
+        "batch (the batch-by-batch run's busy desktop-seconds per batch / desktops)",
     )  # fmt: skip
     parser.add_argument(
         "--sized", action="store_true",
@@ -202,8 +220,14 @@ def main() -> None:
         sized = None
         if args.sized:
             sized = continuous(policy, tasks, Path(tmp) / "sized", args, base["update_s"], _sized(cont, args))
+    length = (
+        f"balanced: the busy desktop-s per batch / desktops; a batch's span is {base['span_s']:.1f} s"
+        if args.update_scale is None
+        else f"{args.update_scale:g} x a batch's span of {base['span_s']:.1f} s; balanced would be "
+        f"{base['balanced_s']:.1f} s"
+    )
     print(f"desktops {args.desktops}, group {args.group}, {args.batch_groups} groups a batch, {args.updates} "
-          f"updates of {base['update_s']:.1f} s ({args.update_scale:g} batch), partial {args.partial}, max_ready "
+          f"updates of {base['update_s']:.2f} s ({length}), partial {args.partial}, max_ready "
           f"{args.max_ready or args.batch_groups}, max_staleness {args.max_staleness}")  # fmt: skip
     print("| | rollouts/hour | desktop utilisation | wall s | staleness mean / max |")
     print("|---|---|---|---|---|")
@@ -225,6 +249,9 @@ def main() -> None:
     print(f"busy desktop-s per rollout trained on: batch {base['busy_per_rollout']:.2f}, continuous "
           f"{cont['busy_per_rollout']:.2f}; utilisation bound while the trainer is the bottleneck (one batch of "
           f"{args.batch_groups * args.group} rollouts per {update_s:.1f} s update): {100 * bound:.1f}%")  # fmt: skip
+    spread = base["batch_busy"]
+    print(f"busy desktop-s per batch-by-batch batch (its tasks): min {min(spread):.1f}, mean "
+          f"{sum(spread) / len(spread):.1f}, max {max(spread):.1f}")  # fmt: skip
     for name, r in rows[1:]:
         print(f"{name}, each desktop busy: " + ", ".join(f"{100 * u:.0f}%" for u in r["per_desktop"]))
         print(f"{name}, idle desktop-seconds by what held the desktops:")

@@ -25,8 +25,9 @@ command line's (it reads the trainer's ``--control`` file: docs/async.md).
   (``stale="rerun"``, its id ``g<n>r<k>-<task_id>``) or handed over marked ``stale`` (``stale="deliver"``);
   never mixed silently. A group re-run twice for staleness goes before every other attempt.
 * **Backpressure.** At most ``max_ready`` completed groups wait for the trainer: a group opens only while the
-  groups waiting and the groups open stay within ``max_ready``, and no attempt starts while ``max_ready`` wait
-  (those in flight finish); the desktops go on as soon as the trainer takes a group.
+  groups waiting and the groups open stay within ``max_ready`` (one more while the trainer waits in
+  :meth:`Follower.next_group` with no group ready: it takes the next group to complete at once), and no attempt
+  starts while ``max_ready`` wait (those in flight finish); the desktops go on as soon as the trainer takes a group.
 * **The store stays true.** Records are appended as attempts end, so ``rollouts.jsonl`` may be tailed and
   ``legato rl export`` / ``profile`` read a live run. ``DIR/follow.jsonl`` logs each version loaded and each
   group handed over (``delivered``), marked stale (``stale``) or re-run (``rerun``). A killed run resumes from
@@ -245,6 +246,7 @@ class _FollowCollector(Collector):
         self.progress.groups = 0
         self.ready: deque[CompletedGroup] = deque()
         self.changed = asyncio.Event()  # a group became ready, a version was loaded, or the run ended
+        self.asking = 0  # next_group() calls under way: the trainer takes that many groups now (as they complete)
         self._records: dict[str, list[RolloutRecord]] = {}
         self._handled: set[str] = set()  # groups made ready (or handed over) once
         self._versions: dict[str | None, int] = {}  # version -> its number, in the order first loaded
@@ -369,15 +371,22 @@ class _FollowCollector(Collector):
         book = self.book
         assert isinstance(book, _FollowBook)
         # The groups waiting and the groups open together stay within max_ready, so the queue never exceeds it; a
-        # drain finishes its groups.
-        paused = len(self.ready) >= self.follow.max_ready and not book.stopping
-        slots = self.follow.max_ready - len(self.ready)
+        # drain finishes its groups. A trainer waiting in next_group() takes the next group to complete at once: that
+        # one never waits, so one more group may be open while it asks (a desktop need not sit idle while the trainer
+        # waits for a group).
+        paused = self.waiting >= self.follow.max_ready and not book.stopping
+        slots = self.follow.max_ready - len(self.ready) + self.asking
         freed = (book.paused and not paused) or (book.open_slots is not None and slots > book.open_slots)
         if freed and self._wake is not None:
             self._wake.set()  # desktops waiting for work look again
         if paused != book.paused and self._store is not None:
             self._log({"event": "queue", "full": paused, "at": time.time()})
         book.paused, book.open_slots = paused, slots
+
+    @property
+    def waiting(self) -> int:
+        """Completed groups waiting for the trainer: those ready less the ones its next_group() calls are taking."""
+        return max(0, len(self.ready) - self.asking)
 
     def take(self) -> CompletedGroup | None:
         """The next group to hand over (staleness checked now), or ``None`` when none is ready."""
@@ -580,8 +589,8 @@ class Follower:
 
     @property
     def waiting(self) -> int:
-        """Completed groups waiting for the trainer."""
-        return len(self._collector.ready)
+        """Completed groups waiting for the trainer (not counting the one a :meth:`next_group` call is taking)."""
+        return self._collector.waiting
 
     async def start(self) -> None:
         """Start collecting (``async with`` does)."""
@@ -605,19 +614,25 @@ class Follower:
         await self.start()
         assert self._run is not None
         collector = self._collector
-        while True:
-            if collector.ready:
-                await collector.flush()  # its records are durable before it is handed over (and logged)
-                group = collector.take()
-                if group is not None:
-                    return group
-            if self._run.done():
-                self._run.result()  # raises what stopped the run
-                raise StopAsyncIteration
-            collector.changed.clear()
-            changed = asyncio.ensure_future(collector.changed.wait())
-            await asyncio.wait((changed, self._run), return_when=asyncio.FIRST_COMPLETED)
-            changed.cancel()
+        collector.asking += 1
+        collector._backpressure()  # the trainer asks: the next group to complete is its, and one more may open
+        try:
+            while True:
+                if collector.ready:
+                    await collector.flush()  # its records are durable before it is handed over (and logged)
+                    group = collector.take()
+                    if group is not None:
+                        return group
+                if self._run.done():
+                    self._run.result()  # raises what stopped the run
+                    raise StopAsyncIteration
+                collector.changed.clear()
+                changed = asyncio.ensure_future(collector.changed.wait())
+                await asyncio.wait((changed, self._run), return_when=asyncio.FIRST_COMPLETED)
+                changed.cancel()
+        finally:
+            collector.asking -= 1
+            collector._backpressure()
 
     def __aiter__(self) -> Follower:
         return self

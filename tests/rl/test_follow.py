@@ -167,6 +167,56 @@ def test_backpressure_stops_new_attempts_until_the_trainer_takes_a_group(
     assert figures["desktops_to_keep_up"] == math.ceil(round(busy, 3)) and busy < 2
 
 
+def test_a_trainer_waiting_for_a_group_lets_one_more_open_so_no_desktop_sits_idle(
+    tmp_path: Path, server: ReferencePolicyServer
+) -> None:
+    # one group of one attempt may wait (max_ready=1) and two desktops ask for work: while the trainer waits in
+    # next_group, both run an attempt (the group that completes first is taken at once); while nobody waits, one
+    # group at most is open or waiting, as before, and never more than one waits
+    run = tmp_path / "run"
+
+    async def story() -> tuple[int, int, int, int]:
+        follower = _follower(server, run, group=1, max_ready=1, desktop=_config(act=0.2))
+        await follower.start()
+        collector = follower._collector
+
+        def in_flight() -> int:
+            return sum(not task.done() for _, task in collector._running.values())
+
+        most_waiting = 0
+
+        async def watch() -> None:
+            nonlocal most_waiting
+            while True:
+                most_waiting = max(most_waiting, follower.waiting)
+                await asyncio.sleep(0.01)
+
+        watcher = asyncio.ensure_future(watch())
+        await _until(lambda: follower.waiting == 1 and not collector._running, "the first group to wait")
+        await asyncio.sleep(0.3)  # nobody waits: no second attempt starts
+        alone = in_flight()
+        asking = True
+
+        async def trainer() -> None:
+            while asking:
+                await follower.next_group()
+
+        taking = asyncio.ensure_future(trainer())
+        await _until(lambda: in_flight() == 2, "both desktops to run while the trainer waits", deadline_s=15)
+        both = in_flight()
+        asking = False  # the trainer takes the group it waits for, then stops asking
+        await taking
+        await _until(lambda: not in_flight() and follower.waiting == 1, "the desktops to stop again")
+        await asyncio.sleep(0.3)
+        ready = follower.waiting + in_flight()
+        watcher.cancel()
+        await follower.stop()
+        return alone, both, ready, most_waiting
+
+    alone, both, ready, most_waiting = asyncio.run(story())
+    assert (alone, both, ready, most_waiting) == (0, 2, 1, 1)
+
+
 def test_restart_reruns_in_flight_attempts_and_stale_groups_are_rerun_or_marked(
     tmp_path: Path, server: ReferencePolicyServer
 ) -> None:
