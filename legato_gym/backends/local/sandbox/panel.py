@@ -1234,22 +1234,11 @@ class Panel:
         elif action[0] == "launch":
             self._launch(action[1])
         elif action[0] == "window":
-            self._raise(action[1])
+            self._activate_window(action[1])
         elif action[0] == "pin":  # appended, as GNOME's Pin to Dash
             self._set_favorites([*self.favorites, f"{action[1]}.desktop"])
         elif action[0] == "unpin":
             self._set_favorites([f for f in self.favorites if f.removesuffix(".desktop") != action[1]])
-
-    def _raise(self, wid: int) -> None:
-        """Raise and focus window ``wid`` (``_NET_ACTIVE_WINDOW`` from a pager, as GNOME activates a window)."""
-        from Xlib.protocol import event as xevent  # type: ignore[import-untyped]
-
-        message = xevent.ClientMessage(
-            window=self.d.create_resource_object("window", wid),
-            client_type=self.d.intern_atom("_NET_ACTIVE_WINDOW"),
-            data=(32, [2, X.CurrentTime, 0, 0, 0]),
-        )
-        self.root.send_event(message, event_mask=X.SubstructureRedirectMask | X.SubstructureNotifyMask)
 
     def _quit(self, launcher: dict[str, Any]) -> None:
         close = self.d.intern_atom("_NET_CLOSE_WINDOW")
