@@ -49,11 +49,22 @@ def descendants(pids: Sequence[int]) -> list[int]:
 
 def pss_kib(pids: Sequence[int]) -> int:
     """Summed PSS of the given processes and all their descendants, in KiB."""
+    return _rollup_kib(pids, ("Pss",))
+
+
+def private_kib(pids: Sequence[int]) -> int:
+    """Summed private memory (USS: ``Private_Clean`` + ``Private_Dirty``) of the given processes and all their
+    descendants, in KiB: what one more such desktop adds, whatever else shares their libraries (PSS moves with
+    how many other processes map the same files; another test run's X servers halve an Xvfb's share of them)."""
+    return _rollup_kib(pids, ("Private_Clean", "Private_Dirty"))
+
+
+def _rollup_kib(pids: Sequence[int], fields: Sequence[str]) -> int:
     total = 0
     for pid in descendants(pids):
         try:
             for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
+                if line.split(":")[0] in fields:
                     total += int(line.split()[1])
         except OSError:
             continue

@@ -4,7 +4,9 @@ legato's top bar and dock) and GNOME Shell: memory per desktop, CPU of an idle d
 Run: ``python benchmarks/local_sessions.py [--idle 30] [--resets 5] [--sessions openbox,lookalike,gnome]``.
 Prints markdown. Each session runs one 1920x1080 desktop (started ahead off: one desktop's own cost) reset to
 an empty task; the idle CPU is the utime + stime of the desktop's processes over ``--idle`` seconds after the
-screen settled, the PSS their summed ``/proc/PID/smaps_rollup`` (and the top of it, by command).
+screen settled, the PSS their summed ``/proc/PID/smaps_rollup`` (and the top of it, by command), and their private
+memory (USS), which another desktop adds whatever else shares the libraries: PSS moves with the machine's other
+processes (a test run's X servers beside it halve an Xvfb's share of its libraries).
 Needs the local backend's Debian packages; GNOME Shell's for ``gnome`` (it is left out when not installed).
 """
 
@@ -20,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.local_desktop import descendants, pss_kib, stats
+from benchmarks.local_desktop import descendants, private_kib, pss_kib, stats
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, LocalOptions
 from legato_gym.backends.local.sandbox.shell import gnome_installed
@@ -56,6 +58,7 @@ class Result:
     first: float
     resets: list[float]
     pss: float
+    private: float
     top: list[tuple[str, int]]
     cpu: float
 
@@ -77,12 +80,13 @@ def measure(session: str, idle: float, resets: int) -> Result:
         time.sleep(2.0)  # whatever the last reset started, done
         pids = descendants(desktop.pids)
         pss = pss_kib(desktop.pids) / 1024
+        private = private_kib(desktop.pids) / 1024
         top = by_command(pids).most_common(4)
         before, began = cpu_ticks(pids), time.monotonic()
         time.sleep(idle)
         spent = (cpu_ticks(pids) - before) / os.sysconf("SC_CLK_TCK")
         cpu = 100 * spent / (time.monotonic() - began)
-    return Result(up, first, times, pss, top, cpu)
+    return Result(up, first, times, pss, private, top, cpu)
 
 
 def main() -> None:
@@ -93,18 +97,20 @@ def main() -> None:
     args = parser.parse_args()
     sessions = [s for s in args.sessions.split(",") if s != "gnome" or gnome_installed()]
     results = {session: measure(session, args.idle, args.resets) for session in sessions}
-    base = results["openbox"].pss if "openbox" in results else None
+    base = results.get("openbox")
     print(
-        f"| session | PSS per desktop | vs openbox | idle CPU ({args.idle:.0f} s) | desktop up | first reset + ready "
-        f"| reset in place (median of {args.resets}) | largest processes (PSS MiB) |"
+        "| session | PSS per desktop | vs openbox | private (USS) per desktop | vs openbox "
+        f"| idle CPU ({args.idle:.0f} s) | desktop up | first reset + ready | reset in place (median of {args.resets}) "
+        "| largest processes (PSS MiB) |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for session, r in results.items():
-        ratio = f"{r.pss / base:.2f}x" if base else "-"
+        ratio = f"{r.pss / base.pss:.2f}x" if base else "-"
+        private_ratio = f"{r.private / base.private:.2f}x" if base else "-"
         top = ", ".join(f"{name} {mib}" for name, mib in r.top)
         print(
-            f"| {session} | {r.pss:.0f} MiB | {ratio} | {r.cpu:.2f} % of a core | {r.up:.2f} s "
-            f"| {r.first:.2f} s | {stats(r.resets)} | {top} |"
+            f"| {session} | {r.pss:.0f} MiB | {ratio} | {r.private:.0f} MiB | {private_ratio} "
+            f"| {r.cpu:.2f} % of a core | {r.up:.2f} s | {r.first:.2f} s | {stats(r.resets)} | {top} |"
         )
 
 

@@ -1868,6 +1868,7 @@ class Panel:
             if not ready and self._work_area_set():
                 self.marker.touch()
                 ready = True
+                _give_back_memory()  # the pictures' decompressed buffers, sent to the X server and freed
             if time.localtime().tm_min != self.clock_minute:
                 self._clock()
             wake = 60 - time.time() % 60 + 0.05
