@@ -12,17 +12,17 @@ Example::
     obs, reward, terminated, truncated, info = env.step("DONE")   # graded: reward in [0, 1]
     env.close()
 
-Step limits: an episode's reward is the grade of the desktop on the step that ends it, so the env applies its
-own step limit, ``max_steps`` (``gymnasium.make(id, max_steps=N)``; default 15), truncates on it and grades
-that step; ``env.spec.max_episode_steps`` reports it. A Gymnasium ``TimeLimit`` around the env
-(``gymnasium.make(id, max_episode_steps=N)``, ``TimeLimit(env, N)``) truncates as it does for any env, without
-the env knowing: Gymnasium tells an env nothing of its wrappers. A step it truncates before ``max_steps`` is not
-graded, and the next ``reset`` warns once, naming ``max_steps`` as the fix. ``gymnasium.make_vec(id,
-max_episode_steps=N)`` passes ``N`` to the vector env, whose desktops grade step ``N``.
+Step limits and ``TimeLimit``: an episode's reward is the grade of the desktop on the step that ends it, so
+the env has to know on which step the episode ends. ``gymnasium.make(id, max_episode_steps=N)`` (and an
+explicit ``gymnasium.wrappers.TimeLimit(env, N)``) wraps the env in a ``TimeLimit`` that the env is never told
+about, so on every ``reset`` :class:`DesktopEnv` looks up the call stack for the ``TimeLimit`` wrappers whose
+``reset`` is calling it and ends (and grades) its episodes on their step limit: the step that the wrapper
+truncates is the graded one.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -63,8 +63,30 @@ TEXT_CHARSET: str = "\t\n" + "".join(
 )
 INSTRUCTION_MAX_LENGTH = 4096
 ACTION_MAX_LENGTH = 8192
-#: Steps after which an episode is truncated (and graded) when ``max_steps`` is not given.
+#: Steps after which an episode is truncated (and graded) when neither ``max_steps`` nor a ``TimeLimit`` says.
 DEFAULT_MAX_STEPS = 15
+
+
+def _time_limits(env: gym.Env[Any, Any]) -> list[int]:
+    """The step limits of the ``TimeLimit`` wrappers around ``env`` whose ``reset`` is on the call stack.
+
+    Gymnasium gives an env no handle on its wrappers, but a wrapper's ``reset`` calls the env's own, so the
+    wrappers resetting ``env`` right now are the frames above this one whose ``self`` unwraps to ``env``.
+    """
+    limits: dict[int, int] = {}
+    frame = inspect.currentframe()
+    try:
+        while frame is not None:
+            if "self" in frame.f_code.co_varnames:
+                owner = frame.f_locals.get("self")
+                if isinstance(owner, gym.wrappers.TimeLimit) and owner.unwrapped is env:
+                    limit = getattr(owner, "_max_episode_steps", None)
+                    if isinstance(limit, int):
+                        limits[id(owner)] = limit
+            frame = frame.f_back
+    finally:
+        del frame
+    return list(limits.values())
 
 
 class DesktopEnv(gym.Env[dict[str, Any], str]):
@@ -74,10 +96,11 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
     pyautogui code or ``WAIT`` / ``DONE`` / ``FAIL``. ``DONE`` and ``FAIL`` terminate the episode and the step
     limit truncates it; either way the step that ends it is graded and its reward is the task's score.
 
-    The step limit is ``max_steps`` (``gymnasium.make(id, max_steps=N)``), and ``spec.max_episode_steps``
-    says it. Give the limit to the env, not to a ``TimeLimit`` around it: Gymnasium tells an env nothing of its
-    wrappers, so a ``TimeLimit`` that truncates an episode before ``max_steps`` leaves that step ungraded
-    (reward 0), and the next ``reset`` warns once.
+    The step limit is ``max_steps``, or the ``max_episode_steps`` of a ``TimeLimit`` around the env
+    (``gymnasium.make(id, max_episode_steps=N)`` or ``TimeLimit(env, N)``), whichever is smaller; the step
+    that the ``TimeLimit`` truncates is graded like any other last step. ``spec.max_episode_steps`` is that
+    limit. Reset the env through its wrappers (``env.reset()``, not ``env.unwrapped.reset()``), as Gymnasium
+    requires for ``TimeLimit`` anyway.
 
     Args:
         backend: a backend name (``"fake"``, ...), ``"package.module:Class"``, or a resolved
@@ -85,7 +108,8 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
         config: desktop settings (screen size, waits, deadlines, the backend's options: its options class,
             or a mapping read into it once here), or settings already finished by
             :meth:`Backend.finish <legato_gym.backends.Backend.finish>`, carried as they are.
-        max_steps: steps after which an episode is truncated (and graded); default :data:`DEFAULT_MAX_STEPS`.
+        max_steps: steps after which an episode is truncated (and graded); default: the ``TimeLimit``'s
+            limit, or :data:`DEFAULT_MAX_STEPS` without one.
         tasks: the tasks ``reset()`` picks from when it is given none; default: the backend's own suite.
         desktop: an already-built desktop to drive instead of building one from ``backend`` (the env closes it).
         render_mode: ``None`` or ``"rgb_array"`` (``render()`` returns the last screenshot).
@@ -136,7 +160,7 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
         # the unit's per-desktop hooks are declared for its own desktop class, not for a desktop of another kind
         own = isinstance(self._desktop, resolved.desktop_class)
         self._check_task = resolved.check_task if own else None
-        self._warned_cut = False
+        self._max_steps = max_steps
         self._episode = Episode(
             self._desktop,
             max_steps=DEFAULT_MAX_STEPS if max_steps is None else max_steps,
@@ -216,7 +240,8 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
             ``obs_s``) and ``ready``.
 
         Raises:
-            ConfigError: a bad option.
+            ConfigError: a bad option, or ``max_steps`` is below the limit of a ``TimeLimit`` around the env
+                (its ``spec.max_episode_steps`` would then name a limit that never applies).
         """
         super().reset(seed=seed)
         self._check_open("reset")
@@ -227,7 +252,7 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
                 f"reset(options=...): unknown option {unknown[0]!r}{suggest(unknown[0], ['next_task', 'task'])}; "
                 "the options are 'task' and 'next_task'"
             )
-        self._note_cut_short()
+        self._episode.max_steps = self._step_limit()
         if options.get("task") is not None:
             task = self._resolve(options["task"])
         else:
@@ -266,18 +291,18 @@ class DesktopEnv(gym.Env[dict[str, Any], str]):
 
     # -- helpers -----------------------------------------------------------------------------------------
 
-    def _note_cut_short(self) -> None:
-        """Warn once when an episode is reset before it ended: a ``TimeLimit`` around the env may have cut it."""
-        episode = self._episode
-        if self._warned_cut or episode.task is None or episode.done or episode.steps == 0:
-            return
-        self._warned_cut = True
-        gym.logger.warn(
-            f"an episode of {episode.task.task_id!r} was reset after {episode.steps} of its max_steps="
-            f"{episode.max_steps} steps, ungraded; if a TimeLimit (gymnasium.make(id, max_episode_steps="
-            f"{episode.steps})) truncated it, give the env that limit instead, so that it grades the last step: "
-            f"gymnasium.make(id, max_steps={episode.steps})"
-        )
+    def _step_limit(self) -> int:
+        wrapped = _time_limits(self)
+        if not wrapped:
+            return DEFAULT_MAX_STEPS if self._max_steps is None else self._max_steps
+        limit = min(wrapped)
+        if self._max_steps is not None and self._max_steps < limit:
+            raise ConfigError(
+                f"max_steps={self._max_steps} ends episodes before the TimeLimit(max_episode_steps={limit}) around "
+                f"this env, whose spec would say {limit}; pass one limit (drop max_steps, or use "
+                f"max_episode_steps={self._max_steps})"
+            )
+        return limit
 
     def _check_open(self, call: str) -> None:
         if self._closed:

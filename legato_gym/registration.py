@@ -7,9 +7,9 @@ line), registered without importing any backend.
 
 The ids register no ``max_episode_steps``, so that ``gymnasium.make(id)`` adds no ``TimeLimit``: the env
 applies its own step limit (``max_steps``, default 15) and grades the step that reaches it, and
-``env.spec.max_episode_steps`` reports that limit (``gymnasium.make(id, max_steps=N)`` sets it).
-``gymnasium.make(id, max_episode_steps=N)`` still adds Gymnasium's ``TimeLimit``, which the env is not told of
-(see :class:`~legato_gym.env.DesktopEnv`); ``make_vec`` passes ``N`` to the vector env as its ``max_steps``.
+``env.spec.max_episode_steps`` reports that limit. ``gymnasium.make(id, max_episode_steps=N)`` still adds
+Gymnasium's ``TimeLimit``; the env then ends and grades its episodes on step ``N`` (see
+:class:`~legato_gym.env.DesktopEnv`), and ``make_vec`` passes ``N`` to the vector env as its ``max_steps``.
 """
 
 from __future__ import annotations

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
-
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -122,7 +120,7 @@ def test_step_limit_truncates_and_still_grades() -> None:
         env.step("WAIT")
 
 
-# --- step limits: the env's own max_steps, graded; a TimeLimit around it, Gymnasium's plain truncation ------------
+# --- step limits through Gymnasium: make(max_episode_steps=N), TimeLimit, spec ---------------------------------
 
 
 def _click_save() -> tuple[Task, str]:
@@ -130,44 +128,38 @@ def _click_save() -> tuple[Task, str]:
     return task, fake_solution(task, SMALL.screen)[0].action
 
 
-def test_make_with_max_steps_grades_the_step_the_limit_truncates() -> None:
+def test_make_with_max_episode_steps_grades_the_step_the_time_limit_truncates() -> None:
     task, click = _click_save()
-    env = gym.make("legato/FakeDesktop-v0", config=SMALL, max_steps=2)
-    assert not isinstance(env, gym.wrappers.TimeLimit)
+    env = gym.make("legato/FakeDesktop-v0", config=SMALL, max_episode_steps=2)
+    assert isinstance(env, gym.wrappers.TimeLimit)
     env.reset(options={"task": task.task_id})
     assert env.step("WAIT")[1:4] == (0.0, False, False)
     _, reward, terminated, truncated, info = env.step(click)  # solved on the last allowed step
     assert (reward, terminated, truncated) == (1.0, False, True)
     assert "eval_s" in info["timings"]
     assert env.spec is not None and env.spec.max_episode_steps == 2
+    assert env.unwrapped.spec is not None and env.unwrapped.spec.max_episode_steps == 2
     env.close()
 
 
-def test_done_on_the_last_allowed_step_is_graded() -> None:
-    task, click = _click_save()
-    env = gym.make("legato/FakeDesktop-v0", config=SMALL, max_steps=2)
-    env.reset(options={"task": task.task_id})
-    env.step(click)
-    assert env.step("DONE")[1:3] == (1.0, True)
-    env.close()
-
-
-def test_a_time_limit_around_the_env_truncates_ungraded_and_the_next_reset_names_max_steps() -> None:
-    # Gymnasium tells an env nothing of its wrappers: the step a TimeLimit cuts is not the env's last one.
+def test_done_on_the_last_allowed_step_is_graded_and_flagged_as_time_limit_does() -> None:
     task, click = _click_save()
     env = gym.make("legato/FakeDesktop-v0", config=SMALL, max_episode_steps=2)
-    assert isinstance(env, gym.wrappers.TimeLimit)
     env.reset(options={"task": task.task_id})
-    env.step("WAIT")
-    _, reward, terminated, truncated, info = env.step(click)
-    assert (reward, terminated, truncated) == (0.0, False, True)
-    assert "eval_s" not in info["timings"]
-    with pytest.warns(UserWarning, match=r"after 2 of its max_steps=15 steps.*gymnasium.make\(id, max_steps=2\)"):
-        env.reset(options={"task": task.task_id})
-    env.step("WAIT")
-    with warnings.catch_warnings():  # once per env
-        warnings.simplefilter("error")
-        env.reset(options={"task": task.task_id})
+    env.step(click)
+    # TimeLimit marks the step that reaches its limit truncated, whether or not the env terminated on it.
+    assert env.step("DONE")[1:4] == (1.0, True, True)
+    env.close()
+
+
+def test_an_explicit_time_limit_longer_than_the_default_is_the_limit() -> None:
+    task, click = _click_save()
+    env = gym.wrappers.TimeLimit(DesktopEnv("fake", SMALL), max_episode_steps=17)
+    env.reset(options={"task": task})
+    for _ in range(16):
+        assert env.step("WAIT")[1:4] == (0.0, False, False)
+    assert env.step(click)[1:4] == (1.0, False, True)
+    assert env.unwrapped.max_steps == 17  # type: ignore[attr-defined]
     env.close()
 
 
@@ -182,13 +174,18 @@ def test_spec_max_episode_steps_is_the_limit_the_env_applies() -> None:
     flags = [env.step("WAIT")[3] for _ in range(4)]
     assert flags == [False, False, False, True]
     env.close()
-    # a TimeLimit that would cut later never applies: the env's own limit ends the episode first, graded
-    task, click = _click_save()
-    capped = gym.make("legato/FakeDesktop-v0", config=SMALL, max_steps=3, max_episode_steps=5)
-    capped.reset(options={"task": task.task_id})
-    assert [capped.step("WAIT")[3] for _ in range(2)] == [False, False]
-    assert capped.step(click)[1:4] == (1.0, False, True)
+    capped = gym.make("legato/FakeDesktop-v0", config=SMALL, max_steps=8, max_episode_steps=3)
+    capped.reset(seed=0)
+    assert [capped.step("WAIT")[3] for _ in range(3)] == [False, False, True]
+    assert capped.unwrapped.spec is not None and capped.unwrapped.spec.max_episode_steps == 3
     capped.close()
+
+
+def test_max_steps_below_a_time_limit_is_a_clear_error() -> None:
+    env = gym.make("legato/FakeDesktop-v0", config=SMALL, max_steps=3, max_episode_steps=5)
+    with pytest.raises(ConfigError, match=r"max_steps=3 .*TimeLimit\(max_episode_steps=5\)"):
+        env.reset(seed=0)
+    env.close()
 
 
 def test_lifecycle_errors_and_idempotent_close() -> None:
