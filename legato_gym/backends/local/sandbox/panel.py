@@ -892,7 +892,7 @@ class Panel:
                 self._draw_caption(self._title_of(wid), x + w // 2, y + h + size * 3 // 10 + 6, w)
 
     def _title_of(self, wid: int) -> str:
-        """Window ``wid``'s title (``_NET_WM_NAME``, else ``WM_NAME``), as GNOME's caption shows it."""
+        """Window ``wid``'s title (``_NET_WM_NAME``, else ``WM_NAME``), as GNOME's caption and dock menu show it."""
         try:
             window = self.d.create_resource_object("window", wid)
             name = window.get_full_property(self.d.intern_atom("_NET_WM_NAME"), X.AnyPropertyType)
@@ -906,10 +906,7 @@ class Panel:
     def _draw_caption(self, title: str, centre: int, top: int, room: int) -> None:
         """The title caption (Yaru's ``.window-caption``: a pill in a 1 px border) centred on ``centre`` from
         ``top``, at most ``room`` wide, the title cut with an ellipsis to fit."""
-        room = max(room, 40)
-        title = title[: room // 2]  # no glyph is narrower than 2 px: the rest would not show
-        while title and self._text_width("caption", title) + 26 > room:
-            title = title[:-2] + "…" if len(title) > 1 else ""
+        title = self._fit("caption", title, max(room, 40) - 26)
         height = self.m["glyphs"]["caption"]["height"] + 14
         width = self._text_width("caption", title) + 26
         x = centre - width // 2
@@ -1182,7 +1179,7 @@ class Panel:
         windows = self._windows_of(launcher) if launcher["classes"] else []
         if windows:
             items.append(("Quit", ("quit", launcher)))
-        titles = [(self._fit("menu", self._title(wid), MENU_WIDTH - 32), ("window", wid)) for wid in windows]
+        titles = [(self._fit("menu", self._title_of(wid), MENU_WIDTH - 32), ("window", wid)) for wid in windows]
         items = [*titles[: MENU_ROWS - len(items)], *items]
         if not items:
             return
@@ -1202,22 +1199,11 @@ class Panel:
         """The windows of ``launcher``'s app, in the window manager's order."""
         return [wid for wid in self._clients() if _matches(launcher["classes"], self._window_classes(wid))]
 
-    def _title(self, wid: int) -> str:
-        """Window ``wid``'s title (``_NET_WM_NAME``, else ``WM_NAME``), as the dock's menu lists it."""
-        window = self.d.create_resource_object("window", wid)
-        try:
-            prop = window.get_full_property(self.d.intern_atom("_NET_WM_NAME"), X.AnyPropertyType)
-            value = prop.value if prop is not None else window.get_wm_name()
-        except xerror.XError:
-            return ""
-        if isinstance(value, bytes):
-            value = value.decode(errors="replace")
-        return str(value or "")
-
     def _fit(self, style: str, text: str, width: int) -> str:
         """``text`` cut to ``width`` pixels of ``style``'s glyphs, an ellipsis ending it where it was cut."""
         if self._text_width(style, text) <= width:
             return text
+        text = text[: max(width, 0) // 2]  # no glyph is narrower than 2 px: the rest would not show
         while text and self._text_width(style, text + "…") > width:
             text = text[:-1]
         return text + "…"
