@@ -16,6 +16,7 @@ import select
 import shutil
 import struct
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -181,6 +182,44 @@ def work_area(desktop: LocalDesktop) -> list[int]:
 
 def pixels(desktop: LocalDesktop) -> np.ndarray:
     return desktop.display.screenshot().astype(int)
+
+
+def test_the_panel_runs_from_the_bytecode_the_host_compiled(tmp_path: Path) -> None:
+    """``python panel.py`` imports the panel's module from the host's compiled copy, unchecked against its source:
+    with the source copy broken, the panel still imports (compiled at each start, the compiler's memory stayed
+    in the panel: docs/benchmarks.md)."""
+    from legato_gym.backends.local.sandbox.lookalike import PANEL_MODULE, write_lookalike_files
+
+    write_lookalike_files(tmp_path, (800, 600))
+    assert len((tmp_path / "panel.py").read_text()) < 200  # the launcher: it imports the module
+    (tmp_path / f"{PANEL_MODULE}.py").write_text("raise SystemExit('compiled from its source')\n")
+    probe = f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import {PANEL_MODULE} as p; print(p.MENU_ROWS)"
+    out = subprocess.run([sys.executable, "-B", "-c", probe], capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0 and out.stdout.strip() == "12", (out.stdout, out.stderr)
+
+
+@pytest.mark.parametrize(
+    ("printed", "ids"),
+    [
+        ("['firefox.desktop', 'org.gnome.Nautilus.desktop']", ["firefox.desktop", "org.gnome.Nautilus.desktop"]),
+        ("@as []", []),
+        ("[]", []),
+        ("  ['a.desktop' ,  \"it's.desktop\"]\n", ["a.desktop", "it's.desktop"]),
+        ("['a\\'b', 'c\\\\d', '\\u00e9']", ["a'b", "c\\d", "\u00e9"]),
+        ("['a',]", None),
+        ("['a' 'b']", None),
+        ("['a'", None),
+        ("['a'] trailing", None),
+        ("[1, 2]", None),
+        ("__import__('os').system('touch /tmp/x')", None),
+        ("['a'] + ['b']", None),
+        ("", None),
+    ],
+)
+def test_the_favourites_parse_as_gsettings_prints_them_and_nothing_else(printed: str, ids: list[str] | None) -> None:
+    assert parse_favorites(printed) == ids
+    if ids is not None:
+        assert parse_favorites(format_favorites(ids)) == ids  # what the panel writes, read back
 
 
 def test_top_bar_and_dock_take_the_vms_rows_and_columns(desktop: LocalDesktop) -> None:

@@ -49,6 +49,11 @@ __all__ = [
 #: Where the desktop's lookalike files are bound inside the sandbox (the panel, its pictures, its manifest).
 LOOKALIKE_DIR = "/run/legato-lookalike"
 PANEL_FILE = Path(__file__).with_name("panel.py")
+#: The panel's module inside (:data:`PANEL_FILE`, under this name): ``python panel.py FOLDER MARKER`` runs
+#: :data:`_PANEL_LAUNCHER`, which imports it from the bytecode the host compiled (:func:`_panel_bytecode`).
+#: Compiled from its source at every start, the compiler's memory stayed in the panel for good: 5 of its 17 MiB.
+PANEL_MODULE = "legato_panel"
+_PANEL_LAUNCHER = f"import sys\n\nimport {PANEL_MODULE}\n\nsys.exit({PANEL_MODULE}.main(sys.argv))\n"
 #: The sandbox's fontconfig configuration (:func:`.fonts.fontconfig_conf`) and xsettingsd's, in that folder.
 FONTCONFIG_NAME = "fonts.conf"
 XSETTINGS_NAME = "xsettingsd.conf"
@@ -1027,6 +1032,23 @@ def _rendered(screen: tuple[int, int]) -> tuple[tuple[tuple[str, bytes], ...], s
     return tuple(sorted(files.items())), json.dumps(manifest)
 
 
+@functools.cache
+def _panel_bytecode() -> tuple[str, bytes]:
+    """The panel's module compiled by this interpreter: where in the panel's folder its import looks for it
+    (``__pycache__/legato_panel.cpython-311.pyc``) and the bytes, unchecked against the source's time (the
+    copy's is another). A sandbox interpreter of another version looks for another name and compiles the source."""
+    import py_compile
+    import sys
+    import tempfile
+
+    cached = f"__pycache__/{PANEL_MODULE}.{sys.implementation.cache_tag}.pyc"
+    with tempfile.TemporaryDirectory(prefix="legato-panel-") as tmp:
+        compiled = Path(tmp) / "panel.pyc"
+        invalidation = py_compile.PycInvalidationMode.UNCHECKED_HASH
+        py_compile.compile(str(PANEL_FILE), str(compiled), doraise=True, invalidation_mode=invalidation)
+        return cached, compiled.read_bytes()
+
+
 def write_lookalike_files(folder: Path, screen: tuple[int, int]) -> None:
     """Write the lookalike session's files into ``folder`` (bound at :data:`LOOKALIKE_DIR`): the panel
     (:mod:`.panel`), its pictures for a ``screen`` of ``(width, height)`` and its manifest.
@@ -1039,7 +1061,11 @@ def write_lookalike_files(folder: Path, screen: tuple[int, int]) -> None:
     for name, data in files:
         (folder / name).write_bytes(data)
     (folder / "panel.json").write_text(manifest)
-    shutil.copyfile(PANEL_FILE, folder / "panel.py")
+    (folder / "panel.py").write_text(_PANEL_LAUNCHER)
+    shutil.copyfile(PANEL_FILE, folder / f"{PANEL_MODULE}.py")
+    cached, bytecode = _panel_bytecode()
+    (folder / cached).parent.mkdir(exist_ok=True)
+    (folder / cached).write_bytes(bytecode)
     shutil.copytree(THEME_DIR, folder / "theme", dirs_exist_ok=True)
     if (conf := fonts.fontconfig_conf()) is not None:  # FONTCONFIG_FILE inside (.shell.session_environment)
         (folder / FONTCONFIG_NAME).write_text(conf)

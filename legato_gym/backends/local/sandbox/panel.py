@@ -21,18 +21,14 @@ Standalone on purpose (only the standard library and python-xlib): it runs from 
 from __future__ import annotations
 
 import array
-import ast
-import calendar
 import contextlib
 import ctypes
 import json
-import logging
 import math
 import operator
 import os
 import re
 import select
-import shlex
 import shutil
 import subprocess
 import sys
@@ -41,11 +37,20 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+import Xlib.ext  # type: ignore[import-untyped]
 from Xlib import XK, X  # type: ignore[import-untyped]
 from Xlib import display as xdisplay
 from Xlib import error as xerror
 
-logger = logging.getLogger("legato.panel")
+#: The X extensions whose modules python-xlib loads for the panel's display: only the one it uses (the menus'
+#: rounded corners); all of them, as by default, cost the panel 0.4 MiB.
+EXTENSIONS = [("SHAPE", "shape")]
+
+
+def warn(message: str) -> None:
+    """Say what went wrong on the panel's standard error (the logging module costs the panel 1 MiB)."""
+    print(f"legato-panel: {message}", file=sys.stderr, flush=True)
+
 
 #: Root properties whose change redraws the dock's dots and the top bar's app name, or restacks the panel.
 WATCHED = ("_NET_CLIENT_LIST", "_NET_ACTIVE_WINDOW", "_NET_CLIENT_LIST_STACKING", "_NET_WORKAREA")
@@ -132,6 +137,8 @@ def desktop_file(desktop_id: str) -> Path | None:
 
 def exec_argv(line: str) -> list[str]:
     """A desktop file's Exec line as the program and its arguments, launched with no file (field codes left out)."""
+    import shlex  # at a launch only: its import costs the idle panel memory
+
     try:
         words = shlex.split(line)
     except ValueError:
@@ -140,18 +147,41 @@ def exec_argv(line: str) -> list[str]:
     return [word for word in argv if word]
 
 
+#: One string of a GVariant string array as GLib prints it: quoted with ``'`` (or ``"`` when it holds a ``'``),
+#: backslash escapes inside, then the array's next comma or its end.
+_GVARIANT_STRING = re.compile(r"""\s*(?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)")\s*(,|\]\s*$)""", re.DOTALL)
+_GVARIANT_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)", re.DOTALL)
+_GVARIANT_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "v": "\v", "a": "\a"}
+
+
+def _unescape(text: str) -> str:
+    def one(match: re.Match[str]) -> str:
+        code = match.group(1)
+        return chr(int(code[1:], 16)) if code[0] in "uU" and len(code) > 1 else _GVARIANT_ESCAPES.get(code, code)
+
+    return _GVARIANT_ESCAPE.sub(one, text)
+
+
 def parse_favorites(text: str) -> list[str] | None:
     """The desktop ids of a GVariant string array as ``gsettings`` prints it (``['a.desktop', 'b.desktop']``,
-    ``@as []``); ``None`` when it is not one."""
+    ``@as []``); ``None`` when it is not one. (Parsed here: Python's ``ast`` would cost the panel 1 MiB.)"""
     text = text.strip()
     text = text[len("@as ") :] if text.startswith("@as ") else text
-    try:
-        value = ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+    if not text.startswith("["):
         return None
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        return None
-    return value
+    if text[1:].strip() == "]":
+        return []
+    ids, at = [], 1
+    while at < len(text):
+        match = _GVARIANT_STRING.match(text, at)
+        if match is None:
+            return None
+        single, double, end = match.groups()
+        ids.append(_unescape(single if single is not None else double))
+        at = match.end()
+        if end != ",":
+            return ids if at == len(text) else None
+    return None
 
 
 def format_favorites(ids: list[str]) -> str:
@@ -202,7 +232,15 @@ def _today() -> tuple[int, int, int]:
 def _month_later(date: tuple[int, int, int], step: int) -> tuple[int, int, int]:
     """``date`` ``step`` months later (earlier if negative), its day kept or the month's last, as GNOME's arrows."""
     year, month = divmod(date[0] * 12 + date[1] - 1 + step, 12)
-    return year, month + 1, min(date[2], calendar.monthrange(year, month + 1)[1])
+    return year, month + 1, min(date[2], _days_in(year, month + 1))
+
+
+def _days_in(year: int, month: int) -> int:
+    """The number of days of ``month`` (1-12) in ``year``, Gregorian (as ``calendar.monthrange``, not imported:
+    it costs the panel memory for one number)."""
+    if month == 2:
+        return 29 if year % 4 == 0 and (year % 100 != 0 or year % 400 == 0) else 28
+    return 30 if month in (4, 6, 9, 11) else 31
 
 
 #: GNOME 43's window picker (its ``workspace.js``): no preview is over 95 % of its window's size, and a window's
@@ -574,7 +612,7 @@ class Panel:
                 [self.gsettings, "get", *FAVORITES], capture_output=True, text=True, timeout=10, check=False
             )
         except (OSError, subprocess.SubprocessError) as exc:
-            logger.warning("could not read the favourites: %s", exc)
+            warn(f"could not read the favourites: {exc}")
             return default
         found = parse_favorites(proc.stdout) if proc.returncode == 0 else None
         return default if found is None else found
@@ -597,7 +635,7 @@ class Panel:
                 preexec_fn=end_with_the_panel,  # safe: the panel has no threads
             )
         except OSError as exc:
-            logger.warning("could not watch the favourites: %s", exc)
+            warn(f"could not watch the favourites: {exc}")
             return None
 
     def _favorites_said(self) -> None:
@@ -1691,7 +1729,7 @@ class Panel:
                 start_new_session=True,
             )
         except OSError as exc:
-            logger.warning("could not read the volume with %s: %s", self.pactl, exc)
+            warn(f"could not read the volume with {self.pactl}: {exc}")
 
     def _volume_read(self) -> None:
         """The sound server's volume (``Volume: front-left: 32768 /  50% / ...``) on the slider, unless the
@@ -1768,7 +1806,7 @@ class Panel:
         try:
             subprocess.run(["/bin/sh", "-c", detach, "sh", *command], start_new_session=True, timeout=10, check=False)
         except (OSError, subprocess.SubprocessError) as exc:
-            logger.warning("could not run %s: %s", command, exc)
+            warn(f"could not run {command}: {exc}")
 
     def _launcher_at(self, y: int) -> int | None:
         """The launcher (or Show Applications, -1) whose cell holds the dock's row ``y`` (screen coordinates)."""
@@ -1869,7 +1907,7 @@ class Panel:
 
 
 def main(argv: list[str]) -> int:
-    logging.basicConfig(level=logging.WARNING, format="legato-panel: %(message)s")
+    Xlib.ext.__extensions__ = EXTENSIONS  # in the panel's own process only (it is imported by tests too)
     panel = Panel(Path(argv[1]), Path(argv[2]))
     try:
         panel.run()
