@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -236,3 +237,26 @@ def test_a_cgroup_v2_host_gets_a_v2_cgroup_with_the_bounds(
     assert (child / "pids.max").read_text() == "64"
     assert (child / "memory.swap.max").read_text() == "0"
     assert set((parent / "cgroup.subtree_control").read_text().split()) == {"+memory", "+pids"}
+
+
+@desktop
+@needs_tools
+def test_a_sandbox_that_died_while_another_started_counts_only_its_own_processes() -> None:
+    """The kernel gives a freed namespace's number to the next new one: a desktop whose sandbox died while another
+    desktop started one must not take the other's processes for its own survivors (a kill then waited out its
+    whole reset deadline: four desktops booting at once on Ray's test nodes did)."""
+    config = DesktopConfig(screen=(640, 480), options=LocalOptions(session="openbox", prestart=False))
+    with LocalDesktop(config) as first, LocalDesktop(config) as second:
+        dead = first._processes.sandbox
+        assert dead is not None and dead.init_pid is not None and dead.pidns is not None
+        os.kill(dead.init_pid, signal.SIGKILL)  # pid 1 of its namespace: the kernel ends the rest
+        deadline = time.monotonic() + 30
+        while dead.survivors() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert dead.survivors() == []  # control: all of it is gone
+        for _ in range(3):  # the other desktop's new sandboxes: their namespaces are made while the dead one's are free
+            second.reset(TASK)
+            fresh = second._processes.sandbox
+            assert fresh is not None and fresh.pidns != dead.pidns
+            assert dead.survivors() == []
+        assert dead.kill(time.monotonic() + 5)  # at once: nothing of the other desktop is counted

@@ -80,6 +80,10 @@ class Sandbox:
         self._devtools: socket.socket | None = None
         self.init_pid: int | None = None
         self._pidns: int | None = None
+        #: an open handle on the sandbox's pid namespace while :attr:`_pidns` names it: the kernel gives a freed
+        #: namespace's inode number to the next new one, so without it a desktop killing its sandbox while another
+        #: starts one took the other's processes for its survivors (and waited out its whole reset deadline)
+        self._pidns_fd: int | None = None
 
     @property
     def socket_path(self) -> Path:
@@ -133,10 +137,14 @@ class Sandbox:
             if info_w >= 0:
                 os.close(info_w)
         self.init_pid = int(str(info["child-pid"]))
+        if self._pidns_fd is not None:  # the last sandbox's, which outlived its kill's deadline
+            os.close(self._pidns_fd)
+            self._pidns_fd = None
         try:
-            self._pidns = os.stat(f"/proc/{self.init_pid}/ns/pid").st_ino
+            self._pidns_fd = os.open(f"/proc/{self.init_pid}/ns/pid", os.O_RDONLY)
         except FileNotFoundError as exc:
             raise DesktopCrashed(f"sandbox died at start: {self._stderr()}") from exc
+        self._pidns = os.fstat(self._pidns_fd).st_ino
 
     def _drop_listeners(self) -> None:
         """Close the host's copies of the listening sockets (the paths stay until :meth:`kill`)."""
@@ -248,4 +256,7 @@ class Sandbox:
             time.sleep(_POLL_S)
         self._proc = None
         self.init_pid = self._pidns = None
+        if self._pidns_fd is not None:
+            os.close(self._pidns_fd)
+            self._pidns_fd = None
         return True
