@@ -137,9 +137,7 @@ class Sandbox:
             if info_w >= 0:
                 os.close(info_w)
         self.init_pid = int(str(info["child-pid"]))
-        if self._pidns_fd is not None:  # the last sandbox's, which outlived its kill's deadline
-            os.close(self._pidns_fd)
-            self._pidns_fd = None
+        self._release_pidns()  # the last sandbox's, if it outlived its kill's deadline
         try:
             self._pidns_fd = os.open(f"/proc/{self.init_pid}/ns/pid", os.O_RDONLY)
         except FileNotFoundError as exc:
@@ -256,7 +254,11 @@ class Sandbox:
             time.sleep(_POLL_S)
         self._proc = None
         self.init_pid = self._pidns = None
+        self._release_pidns()
+        return True
+
+    def _release_pidns(self) -> None:
+        """Close the handle that keeps the namespace's number from being given to another."""
         if self._pidns_fd is not None:
             os.close(self._pidns_fd)
             self._pidns_fd = None
-        return True

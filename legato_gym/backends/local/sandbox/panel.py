@@ -49,7 +49,8 @@ EXTENSIONS = [("SHAPE", "shape")]
 
 def warn(message: str) -> None:
     """Say what went wrong on the panel's standard error (the logging module costs the panel 1 MiB)."""
-    print(f"legato-panel: {message}", file=sys.stderr, flush=True)
+    sys.stderr.write(f"legato-panel: {message}\n")
+    sys.stderr.flush()
 
 
 #: Root properties whose change redraws the dock's dots and the top bar's app name, or restacks the panel.
