@@ -4,9 +4,9 @@
     python benchmarks/async_bench.py --updates 6 --desktops 8
     python benchmarks/async_bench.py --update-scale 1     # an update as long as a batch: the trainer the bottleneck
 
-Fake desktops with real-ish latencies (reset 0.5 s, actions lognormal around 0.4 s, model calls 0.3 s on the
-reference policy server) stand in for OSWorld VMs. The trainer takes one batch of groups per update, then loads a
-new version. Its update is, by default, *balanced*: as long as the desktops' busy time per batch (the
+Fake desktops with real-ish latencies (reset 0.5 s, ``--reset-s``, actions lognormal around 0.4 s, model calls
+0.3 s on the reference policy server) stand in for OSWorld VMs. The trainer takes one batch of groups per update,
+then loads a new version. Its update is, by default, *balanced*: as long as the desktops' busy time per batch (the
 batch-by-batch run's busy desktop-seconds per batch, over the desktops), so that desktops kept busy make exactly
 one batch per update; ``--update-scale s`` makes it ``s`` times one batch-by-batch batch's span instead (its first
 dispatch to its last record, measured on the first batch: 1 is the issue's literal "an update as long as a batch").
@@ -15,12 +15,14 @@ dispatch to its last record, measured on the first batch: 1 is the issue's liter
   ``step-u+1``, ...: the desktops wait during every update (and each ``collect`` starts its desktops); the
   updates are added to the collects' wall time (nothing runs while the desktops wait).
 * **continuous**: one :class:`~legato_rl.follow.Follower`; the trainer takes a batch of groups as they
-  complete, updates while the desktops go on, loads the version, takes the next batch.
+  complete, updates while the desktops go on, loads the version, takes the next batch. Run twice by default: with
+  reset ahead (the default: a desktop with nothing that may start resets an attempt ahead and holds it before
+  its first policy call until its turn) and without (``--no-reset-ahead``: it waits unreset).
 
 Reported: rollouts per hour that the trainer trained on (completed attempts of the groups it took, over the
 wall time until its last update ended), desktop utilisation (busy desktop-seconds over desktops x that wall
-time), and the staleness of the groups it took (versions between a group's oldest step and the version loaded
-when the trainer took it), and of the steps it trained on.
+time; a try's time held reset ahead is not busy), and the staleness of the groups it took (versions between a
+group's oldest step and the version loaded when the trainer took it), and of the steps it trained on.
 """
 
 from __future__ import annotations
@@ -39,20 +41,31 @@ from legato_rl.collect import collect
 from legato_rl.follow import Follower
 from legato_rl.policy import PolicyConfig
 from legato_rl.store import read_records
+from legato_rl.summary import busy_spans
 from legato_rl.testing import Latency, ReferencePolicyServer, ScriptedSolver
 
 TIMEOUTS = Timeouts(reset=300, ready=60, act=60, evaluate=60)
-LATENCY = {"reset": 0.5, "act": {"median": 0.4, "sigma": 0.5, "max": 5.0}}
+
+
+def _latency(args: argparse.Namespace) -> dict[str, Any]:
+    """The fake desktops' latencies: a reset of ``--reset-s`` (0.5 s by default), actions around 0.4 s."""
+    return {"reset": args.reset_s, "act": {"median": 0.4, "sigma": 0.5, "max": 5.0}}
 
 
 def _busy(run: Path, since: float, until: float, desktop: int | None = None) -> float:
-    """Desktop-seconds spent in attempts between ``since`` and ``until`` (on ``desktop``, or on all)."""
+    """Desktop-seconds spent in attempts between ``since`` and ``until`` (on ``desktop``, or on all), less the
+    time a try held its desktop reset ahead."""
     return sum(
-        max(0.0, min(r.ended_at, until) - max(r.started_at, since))
+        max(0.0, min(b, until) - max(a, since))
         for r in read_records(run)
-        if r.desktop is not None and r.started_at is not None and r.ended_at is not None
-        and (desktop is None or r.desktop == desktop)
-    )  # fmt: skip
+        if desktop is None or r.desktop == desktop
+        for a, b in busy_spans(r)
+    )
+
+
+def _held(run: Path) -> float:
+    """Desktop-seconds the tries held their desktops reset ahead, before their turn."""
+    return sum(r.timing.held_s for r in read_records(run))
 
 
 def batch_by_batch(policy: PolicyConfig, tasks: list[Any], root: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -63,7 +76,7 @@ def batch_by_batch(policy: PolicyConfig, tasks: list[Any], root: Path, args: arg
     busy, make one batch per update); with ``--update-scale s``, ``s`` x the first batch's span (its first dispatch
     to its last record; 1: an update as long as a batch-by-batch batch).
     """
-    config = DesktopConfig(screen=(640, 360), timeouts=TIMEOUTS, options={"latency": LATENCY})
+    config = DesktopConfig(screen=(640, 360), timeouts=TIMEOUTS, options={"latency": _latency(args)})
     per_batch = args.batch_groups
     collecting = completed = busy = 0.0
     span: float | None = None
@@ -94,17 +107,23 @@ def batch_by_batch(policy: PolicyConfig, tasks: list[Any], root: Path, args: arg
 
 
 def continuous(
-    policy: PolicyConfig, tasks: list[Any], root: Path, args: argparse.Namespace, update_s: float, desktops: int
+    policy: PolicyConfig,
+    tasks: list[Any],
+    root: Path,
+    args: argparse.Namespace,
+    update_s: float,
+    desktops: int,
+    reset_ahead: bool = True,
 ) -> dict[str, Any]:
-    config = DesktopConfig(screen=(640, 360), timeouts=TIMEOUTS, options={"latency": LATENCY})
-    out = root / "continuous"
+    config = DesktopConfig(screen=(640, 360), timeouts=TIMEOUTS, options={"latency": _latency(args)})
+    out = root / ("continuous" if reset_ahead else "continuous-no-reset-ahead")
     max_ready = args.max_ready or args.batch_groups
 
     async def trainer() -> dict[str, Any]:
         follower = Follower(
             tasks, replace(policy, version="step-0"), out=out,
             desktops=desktops, group=args.group, backend="fake", desktop=config,
-            max_ready=max_ready, max_staleness=args.max_staleness, partial=args.partial,
+            max_ready=max_ready, max_staleness=args.max_staleness, partial=args.partial, reset_ahead=reset_ahead,
         )  # fmt: skip
         t0 = time.time()
         staleness: list[int] = []
@@ -146,7 +165,7 @@ def continuous(
                 "utilisation": _busy(out, t0, t0 + wall) / (desktops * wall), "desktops": desktops,
                 "staleness": (sum(staleness) / len(staleness), max(staleness)), "summary": summary,
                 "step_staleness": sum(step_staleness) / len(step_staleness),
-                "idle": _idle(samples, desktops, t0 + wall),
+                "idle": _idle(samples, desktops, t0 + wall), "held_s": _held(out),
                 "busy_per_rollout": _busy(out, t0, t0 + wall) / completed,
                 "per_desktop": [_busy(out, t0, t0 + wall, d) / wall for d in range(desktops)]}  # fmt: skip
 
@@ -204,6 +223,14 @@ def main() -> None:
         "batch (the batch-by-batch run's busy desktop-seconds per batch / desktops)",
     )  # fmt: skip
     parser.add_argument(
+        "--reset-s", type=float, default=0.5,
+        help="the fake desktops' reset, seconds (OSWorld's VMs: tens of seconds of an attempt of a few minutes)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--reset-ahead", choices=("both", "on", "off"), default="both",
+        help="continuous collection with reset ahead (on, --follow's default), without (off), or both side by side",
+    )  # fmt: skip
+    parser.add_argument(
         "--sized", action="store_true",
         help="also run continuous collection on a pool sized to the trainer, as the first continuous run's summary "
         "says (desktops_to_keep_up)",
@@ -216,7 +243,11 @@ def main() -> None:
         policy = PolicyConfig(server.url, server.model)
         tasks = list(default_tasks(DesktopConfig(screen=(640, 360))))
         base = batch_by_batch(policy, tasks, Path(tmp), args)
-        cont = continuous(policy, tasks, Path(tmp), args, base["update_s"], args.desktops)
+        runs = []
+        for ahead in {"both": (True, False), "on": (True,), "off": (False,)}[args.reset_ahead]:
+            name = "continuous (--follow)" if ahead else "continuous, --no-reset-ahead"
+            runs.append((name, continuous(policy, tasks, Path(tmp), args, base["update_s"], args.desktops, ahead)))
+        cont = runs[0][1]
         sized = None
         if args.sized:
             sized = continuous(policy, tasks, Path(tmp) / "sized", args, base["update_s"], _sized(cont, args))
@@ -227,11 +258,11 @@ def main() -> None:
         f"{base['balanced_s']:.1f} s"
     )
     print(f"desktops {args.desktops}, group {args.group}, {args.batch_groups} groups a batch, {args.updates} "
-          f"updates of {base['update_s']:.2f} s ({length}), partial {args.partial}, max_ready "
-          f"{args.max_ready or args.batch_groups}, max_staleness {args.max_staleness}")  # fmt: skip
+          f"updates of {base['update_s']:.2f} s ({length}), reset {args.reset_s:g} s, partial {args.partial}, "
+          f"max_ready {args.max_ready or args.batch_groups}, max_staleness {args.max_staleness}")  # fmt: skip
     print("| | rollouts/hour | desktop utilisation | wall s | staleness mean / max |")
     print("|---|---|---|---|---|")
-    rows = [("batch-by-batch collect", base), ("continuous (--follow)", cont)]
+    rows = [("batch-by-batch collect", base), *runs]
     if sized is not None:
         rows.append((f"continuous, {sized['desktops']} desktops (sized to the trainer)", sized))
     for name, r in rows:
@@ -257,6 +288,7 @@ def main() -> None:
         print(f"{name}, idle desktop-seconds by what held the desktops:")
         for key, value in sorted(r["idle"].items()):
             print(f"  {key}: {value:.1f}")
+        print(f"  tries holding their desktops reset ahead (in a try, not busy): {r['held_s']:.1f}")
         print(f"{name}, summary.follow: {r['summary']['follow']}")
 
 

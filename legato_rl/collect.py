@@ -33,7 +33,7 @@ import asyncio
 import logging
 import time
 from asyncio import FIRST_COMPLETED
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -100,6 +100,8 @@ class _Playing:
     grader: str | None = None
     episode: Try = field(init=False)
     steps: list[StepRecord] = field(default_factory=list)
+    #: a continuous run's try is past its reset and its hold: its policy calls have begun (legato_rl.follow)
+    calling: bool = False
 
     def __post_init__(self) -> None:
         self.episode = Try(self.attempt.task, self.attempt.rollout_id, self.desktop)
@@ -437,9 +439,15 @@ class Collector:
             max_steps=self.options.max_steps, rollout_timeout=self.options.rollout_timeout,
             screen=self.desktop_config.screen, episode=playing.episode, cancelled=cancelled, on_reply=on_reply,
             on_step=on_step, build_prompt=self._build_prompt, next_task=playing.next_task,
+            hold=self._hold_of(playing),
         )  # fmt: skip
         assert episode.status is not None
         return episode.status
+
+    def _hold_of(self, playing: _Playing) -> Callable[[], Awaitable[float]] | None:
+        """What the try awaits between its reset and its first policy call: a batch's tries go straight on (a
+        continuous run holds a desktop reset ahead there until its group's turn: :mod:`legato_rl.follow`)."""
+        return None
 
     # -- a policy server that is unavailable -----------------------------------------------------------
     def _policy_unavailable(self, playing: _Playing, error: ErrorInfo, kind: str, client: PolicyClient) -> None:

@@ -45,7 +45,7 @@ import re
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -54,7 +54,7 @@ from legato_gym import Backend, ConfigError, DesktopConfig, Task, resolve_backen
 from legato_gym.backends import Finished
 from legato_gym.vector import RayPlacement
 from legato_rl.advantages import group_advantages
-from legato_rl.collect import Collector, _with_limits
+from legato_rl.collect import Collector, _Playing, _with_limits
 from legato_rl.collect_options import CollectOptions
 from legato_rl.groups import Attempt, Group, GroupBook, Status
 from legato_rl.harness import Harness
@@ -64,7 +64,7 @@ from legato_rl.store import ErrorInfo, RolloutRecord, read_records, write_json_a
 from legato_rl.store.files import SUMMARY_FILE
 from legato_rl.store.follow_log import FOLLOW_FILE, append_follow_log, read_follow_log
 from legato_rl.stream import Order, TaskStream
-from legato_rl.summary import Summary
+from legato_rl.summary import Summary, busy_spans
 
 __all__ = [
     "FOLLOW_FILE",
@@ -96,6 +96,8 @@ class FollowOptions:
         max_staleness: versions a group's oldest step may lag the current one; ``None``: no bound.
         stale: what a group past ``max_staleness`` becomes: ``rerun`` or ``deliver`` (marked ``stale``).
         partial: what an attempt in flight at a version change does: ``continue`` or ``restart``.
+        reset_ahead: a desktop with nothing that may start resets one ahead and holds it before its first
+            policy call until its turn comes; ``False``: it waits unreset.
     """
 
     order: Order = "cycle"
@@ -103,6 +105,7 @@ class FollowOptions:
     max_staleness: int | None = None
     stale: Stale = "rerun"
     partial: Partial = "continue"
+    reset_ahead: bool = True
 
     def __post_init__(self) -> None:
         if self.max_ready < 1:
@@ -162,13 +165,34 @@ class _FollowBook(GroupBook):
         self.draining = False
         self.reruns: deque[tuple[str, Task]] = deque()  # groups to run again, before the stream's next
         self.origin: dict[str, tuple[int, int]] = {}  # group id -> (stream position, re-runs)
+        self.ahead = False  # reset ahead: with nothing that may start, a desktop takes an attempt that may not
+        self.held: dict[str, None] = {}  # groups opened ahead of their turn, in order: their attempts hold
+
+    @property
+    def open_groups(self) -> int:
+        """Groups open and unfinished, not counting those held ahead of their turn."""
+        return len(self._unfinished) - len(self.held)
+
+    def may_start(self, group_id: str) -> bool:
+        """An attempt of ``group_id`` may make its first policy call: nothing holds the desktops back and its
+        group's turn has come (or the run stops: a drain finishes what it holds, a stop cuts it short)."""
+        return self.stopping or (not self.paused and group_id not in self.held)
+
+    def release(self) -> bool:
+        """Give the groups held ahead their turn, oldest first, while the open groups leave room; ``True`` if any
+        was given it."""
+        released = False
+        while self.held and (self.stopping or self.open_slots is None or self.open_groups < self.open_slots):
+            del self.held[next(iter(self.held))]
+            released = True
+        return released
 
     @property
     def all_ended(self) -> bool:
         return self.stopping and (not self.draining or not self._unfinished)
 
     def next_attempt(self, desktop: int | None = None, *, free: Iterable[int] = ()) -> Attempt | None:
-        if self.paused or (self.stopping and not self.draining):
+        if (self.paused and not self.ahead) or (self.stopping and not self.draining):
             return None
         free = tuple(free)
         attempt = super().next_attempt(desktop, free=free)
@@ -177,19 +201,25 @@ class _FollowBook(GroupBook):
         return attempt
 
     def _open_next(self) -> bool:
-        if self.open_slots is not None and len(self._unfinished) >= self.open_slots:
-            return False  # the groups open would fill the trainer's queue: no new one until it takes some
+        self.release()
+        # The groups open would fill the trainer's queue (or it is full): no group's turn until it takes some. A
+        # desktop may still reset one ahead: the group opens held, its attempts waiting before their first call.
+        full = self.paused or (self.open_slots is not None and self.open_groups >= self.open_slots)
+        if full and not self.ahead:
+            return False
         if self.reruns:
             gid, task = self.reruns.popleft()
             self.add(gid, task, first=self.origin[gid][1] >= 2)
-            return True
-        try:
-            position, task = next(self._stream)
-        except StopIteration:
-            log.info("the task stream ended: finishing the groups in flight")
-            self.stopping = self.draining = True
-            return False
-        self.open_position(position, task)
+        else:
+            try:
+                position, task = next(self._stream)
+            except StopIteration:
+                log.info("the task stream ended: finishing the groups in flight")
+                self.stopping = self.draining = True
+                return False
+            gid = self.open_position(position, task)
+        if full:
+            self.held[gid] = None
         return True
 
     def open_position(self, position: int, task: Task) -> str:
@@ -209,6 +239,12 @@ class _FollowBook(GroupBook):
         else:
             self._queue.extend(attempts)
         self._unfinished.add(gid)
+
+    def finish(self, attempt: Attempt, status: Status) -> tuple[Status, list[Attempt]]:
+        result = super().finish(attempt, status)
+        if self.groups[attempt.group_id].finished:  # every attempt failed before its turn came
+            self.held.pop(attempt.group_id, None)
+        return result
 
     def rerun(self, gid: str) -> str:
         """Queue a new group for the task of ``gid``, which was too stale; returns its id."""
@@ -243,6 +279,8 @@ class _FollowCollector(Collector):
         self.seed = seed
         self.book = _FollowBook(stream, group=self.options.group, oversample=self.options.oversample)
         self.book.open_slots = follow.max_ready
+        self.book.ahead = follow.reset_ahead
+        self._turn = asyncio.Event()  # an attempt held before its first call may look again
         self.progress.groups = 0
         self.ready: deque[CompletedGroup] = deque()
         self.changed = asyncio.Event()  # a group became ready, a version was loaded, or the run ended
@@ -331,9 +369,10 @@ class _FollowCollector(Collector):
             self._restart_running(version)
 
     def _restart_running(self, version: str) -> None:
-        """Cut short every attempt in flight and queue it again (``partial="restart"``)."""
+        """Cut short every attempt in flight that has called the policy, and queue it again (``partial="restart"``);
+        one still in its reset, or held ahead, makes every call under the new version anyway and goes on."""
         for playing, task in list(self._running.values()):
-            if not task.cancel():
+            if not playing.calling or not task.cancel():
                 continue
             error = ErrorInfo("version", "VersionChanged", f"version {version} was loaded while this try ran")
             self._write(playing.record(Status.RETRIED, error))
@@ -345,6 +384,25 @@ class _FollowCollector(Collector):
 
     def _env_tries(self, attempt: Attempt) -> int:
         return attempt.try_index - self._restarts[(attempt.group_id, attempt.index)]
+
+    def _hold_of(self, playing: _Playing) -> Callable[[], Awaitable[float]] | None:
+        book = self.book
+        assert isinstance(book, _FollowBook)
+        gid = playing.attempt.group_id
+
+        async def hold() -> float:  # reset ahead: wait for the group's turn before the first policy call
+            if book.ahead and not book.may_start(gid):
+                since = time.monotonic()
+                try:
+                    while not book.may_start(gid):
+                        self._turn.clear()
+                        await self._turn.wait()
+                finally:  # a try cancelled while it holds (its group closed) records its hold too
+                    playing.episode.held_s = time.monotonic() - since
+            playing.calling = True
+            return playing.episode.held_s
+
+        return hold
 
     # -- groups -------------------------------------------------------------------------------------------
     def _write(self, record: RolloutRecord) -> None:
@@ -382,6 +440,8 @@ class _FollowCollector(Collector):
         if paused != book.paused and self._store is not None:
             self._log({"event": "queue", "full": paused, "at": time.time()})
         book.paused, book.open_slots = paused, slots
+        if book.release() or freed:
+            self._turn.set()  # attempts held before their first call look again
 
     @property
     def waiting(self) -> int:
@@ -423,6 +483,8 @@ class _FollowCollector(Collector):
         assert isinstance(book, _FollowBook)
         book.stopping, book.draining = True, drain
         book.paused = False
+        book.release()
+        self._turn.set()
         if not drain:
             for _, task in list(self._running.values()):
                 task.cancel()
@@ -461,12 +523,9 @@ def follow_figures(run_dir: str | os.PathLike[str], *, desktops: int, since: flo
         (float(line["at"]), line["version"]) for line in lines if line.get("event") == "version"
     ]
     loads.sort(key=lambda load: load[0])  # the version loaded at start is logged when the first change comes
-    intervals = [
-        (float(r.started_at), float(r.ended_at))
-        for r in read_records(run_dir)
-        if r.desktop is not None and r.started_at is not None and r.ended_at is not None
-        and (since is None or r.started_at >= since)
-    ]  # fmt: skip
+    intervals = [  # the desktops' busy time: a try less the time it held its desktop reset ahead
+        span for r in read_records(run_dir) if since is None or (r.started_at or 0.0) >= since for span in busy_spans(r)
+    ]
     start = min((a for a, _ in intervals), default=None)
     end = max((b for _, b in intervals), default=None)
 
@@ -529,7 +588,7 @@ class Follower:
         policy: the policy server, its sampling and limits; ``policy.version`` is the version loaded at start.
         out: the run directory; an existing continuous run with the same arguments resumes.
         order: ``cycle`` or ``draw`` (seeded by ``seed``) a list of tasks.
-        max_ready, max_staleness, stale, partial: :class:`FollowOptions`.
+        max_ready, max_staleness, stale, partial, reset_ahead: :class:`FollowOptions`.
         The other arguments are :func:`~legato_rl.collect.collect`'s.
     """
 
@@ -558,6 +617,7 @@ class Follower:
         max_staleness: int | None = FollowOptions.max_staleness,
         stale: Stale = FollowOptions.stale,
         partial: Partial = FollowOptions.partial,
+        reset_ahead: bool = FollowOptions.reset_ahead,
         ray: RayPlacement | str | None = None,
         progress: Progress | None = None,
     ) -> None:
@@ -569,7 +629,7 @@ class Follower:
             rollout_timeout=rollout_timeout, env_retries=env_retries, image_max=image_max, backend=resolved.name,
             seed=seed,
         )  # fmt: skip
-        self.options = FollowOptions(order, max_ready, max_staleness, stale, partial)
+        self.options = FollowOptions(order, max_ready, max_staleness, stale, partial, reset_ahead)
         self._collector = _FollowCollector(
             stream, self.options, seed,
             policy=_with_limits(policy, max_inflight=max_inflight, step_timeout=step_timeout, retries=retries),
@@ -616,13 +676,20 @@ class Follower:
         collector = self._collector
         collector.asking += 1
         collector._backpressure()  # the trainer asks: the next group to complete is its, and one more may open
+        asking = True
         try:
             while True:
                 if collector.ready:
                     await collector.flush()  # its records are durable before it is handed over (and logged)
+                    # the group taken leaves the queue with this call's ask: counted once, no room opens for it
+                    collector.asking -= 1
+                    asking = False
                     group = collector.take()
                     if group is not None:
                         return group
+                    collector.asking += 1  # every group ready was re-run for staleness: still asking
+                    asking = True
+                    collector._backpressure()
                 if self._run.done():
                     self._run.result()  # raises what stopped the run
                     raise StopAsyncIteration
@@ -631,7 +698,8 @@ class Follower:
                 await asyncio.wait((changed, self._run), return_when=asyncio.FIRST_COMPLETED)
                 changed.cancel()
         finally:
-            collector.asking -= 1
+            if asking:
+                collector.asking -= 1
             collector._backpressure()
 
     def __aiter__(self) -> Follower:

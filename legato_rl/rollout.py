@@ -129,6 +129,7 @@ class Try:
             (:class:`~legato_gym.errors.AgentFault`): the episode then ended there, graded 0.
         reset_kind: how the desktop was reset for it (its reset's ``info["reset_kind"]``), ``None`` until then
             or when the backend does not say.
+        held_s: seconds its desktop, reset, held it before the first policy call (``play``'s ``hold``).
     """
 
     task: Task
@@ -141,6 +142,7 @@ class Try:
     status: Status | None = None
     agent_fault: dict[str, str] | None = None
     reset_kind: str | None = None
+    held_s: float = 0.0
 
     def add_timings(self, timings: Mapping[str, float]) -> None:
         """Add a desktop call's ``info["timings"]`` (ready-signal waits count as ``wait_s``)."""
@@ -152,7 +154,8 @@ class Try:
 
     def timing(self, ended: float | None = None) -> Timing:
         """The seconds per phase as a :class:`~legato_rl.store.Timing`, ``total_s`` up to ``ended`` (now)."""
-        return Timing(**self.seconds, total_s=(time.time() if ended is None else ended) - self.started_at)
+        total = (time.time() if ended is None else ended) - self.started_at
+        return Timing(**self.seconds, total_s=total, held_s=self.held_s)
 
 
 class InlineWhileCheap:
@@ -200,6 +203,7 @@ async def play(
     on_step: Callable[[TryStep], Awaitable[None]] | None = None,
     build_prompt: InlineWhileCheap | None = None,
     next_task: Task | Unknown | None = UNKNOWN,
+    hold: Callable[[], Awaitable[float]] | None = None,
 ) -> Try:
     """Play ``task`` on desktop ``env_id`` once and grade it (see the module docstring).
 
@@ -225,6 +229,9 @@ async def play(
             new :class:`InlineWhileCheap`. Without a PNG the harness always runs in a thread.
         next_task: the task this desktop will likely play next (``None``: not known), handed to the
             desktop with the reset (:meth:`~legato_gym.vector.DesktopVectorEnv.areset`); not given: no word.
+        hold: awaited once the desktop is reset, before the first policy call: the attempt waits there for its
+            turn (a continuous run resets desktops ahead of their groups' turn) and returns the seconds it held
+            the desktop, the try's ``held_s``; ``rollout_timeout`` counts from its end.
 
     Returns:
         The episode, with its ``status`` and ``reward``.
@@ -240,7 +247,7 @@ async def play(
     try:
         ep.status = await _play(
             env, env_id, task, policy, harness, ep, rollout_id, max_steps, rollout_timeout, size,
-            is_cancelled, exhausted, on_reply, on_step, run_harness, next_task,
+            is_cancelled, exhausted, on_reply, on_step, run_harness, next_task, hold,
         )  # fmt: skip
     finally:
         policy.forget(rollout_id)
@@ -268,12 +275,15 @@ async def _play(
     on_step: Callable[[TryStep], Awaitable[None]] | None,
     run_harness: InlineWhileCheap,
     next_task: Task | Unknown | None,
+    hold: Callable[[], Awaitable[float]] | None,
 ) -> Status:
     obs, info = await env.areset(env_id, task, next_task=next_task)
     png: bytes | None = info.get("screenshot_png")
     ep.add_timings(info.get("timings", {}))
     kind = info.get("reset_kind")
     ep.reset_kind = kind if isinstance(kind, str) else None
+    if hold is not None:
+        ep.held_s = await hold()
     deadline = None if rollout_timeout is None else time.monotonic() + rollout_timeout
     conversation = harness.start(task.instruction, screen)
     for index in range(max_steps):

@@ -34,10 +34,11 @@ Definitions (each key of ``summary.json`` is always present; a figure with nothi
 * ``follow`` (continuous runs only, :mod:`legato_rl.follow`): ``staleness`` (``mean``, ``max`` over the groups
   handed to the trainer), ``versions`` (the versions loaded, in order), ``groups_delivered``, ``groups_stale``
   (delivered marked stale), ``groups_rerun`` (re-run for staleness), ``utilisation`` (busy desktop-seconds over
-  ``desktops`` x wall seconds), ``utilisation_by_version`` (the same within each version's time), ``queue_full_s``
-  (seconds that ``max_ready`` groups waited for the trainer, so no attempt could start) and
-  ``desktops_to_keep_up`` (when the queue was full at times: the desktops busy on average, rounded up; that
-  many keep up with this trainer, the others only idle; ``None`` when the trainer never held the desktops back).
+  ``desktops`` x wall seconds; a try holding its desktop reset ahead is not busy then: :func:`busy_spans`),
+  ``utilisation_by_version`` (the same within each version's time), ``queue_full_s`` (seconds that
+  ``max_ready`` groups waited for the trainer, so no attempt could start) and ``desktops_to_keep_up`` (when the
+  queue was full at times: the desktops busy on average, rounded up; that many keep up with this trainer, the
+  others only idle; ``None`` when the trainer never held the desktops back).
 
 GRPO group advantages are :mod:`legato_rl.advantages` (:func:`~legato_rl.advantages.group_advantages`, also
 importable from here).
@@ -75,6 +76,7 @@ __all__ = [
     "Summary",
     "add_nodes",
     "advantages",
+    "busy_spans",
     "failed_call",
     "group_advantages",
     "percentile",
@@ -250,6 +252,22 @@ def summarize(records: Iterable[RolloutRecord], *, group: int, wall_s: float | N
         weight_versions=dict(sorted(weight_versions.items())),
         weight_version_mismatches=mismatches,
     )
+
+
+def busy_spans(record: RolloutRecord) -> list[tuple[float, float]]:
+    """When the record's try kept its desktop busy (Unix times): dispatch to record, less the time it held its
+    desktop reset ahead of its group's turn (``timing.held_s``: after the reset and the first screenshot, before
+    the first policy call). Empty for a record with no desktop or times."""
+    if record.desktop is None or record.desktop < 0 or record.started_at is None or record.ended_at is None:
+        return []
+    t0, t1 = float(record.started_at), float(max(record.ended_at, record.started_at))
+    timing = record.timing
+    if timing.held_s <= 0:
+        return [(t0, t1)]
+    action_obs = sum(a.obs_s or 0.0 for s in record.steps for a in s.actions)
+    hold = min(t0 + timing.reset_s + timing.wait_after_reset_s + max(timing.obs_s - action_obs, 0.0), t1)
+    resumed = min(hold + timing.held_s, t1)
+    return [(a, b) for a, b in ((t0, hold), (resumed, t1)) if b > a]
 
 
 def failed_call(record: RolloutRecord) -> bool:

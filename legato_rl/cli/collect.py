@@ -186,6 +186,14 @@ def collect_command(
             help="--follow: an attempt in flight at a version change continues, or restarts from its reset.",
         ),
     ] = FollowOptions.partial,
+    reset_ahead: Annotated[
+        bool,
+        typer.Option(
+            "--reset-ahead/--no-reset-ahead",
+            help="--follow: a desktop with nothing it may start (the trainer's queue full) resets an attempt ahead "
+            "and holds it before its first policy call until its turn; --no-reset-ahead: it waits unreset.",
+        ),
+    ] = FollowOptions.reset_ahead,
     max_groups: Annotated[
         int | None, typer.Option("--max-groups", help="--follow: stop after handing over this many groups.")
     ] = None,
@@ -227,7 +235,8 @@ def collect_command(
         check_follow_options(
             follow, **{"--control": control, "--max-groups": max_groups, "--max-staleness": max_staleness,
                        "--order": order != FollowOptions.order, "--max-ready": max_ready != FollowOptions.max_ready,
-                       "--stale": stale != FollowOptions.stale, "--partial": partial != FollowOptions.partial}
+                       "--stale": stale != FollowOptions.stale, "--partial": partial != FollowOptions.partial,
+                       "--no-reset-ahead": reset_ahead != FollowOptions.reset_ahead}
         )  # fmt: skip
         config = DesktopConfig(
             ready_signal=ready_signal,
@@ -271,7 +280,7 @@ def collect_command(
                     max_steps=max_steps, rollout_timeout=rollout_timeout, env_retries=env_retries,
                     image_max=image_max, desktop=finished, backend=resolved, seed=seed, ray=ray, progress=progress,
                     order=order, max_ready=max_ready, max_staleness=max_staleness, stale=stale,  # type: ignore[arg-type]
-                    partial=partial,  # type: ignore[arg-type]
+                    partial=partial, reset_ahead=reset_ahead,  # type: ignore[arg-type]
                 )  # fmt: skip
                 data = run_follow(follower, control=control, max_groups=max_groups)
                 _say_followed(console, data, out)

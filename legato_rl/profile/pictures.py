@@ -23,6 +23,7 @@ _COLORS = {
     "obs": "#17becf",
     "eval": "#9467bd",
     "failed_call": "#7b1f1f",
+    "held": "#e3d7ef",
     "other": "#bdbdbd",
     "idle": "#f2f2f2",
 }

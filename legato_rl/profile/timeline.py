@@ -5,7 +5,8 @@ How the timeline is rebuilt. Records keep, per try, its desktop, ``started_at`` 
 ``act_s`` / ``ready_s`` / ``wait_s`` / ``obs_s``. Phases are laid out on that skeleton:
 
 * **reset** (``reset_s + wait_after_reset_s``) from the try's start, then **obs** for the first screenshot
-  (the try's ``obs_s`` less its actions' ``obs_s``);
+  (the try's ``obs_s`` less its actions' ``obs_s``), then **held** (``held_s``: a continuous run's desktop,
+  reset ahead, waiting for its group's turn; not busy);
 * per step, **model** from the step's ``started_at`` for the call's seconds (queueing for
   ``--max-inflight``, retries and backoff included); then the step's actions back to back (**act**,
   **wait** = ready-signal wait plus fixed wait, **obs**), placed so that they end where the next step
@@ -33,7 +34,7 @@ from legato_rl.summary import failed_call
 __all__ = ["PHASES", "Timeline", "TrySpan", "build_timeline"]
 
 #: Timeline phases, in drawing (and legend) order.
-PHASES = ("reset", "model", "act", "wait", "obs", "eval", "failed_call", "other", "idle")
+PHASES = ("reset", "model", "act", "wait", "obs", "eval", "failed_call", "held", "other", "idle")
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class Timeline:
         action_obs = sum(a.obs_s or 0.0 for s in record.steps for a in s.actions)
         cursor = put("reset", t0, timing.reset_s + timing.wait_after_reset_s)
         cursor = put("obs", cursor, max(timing.obs_s - action_obs, 0.0))
+        cursor = put("held", cursor, timing.held_s)
         eval_s = timing.wait_before_eval_s + timing.eval_s
         failed = failed_call(record)  # the try ends in the call that failed, not in grading
         steps = record.steps
@@ -138,14 +140,14 @@ class Timeline:
                 idle.append((cursor, self.end - cursor))
 
     def busy_seconds(self, desktop: int) -> float:
-        """Seconds the desktop was running a try (overlaps counted once)."""
+        """Seconds the desktop was running a try (overlaps counted once), less the time a try held it reset ahead."""
         spans = sorted((s.start, s.end) for s in self.tries if s.desktop == desktop)
         total, cursor = 0.0, float("-inf")
         for start, end in spans:
             if end > cursor:
                 total += end - max(start, cursor)
                 cursor = end
-        return total
+        return total - sum(seconds for _, seconds in self.intervals.get(desktop, {}).get("held", ()))
 
 
 def build_timeline(records: Iterable[RolloutRecord]) -> Timeline:

@@ -154,6 +154,8 @@ class Timing:
 
     ``wait_s`` is every wait after an action: ready-signal waits (``ready_s``) and fixed waits together.
     ``total_s`` is the try's wall time, dispatch to record (it includes the scheduler's own time).
+    ``held_s`` is the time a try's desktop, reset ahead, held it before its first policy call, waiting for its
+    group's turn (a continuous run's reset ahead, :mod:`legato_rl.follow`): in ``total_s``, in no phase, not busy.
     """
 
     reset_s: float = 0.0
@@ -165,6 +167,7 @@ class Timing:
     wait_before_eval_s: float = 0.0
     eval_s: float = 0.0
     total_s: float = 0.0
+    held_s: float = field(default=0.0, metadata=info(required=False))
 
     #: The phases whose seconds add up to the desktop's busy time (``total_s`` excluded).
     PHASES: ClassVar[tuple[str, ...]] = (

@@ -64,7 +64,7 @@ OWNERS: dict[tuple[str, str], Callable[[], object]] = {
     ("rl collect", "prestart"): _field(LocalOptions, "prestart"),
     ("rl collect", "session"): _field(LocalOptions, "session"),
     **{("rl collect", name): _field(FollowOptions, name) for name in (
-        "order", "max_ready", "max_staleness", "stale", "partial",
+        "order", "max_ready", "max_staleness", "stale", "partial", "reset_ahead",
     )},
     ("rl probe", "timeout"): _argument(run_probe, "timeout"),
     ("osworld cache", "timeout"): _argument(FileCache.fetch, "timeout"),

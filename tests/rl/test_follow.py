@@ -29,7 +29,7 @@ from legato_rl.policy import PolicyConfig
 from legato_rl.profile import profile_run
 from legato_rl.store import read_follow_log, read_record_dicts
 from legato_rl.stream import TaskStream
-from legato_rl.testing import ReferencePolicyServer, ScriptedSolver
+from legato_rl.testing import Latency, ReferencePolicyServer, ScriptedSolver
 
 SCREEN = (320, 240)
 FINAL = {"ok", "truncated", "cancelled", "skipped", "surplus", "error"}
@@ -63,8 +63,9 @@ async def _until(condition: Any, what: str, deadline_s: float = 30.0) -> None:
 
 
 def _in_flight(follower: Follower) -> bool:
-    """An attempt is in flight: its task runs (one that has ended stays listed until its desktop looks again)."""
-    return any(not task.done() for _, task in follower._collector._running.values())
+    """An attempt is in flight, calling the policy: its task runs (one that has ended stays listed until its desktop
+    looks again) and it is past its reset and any hold (a desktop reset ahead holds one before its first call)."""
+    return any(playing.calling and not task.done() for playing, task in follower._collector._running.values())
 
 
 def _step_versions(group: CompletedGroup) -> list[list[str | None]]:
@@ -86,6 +87,7 @@ def test_groups_come_as_they_complete_and_every_step_names_its_version(
                 on_disk = {r["rollout_id"] for r in read_record_dicts(run)}
                 assert {r.rollout_id for r in group.records} <= on_disk
                 if len(groups) in (2, 4):
+                    await _until(lambda: _in_flight(follower), "an attempt calling the policy")
                     server.weight_version = f"v{len(groups)}"
                     follower.set_version(f"v{len(groups)}")
                 if len(groups) == 4:  # export and profile read the live run
@@ -128,43 +130,71 @@ def test_groups_come_as_they_complete_and_every_step_names_its_version(
     assert [line["version"] for line in log if line["event"] == "version"] == ["v0", "v2", "v4"]
 
 
+@pytest.mark.parametrize("reset_ahead", [False, True], ids=["waiting unreset", "reset ahead"])
 def test_backpressure_stops_new_attempts_until_the_trainer_takes_a_group(
-    tmp_path: Path, server: ReferencePolicyServer
+    tmp_path: Path, server: ReferencePolicyServer, reset_ahead: bool
 ) -> None:
+    # nobody takes: two groups wait, and the desktops finish what they run and start nothing more: no policy call,
+    # no record. With reset ahead each desktop resets one attempt and holds it before its first call.
     run = tmp_path / "run"
 
-    async def story() -> tuple[int, int]:
-        follower = _follower(server, run, group=1, max_ready=2)
+    async def story() -> tuple[int, int, float, list[tuple[str, bool]]]:
+        follower = _follower(server, run, group=1, max_ready=2, reset_ahead=reset_ahead)
         await follower.start()
         collector = follower._collector
-        # nobody takes: two groups wait, the desktops finish what they run and start nothing more
-        await _until(lambda: follower.waiting >= 2 and not collector._running, "the desktops to stop")
+
+        def running() -> list[tuple[str, bool]]:  # (rollout id, its policy calls began) of the tries in flight
+            return [(p.attempt.rollout_id, p.calling) for p, task in collector._running.values() if not task.done()]
+
+        def settled() -> bool:
+            held = running()
+            return (
+                follower.waiting >= 2 and (len(held) == 2 if reset_ahead else not held) and not any(c for _, c in held)
+            )
+
+        await _until(settled, "the desktops to stop")
         await collector.flush()
-        settled = len(list(read_record_dicts(run)))
-        await asyncio.sleep(0.5)  # a window in which a desktop that ignored backpressure would start an attempt
+        settled_records = len(list(read_record_dicts(run)))
+        calls = server.stats.chat_requests
+        held = running()
+        await asyncio.sleep(0.5)  # a window in which a desktop that ignored backpressure would call the policy
         await collector.flush()
-        assert not collector._running and len(list(read_record_dicts(run))) == settled
+        assert running() == held and len(list(read_record_dicts(run))) == settled_records
+        assert server.stats.chat_requests == calls
         # the groups open and the groups waiting stay within max_ready: the queue never exceeds it
         assert follower.waiting == 2
         taken = 0
+        taken_at = time.time()
         while follower.waiting >= 2:
             await follower.next_group()
             taken += 1
-        await _until(lambda: len(list(read_record_dicts(run))) > settled, "the desktops to start again")
+        await _until(lambda: len(list(read_record_dicts(run))) > settled_records, "the desktops to start again")
         await follower.stop()
-        return settled, taken
+        return settled_records, taken, taken_at, held
 
-    settled, taken = asyncio.run(story())
+    settled, taken, taken_at, held = asyncio.run(story())
     assert settled == 2 and taken == 1
+    records = {r["rollout_id"]: r for r in read_record_dicts(run)}
+    if reset_ahead:  # the attempts held ahead called the policy only once the trainer took a group; held_s says so
+        went = [records[rollout_id] for rollout_id, _ in held if rollout_id in records]  # the others: still held
+        assert went  # at the stop, cut short unrecorded (a resume plays them)
+        for record in went:
+            assert record["timing"]["held_s"] >= 0.5
+            assert not record["steps"] or record["steps"][0]["started_at"] >= taken_at
+    assert all(r["timing"]["held_s"] == 0 for r in records.values() if r["rollout_id"] not in dict(held))
     # the log says when the queue filled and when the trainer freed it; the figures count that time, and say
-    # how many desktops the trainer kept busy on average (what keeps up with it)
+    # how many desktops the trainer kept busy on average (what keeps up with it): holding is not busy
     queue = [line["full"] for line in read_follow_log(run) if line["event"] == "queue"]
     assert queue[:2] == [True, False]
     figures = json.loads((run / "summary.json").read_text())["follow"]
     assert figures["queue_full_s"] >= 0.5 and figures["desktops"] == 2
-    spans = [(r["started_at"], r["ended_at"]) for r in read_record_dicts(run) if r["desktop"] is not None]
-    busy = sum(b - a for a, b in spans) / (max(b for _, b in spans) - min(a for a, _ in spans))
+    spans = [
+        (r["started_at"], r["ended_at"], r["timing"]["held_s"]) for r in records.values() if r["desktop"] is not None
+    ]
+    window = max(b for _, b, _ in spans) - min(a for a, _, _ in spans)
+    busy = sum(b - a - held_s for a, b, held_s in spans) / window
     assert figures["desktops_to_keep_up"] == math.ceil(round(busy, 3)) and busy < 2
+    assert figures["utilisation"] == pytest.approx(busy / 2, abs=2e-3)
 
 
 def test_a_trainer_waiting_for_a_group_lets_one_more_open_so_no_desktop_sits_idle(
@@ -180,8 +210,8 @@ def test_a_trainer_waiting_for_a_group_lets_one_more_open_so_no_desktop_sits_idl
         await follower.start()
         collector = follower._collector
 
-        def in_flight() -> int:
-            return sum(not task.done() for _, task in collector._running.values())
+        def in_flight() -> int:  # tries calling the policy (a desktop may hold one reset ahead: not counted)
+            return sum(p.calling and not task.done() for p, task in collector._running.values())
 
         most_waiting = 0
 
@@ -192,7 +222,7 @@ def test_a_trainer_waiting_for_a_group_lets_one_more_open_so_no_desktop_sits_idl
                 await asyncio.sleep(0.01)
 
         watcher = asyncio.ensure_future(watch())
-        await _until(lambda: follower.waiting == 1 and not collector._running, "the first group to wait")
+        await _until(lambda: follower.waiting == 1 and not in_flight(), "the first group to wait")
         await asyncio.sleep(0.3)  # nobody waits: no second attempt starts
         alone = in_flight()
         asking = True
@@ -439,33 +469,56 @@ def test_a_group_rerun_twice_for_staleness_goes_before_every_other_attempt() -> 
     assert book.next_attempt(0).group_id == f"g0001-{tasks[1].task_id}"  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("resumed", [False, True], ids=["live", "resumed"])
-def test_a_try_restarted_for_a_version_change_leaves_the_env_retries_whole(
-    tmp_path: Path, server: ReferencePolicyServer, resumed: bool
+def test_restart_leaves_a_try_still_in_its_reset_or_held_ahead_to_go_on(
+    tmp_path: Path, server: ReferencePolicyServer
 ) -> None:
-    # every setup fails after a 1 s reset: the first try is restarted by the change while it resets, then the
-    # desktop failures alone spend env_retries=1 (one retry, then error); resumed: the run stops right after the
-    # restart and a new one counts it from the records
+    # a try that has not called the policy yet would make every call under the new version anyway: --partial
+    # restart lets it go on rather than reset its desktop again
     config = DesktopConfig(
-        screen=SCREEN, options={"latency": {"reset": 1.0}, "faults": {"setup": 1.0}},
-        timeouts=Timeouts(reset=60, ready=10, act=10, evaluate=10),
-    )  # fmt: skip
+        screen=SCREEN, options={"latency": {"reset": 1.0}}, timeouts=Timeouts(reset=60, ready=10, act=10, evaluate=10)
+    )
     run = tmp_path / "run"
-    options: dict[str, Any] = {"desktop": config, "desktops": 1, "group": 1, "max_ready": 1, "partial": "restart"}
 
     async def story() -> CompletedGroup:
-        follower = _follower(server, run, env_retries=1, **options)
+        follower = _follower(server, run, desktop=config, desktops=1, group=1, max_ready=1, partial="restart")
         await follower.start()
-        await _until(lambda: _in_flight(follower), "the first try to start")
+        await _until(lambda: bool(follower._collector._running), "the first try to start its reset")
         follower.set_version("v1")
-        if resumed:
-            await follower.stop()  # the next try has not run: the resume plays it
-            follower = _follower(server, run, version="v1", env_retries=1, **options)
         group = await follower.next_group()
         await follower.stop()
         return group
 
     group = asyncio.run(story())
+    assert group.versions == ("v1",) and group.staleness == 0
+    assert [(r["try"], r["status"]) for r in read_record_dicts(run) if r["group_id"] == group.group_id] == [(0, "ok")]
+
+
+@pytest.mark.parametrize("resumed", [False, True], ids=["live", "resumed"])
+def test_a_try_restarted_for_a_version_change_leaves_the_env_retries_whole(tmp_path: Path, resumed: bool) -> None:
+    # every action crashes the desktop, and the policy takes 1 s a call: the first try is restarted by the change
+    # while its first call is in flight, then the desktop failures alone spend env_retries=1 (one retry, then
+    # error); resumed: the run stops right after the restart and a new one counts it from the records
+    config = DesktopConfig(
+        screen=SCREEN, options={"faults": {"crash": 1.0, "phases": ["act"]}},
+        timeouts=Timeouts(reset=60, ready=10, act=10, evaluate=10),
+    )  # fmt: skip
+    run = tmp_path / "run"
+    options: dict[str, Any] = {"desktop": config, "desktops": 1, "group": 1, "max_ready": 1, "partial": "restart"}
+
+    async def story(slow: ReferencePolicyServer) -> CompletedGroup:
+        follower = _follower(slow, run, env_retries=1, **options)
+        await follower.start()
+        await _until(lambda: slow.stats.inflight > 0, "the first try's first call")
+        follower.set_version("v1")
+        if resumed:
+            await follower.stop()  # the next try has not run: the resume plays it
+            follower = _follower(slow, run, version="v1", env_retries=1, **options)
+        group = await follower.next_group()
+        await follower.stop()
+        return group
+
+    with ReferencePolicyServer(brain=ScriptedSolver(), latency=Latency(fixed=1.0)) as slow:
+        group = asyncio.run(story(slow))
     tries = [r for r in read_record_dicts(run) if r["group_id"] == group.group_id]
     assert [r["try"] for r in tries] == [0, 1, 2]
     assert Counter((r["status"], r["error"]["kind"]) for r in tries) == {
