@@ -1057,6 +1057,9 @@ def test_another_screen_size_keeps_the_bar_and_dock_sizes() -> None:
         assert (screen[500:600, 70].sum(axis=1) > screen[500:600, 69].sum(axis=1) + 10).all()
         spot = layout((1280, 720))
         assert spot.launcher_centre(len(LAUNCHERS)) + spot.cell // 2 < spot.show_apps_centre - spot.cell // 2
+        label, bell = clock_parts(screen, 1280)  # centred on the work area, the bell of the same size right of it
+        assert abs(middle(label) - (70 + 1210 / 2)) <= 2, label
+        assert bell is not None and bell[1] - bell[0] == 11 and 15 <= bell[0] - label[1] <= 25, (label, bell)
 
 
 # ------------------------------------------------------------------------------------------- the pointer
@@ -1213,18 +1216,19 @@ def test_the_menu_row_under_the_pointer_is_lit_and_the_light_follows_it(desktop:
 
 
 def lit_columns(desktop: LocalDesktop) -> dict[str, int]:
-    """How many columns of the bar's row 5 (over the text) are a lit button's, at each of the bar's buttons."""
-    row = pixels(desktop)[5].astype(int)
+    """How many columns of the bar's row 4 (over the text and the icons) are a lit button's, at each of the bar's
+    buttons."""
+    row = pixels(desktop)[4].astype(int)
     lit = np.abs(row - np.array(BAR_BUTTON_LIT)).sum(axis=1) <= 6
     spans = {"app": (90, 300), "calendar": (800, 1120), "system": (1780, 1920)}
     return {name: int(lit[a:b].sum()) for name, (a, b) in spans.items()}
 
 
 def pills(desktop: LocalDesktop, colour: tuple[int, int, int]) -> list[tuple[int, int]]:
-    """The bar's pills of ``colour``: the runs of columns of its row 5 in that colour, as ``(start, end)``, runs
-    less than 17 px apart joined (the label's glyphs cut them, and the app's 16 px icon where it is not an
-    outline), whatever the font's widths."""
-    row = pixels(desktop)[5].astype(int)
+    """The bar's pills of ``colour``: the runs of columns of its row 4 in that colour, as ``(start, end)``, runs
+    less than 17 px apart joined, whatever the font's widths. Row 4 is over the text and the icons (the bell's
+    antialiased edge in row 5 has a grey as the hovered pill's)."""
+    row = pixels(desktop)[4].astype(int)
     columns = (np.abs(row - np.array(colour)).sum(axis=1) <= 6).nonzero()[0]
     runs: list[tuple[int, int]] = []
     for x in columns.tolist():
@@ -1390,8 +1394,9 @@ def test_power_off_and_log_out_ask_and_end_nothing(desktop: LocalDesktop) -> Non
 
 # the parts of the menus that act (the date menu's arrows, Do Not Disturb and Clear; the volume slider)
 
-#: The date menu (720 x 420, centred under the clock, hanging under the bar), and its month's day cells.
-DATE_MENU = (960 - 360, 27 + GAP)
+#: The date menu (720 x 420, centred under the date menu's button, on the work area's middle, hanging under the
+#: bar), and its month's day cells.
+DATE_MENU = (WORK_AREA[0] + WORK_AREA[2] // 2 - 360, 27 + GAP)
 DAYS = (DATE_MENU[0] + 438, DATE_MENU[1] + PAD + 80 + 32 + 24)  # the first cell's top left
 DAY_CELL = ((702 - 438) // 7, 32)
 PREVIOUS_MONTH = (DATE_MENU[0] + 450, DATE_MENU[1] + PAD + 88)
@@ -1535,6 +1540,65 @@ def test_a_click_on_a_calendar_day_selects_it_as_gnomes_date_menu(desktop: Local
     assert wait_for(lambda: selected_cells(desktop) == [cell_of(later)], 10), (later, selected_cells(desktop))
     desktop.act("pyautogui.press('escape')")
     assert wait_for(lambda: not is_menu(desktop, 700, 200), 10)
+
+
+def clock_parts(screen: np.ndarray, width: int = SCREEN[0]) -> tuple[tuple[int, int], tuple[int, int] | None]:
+    """The clock's label and the bell right of it on the bar (``screen``'s rows 0-26, ``width`` px wide): the
+    first and last inked column of each (the date menu's part of the bar, from a third of it to two thirds).
+    Columns of ink less than 13 px apart are one part: the label's widest blank, between the date and the time,
+    is 7 px on the VM; the bell is 19 px right of it."""
+    bar = screen[:27, width // 3 : 2 * width // 3].astype(int)
+    columns = (np.abs(bar - np.array(BAR_COLOUR)).max(axis=2) > 12).any(axis=0).nonzero()[0] + width // 3
+    parts: list[tuple[int, int]] = []
+    for x in columns.tolist():
+        if parts and x - parts[-1][1] < 13:
+            parts[-1] = (parts[-1][0], x)
+        else:
+            parts.append((x, x))
+    assert 1 <= len(parts) <= 2, parts
+    return parts[0], parts[1] if len(parts) == 2 else None
+
+
+def middle(part: tuple[int, int]) -> float:
+    return (part[0] + part[1]) / 2
+
+
+@needs_vm_screenshot
+def test_the_clock_and_the_bell_of_unseen_notifications_are_where_the_vms_are(desktop: LocalDesktop) -> None:
+    """As the VM's GNOME: the date menu's button is centred on the work area (not the screen), its clock's label
+    in its middle and Ubuntu's bell of unseen notifications right of it (OSWorld's snapshot has some, so every
+    task starts with it), the VM's 16 px bell, on its rows, as far right of the label. The label's text is
+    today's, so its ink's middle is compared (the VM's: x 951-1039). A click on the bell opens the date menu, one
+    button with the clock; its list shown, the notifications are seen: the bell goes for good and the label stays
+    where it is. A reset brings the bell back."""
+    desktop.reset(EMPTY)
+    desktop.act("pyautogui.moveTo(900, 700)")
+    vm = vm_screenshot()
+    vm_label, vm_bell = clock_parts(vm)
+    assert vm_bell is not None
+    label, bell = clock_parts(pixels(desktop))
+    assert abs(middle(label) - middle(vm_label)) <= 2, (label, vm_label)  # 995: not the screen's middle, 960
+    assert bell is not None and bell[1] - bell[0] == vm_bell[1] - vm_bell[0], (bell, vm_bell)
+    assert abs((bell[0] - label[1]) - (vm_bell[0] - vm_label[1])) <= 3, (label, bell, vm_label, vm_bell)
+    box = (slice(0, 27), slice(bell[0] - 2, bell[0] + 14))  # the 16 px icon, its ink from its third column
+    vm_box = (slice(0, 27), slice(vm_bell[0] - 2, vm_bell[0] + 14))
+    assert np.abs(pixels(desktop)[box] - vm[vm_box]).mean() < 4, np.abs(pixels(desktop)[box] - vm[vm_box]).mean()
+    desktop.act(f"pyautogui.click({middle(bell):.0f}, 13)")  # the bell: the date menu, under the button
+    assert wait_for(lambda: is_menu(desktop, 700, 200), 10)
+    menu = np.nonzero(np.abs(pixels(desktop)[200] - np.array(MENU_COLOUR)).sum(axis=1) <= 6)[0]
+    assert abs((menu[0] + menu[-1]) / 2 - middle(vm_label)) <= 2, (menu[0], menu[-1])
+    desktop.act("pyautogui.press('escape'); pyautogui.moveTo(900, 700)")
+    assert wait_for(lambda: not is_menu(desktop, 700, 200) and clock_parts(pixels(desktop))[1] is None, 10)
+    assert abs(middle(clock_parts(pixels(desktop))[0]) - middle(label)) <= 2  # seen: the label alone, unmoved
+    desktop.act(f"pyautogui.click({CLOCK[0]}, {CLOCK[1]})")
+    assert wait_for(lambda: is_menu(desktop, 700, 200), 10)
+    desktop.act("pyautogui.press('escape'); pyautogui.moveTo(900, 700)")
+    assert wait_for(lambda: not is_menu(desktop, 700, 200), 10)
+    assert clock_parts(pixels(desktop))[1] is None  # opened again: still none
+    desktop.reset(EMPTY)  # OSWorld reverts the VM to its snapshot: the bell is back
+    assert wait_for(lambda: clock_parts(pixels(desktop))[1] is not None, 10)
+    again = clock_parts(pixels(desktop))[1]
+    assert again is not None and abs(again[0] - bell[0]) <= 1, (again, bell)
 
 
 #: The system menu's volume slider (its first row): the track's ends on the screen and its row's middle.

@@ -876,7 +876,7 @@ def test_lookalike_top_bar_menus_end_nothing_and_run_nothing_outside(lookalike: 
     assert wait_for(lambda: not menu_shown(), 30)
     if shutil.which("pactl") and shutil.which("pulseaudio"):  # control: the sound server took it, in the sandbox
         assert wait_for(lambda: "100%" in agent(lookalike, "pactl get-sink-volume @DEFAULT_SINK@")[1], 30)
-    date_menu = (600, 27 + GAP)  # its arrows, Do Not Disturb and Clear
+    date_menu = (70 + 1850 // 2 - 360, 27 + GAP)  # centred on the work area's middle: its arrows, Do Not Disturb, Clear
 
     def calendar_shown() -> bool:
         return _shown(lookalike, 700, 200, MENU_COLOUR)

@@ -3,9 +3,10 @@
 ``LocalOptions(session="lookalike")`` runs openbox with a top bar and a dock of legato's own
 (:mod:`.panel`, one small python-xlib process inside the sandbox) that look and act as the VM's GNOME
 Shell does where an agent sees or clicks: the top bar (rows 0-26: Activities, the focused app's name, the
-clock centred, status icons), the Ubuntu dock (columns 0-69: the favourites, ``org.gnome.shell favorite-apps``,
-the VM's launchers in the VM's order by default; then the running apps that are not favourites and Trash; a
-dot per window of a running app, Show Applications at the bottom), the work area right of the dock and under
+clock centred on the work area and Ubuntu's bell of unseen notifications right of it, status icons), the
+Ubuntu dock (columns 0-69: the favourites, ``org.gnome.shell favorite-apps``, the VM's launchers in the VM's
+order by default; then the running apps that are not favourites and Trash; a dot per window of a running
+app, Show Applications at the bottom), the work area right of the dock and under
 the top bar (openbox's margins), GNOME 43's window picker, an app grid and a search, and a launcher's
 right-click menu (the app's windows, Pin to Dash or Unpin).
 
@@ -630,6 +631,42 @@ def _menu_icons(bg: tuple[int, int, int]) -> Any:
     return strip.resize((MENU_ICON * len(MENU_ICONS), MENU_ICON), Image.Resampling.LANCZOS)
 
 
+#: Ubuntu's indicator of unseen notifications (GNOME 42's ``MessagesIndicator``: the symbolic bell with a ring wave
+#: each side), right of the clock's label: measured on the VM's screenshot, a 16 px icon (its ink x 1059-1070,
+#: rows 5-20), its box 17 px right of the label's end, drawn in the bar's icon colour.
+MESSAGE_INDICATOR = 16
+MESSAGE_INDICATOR_GAP = 17
+MESSAGE_INDICATOR_COLOUR = (242, 242, 242)
+#: The en space (half an em) GNOME's clock puts between the date and the time: 7.5 px in the bar's 15 px font
+#: (the Ubuntu build here has no U+2002, so the panel leaves the gap itself); 7 puts the time's digits on the VM's
+#: columns.
+CLOCK_GAP = 7
+
+
+def _message_indicator(bg: tuple[int, int, int]) -> Any:
+    """The bell of :data:`MESSAGE_INDICATOR` over ``bg``, drawn eight times as large and scaled down: the
+    outline of a bell on its base line, the clapper under it, a ring wave each side of its top (fitted to the
+    VM's pixels: 2 % of full ink off, on average, over its 16 x 16 box)."""
+    from PIL import Image, ImageDraw
+
+    k, size = 8, MESSAGE_INDICATOR
+    mask = Image.new("L", (size * k, size * k), 0)
+    draw = ImageDraw.Draw(mask)
+    radius, centre_y = 5.9 * k, 5.6 * k
+    middle = size * k / 2
+    wave = (middle - radius, centre_y - radius, middle + radius, centre_y + radius)
+    draw.arc(wave, start=170, end=255, fill=255, width=k)
+    draw.arc(wave, start=285, end=370, fill=255, width=k)
+    left = ((3.0, 12.2), (4.2, 11), (4.5, 9.5), (4.7, 7), (5.5, 4), (6.1, 3), (6.9, 2.5))
+    outline = [*left, *((size - x, y) for x, y in reversed(left))]
+    draw.line([(x * k, y * k) for x, y in outline], fill=255, width=k, joint="curve")
+    draw.rectangle((2 * k, 12 * k, 14 * k - 1, 13 * k - 1), fill=255)  # the base line
+    draw.pieslice((6 * k, 12.1 * k, 10 * k - 1, 15.9 * k), 0, 180, fill=255)  # the clapper
+    image = Image.new("RGB", (size, size), bg)
+    image.paste(MESSAGE_INDICATOR_COLOUR, (0, 0, size, size), mask.resize((size, size), Image.Resampling.BOX))
+    return image
+
+
 def _bell(size: int) -> Any:
     """The notification list's empty-state icon (a bell), dimmed, on the menu's colour."""
     from PIL import Image, ImageDraw
@@ -821,20 +858,18 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
     wallpaper = _wallpaper(screen)  # the root's background (:func:`wallpaper`), under the dock's band
     bar = Image.new("RGB", (width, BAR_HEIGHT), BAR_COLOUR)
     bar_glyphs, bar_table = _glyphs("regular", 15, (238, 238, 236), BAR_COLOUR)
-    bold_glyphs, bold_table = _glyphs("bold", 15, (238, 238, 236), BAR_COLOUR)
     text_y = (BAR_HEIGHT - bar_table["height"]) // 2
     _draw_lcd(bar, [((18, text_y), "Activities")], _font("regular", 15), (238, 238, 236))
     activities_end = 18 + _text_width(bar_table, "Activities") + 12
     _status_icons(bar, width)
     keep("bar", bar)
     keep("glyphs_bar", bar_glyphs)
-    keep("glyphs_bold", bold_glyphs)
     keep("glyphs_bar_lit", _glyphs("regular", 15, (238, 238, 236), BAR_BUTTON_LIT)[0])
-    keep("glyphs_bold_lit", _glyphs("bold", 15, (238, 238, 236), BAR_BUTTON_LIT)[0])
     keep("status_lit", _status_lit())
     keep("glyphs_bar_hover", _glyphs("regular", 15, (238, 238, 236), BAR_BUTTON_HOVER)[0])
-    keep("glyphs_bold_hover", _glyphs("bold", 15, (238, 238, 236), BAR_BUTTON_HOVER)[0])
     keep("status_hover", _status_lit(BAR_BUTTON_HOVER))
+    for state, colour in (("", BAR_COLOUR), ("_lit", BAR_BUTTON_LIT), ("_hover", BAR_BUTTON_HOVER)):
+        keep(f"indicator{state}", _message_indicator(colour))
     app_icons, app_icon_index = _bar_icons(BAR_COLOUR)
     keep("app_icons", app_icons)
     keep("app_icons_lit", _bar_icons(BAR_BUTTON_LIT)[0])
@@ -914,17 +949,18 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
         "images": images,
         "glyphs": {
             "bar": bar_table,
-            "bold": bold_table,
             "bar_lit": bar_table,
-            "bold_lit": bold_table,
             "bar_hover": bar_table,
-            "bold_hover": bold_table,
             "search": search_table,
             "hint": search_table,
             **glyph_tables,
         },
         "menu_icons": {"names": list(MENU_ICONS), "size": MENU_ICON},
         "text_y": text_y,
+        "clock": {
+            "gap": CLOCK_GAP,
+            "indicator": [MESSAGE_INDICATOR, MESSAGE_INDICATOR_GAP, (BAR_HEIGHT - MESSAGE_INDICATOR) // 2],
+        },
         "activities": [0, activities_end],
         "activities_x": 18,  # its label's
         "app_icon_x": activities_end + APP_ICON_GAP,

@@ -436,6 +436,11 @@ class Panel:
         self.menu_pixmap = self.root.create_pixmap(MENU_WIDTH, MENU_ROW * MENU_ROWS + 12, self.depth)
         self.menu.change_attributes(background_pixmap=self.menu_pixmap)
         self.clock_minute = -1
+        #: notifications not seen yet: Ubuntu's bell right of the clock says so. The VM's snapshot, which OSWorld
+        #: reverts to before every task, has some; opening the date menu marks them seen, as GNOME's does (each
+        #: reset starts a new panel: the bell is back)
+        self.unseen = True
+        self.clock_span = (self.width, 0)  # the date menu's button on the bar, once the clock is drawn
         self.active_wid = 0
         self.active_classes: tuple[str, ...] = ()
         # the top bar's menus and the end-session dialog: one window, its picture drawn when it opens
@@ -857,19 +862,40 @@ class Panel:
         elif item == "system":
             self._paint_status()
 
+    def _date_button(self, label: int) -> tuple[int, int, int]:
+        """The date menu's button for a clock label ``label`` px wide, as GNOME lays it out: the label's x and the
+        button's left and right ends (its 12 px of padding each side).
+
+        GNOME centres the button on the work area (right of the dock: x 995 at 1920 px), and while notifications
+        are unseen puts their bell right of the label and a pad as wide left of it: the label stays where it is
+        when the bell goes, the button narrows about it."""
+        x = (self.width + self.dock_w - label + 1) // 2
+        size, gap, _ = self.m["clock"]["indicator"]
+        side = 12 + (gap + size if self.unseen else 0)
+        return x, x - side, x + label + side
+
     def _clock(self) -> None:
-        """The clock, centred: ``Mar 22  21:58`` as GNOME shows it with the date."""
+        """The clock, ``Mar 22  21:58`` as GNOME shows it with the date (an en space before the time), and the bell
+        of unseen notifications right of it, on the date menu's button (:meth:`_date_button`)."""
         now = time.localtime()
         self.clock_minute = now.tm_min
-        text = f"{time.strftime('%b', now)} {now.tm_mday}  {now.tm_hour:02d}:{now.tm_min:02d}"
-        x0, span = self.width // 2 - 110, 220
-        self.bar_pixmap.copy_area(self.gc, self.pixmaps["bar"], x0, 0, span, self.bar_h, x0, 0)
-        x = self.width // 2 - self._text_width("bold", text) // 2
+        date, hour = f"{time.strftime('%b', now)} {now.tm_mday}", f"{now.tm_hour:02d}:{now.tm_min:02d}"
+        gap, y = int(self.m["clock"]["gap"]), int(self.m["text_y"])
+        label = self._text_width("bar", date) + gap + self._text_width("bar", hour)
+        x, left, right = self._date_button(label)
+        x0, x1 = min(left, self.clock_span[0]), max(right, self.clock_span[1])  # the button as it was, too
+        self.clock_span = (left, right)
+        self.bar_pixmap.copy_area(self.gc, self.pixmaps["bar"], x0, 0, x1 - x0, self.bar_h, x0, 0)
         state = self._state("calendar")
-        if state:  # its menu open or under the pointer: the clock's pill (the label's 12 px padding)
-            self._pill(x - 12, self._text_width("bold", text) + 24, state)
-        self._text(self.bar_pixmap, _styled("bold", state), text, x, int(self.m["text_y"]))
-        self.bar.clear_area(x0, 0, span, self.bar_h)
+        if state:  # its menu open or under the pointer: the button's pill
+            self._pill(left, right - left, state)
+        style = _styled("bar", state)
+        self._text(self.bar_pixmap, style, hour, self._text(self.bar_pixmap, style, date, x, y) + gap, y)
+        if self.unseen:
+            size, space, top = self.m["clock"]["indicator"]
+            bell = self.pixmaps[_styled("indicator", state)]
+            self.bar_pixmap.copy_area(self.gc, bell, 0, 0, size, size, x + label + space, top)
+        self.bar.clear_area(x0, 0, x1 - x0, self.bar_h)
 
     # the overview: Activities and Super show the window picker (the open windows, scaled down, over the
     # workspace); typing, or Show Applications, the app grid and its search
@@ -1288,7 +1314,7 @@ class Panel:
         name_x = int(self.m["app_name_x"])
         if self.active_name and end <= x < name_x + self._text_width("bar", self.active_name) + 12:
             return "app"
-        if abs(x - self.width // 2) <= 110:
+        if self.clock_span[0] <= x < self.clock_span[1]:  # the clock, and the bell while it shows
             return "calendar"
         left, right = self.m["status"]
         if left <= x < right:
@@ -1437,8 +1463,8 @@ class Panel:
         kind = self.popover_kind
         if kind == "app":
             x = int(self.m["activities"][1])
-        elif kind == "calendar":
-            x = self.width // 2 - width // 2
+        elif kind == "calendar":  # centred under the date menu's button
+            x = (self.width + self.dock_w) // 2 - width // 2
         elif kind == "system":
             x = self.width - width - 4
         else:  # a dialog, centred on the screen
@@ -1577,6 +1603,7 @@ class Panel:
         self.focus = -1
         if kind == "calendar":
             self.month_shown, self.selected = 0, None  # GNOME's date menu opens on today, selected
+            self.unseen = False  # its notification list shown: the bell goes (:meth:`_light` redraws the clock)
             self._draw_calendar()
         elif kind.startswith("dialog:"):
             self._draw_dialog()
