@@ -39,7 +39,7 @@ RECORD_KEYS = {
 }  # fmt: skip
 TIMING_KEYS = {
     "reset_s", "wait_after_reset_s", "model_s", "act_s", "wait_s", "obs_s", "wait_before_eval_s", "eval_s",
-    "total_s",
+    "total_s", "held_s",
 }  # fmt: skip
 STEP_KEYS = {
     "index", "started_at", "request", "prompt_ids", "response", "model", "description", "parse_error", "actions",

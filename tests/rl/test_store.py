@@ -315,7 +315,7 @@ def test_record_round_trip_has_every_field(tmp_path: Path) -> None:
     assert data["schema"] == SCHEMA
     assert data["n_steps"] == 1 and data["error"] is None and data["policy"] == {"model": "m", "version": "step-1"}
     assert set(data["timing"]) == {f"{p}_s" for p in ("reset", "wait_after_reset", "model", "act", "wait", "obs",
-                                                          "wait_before_eval", "eval", "total")}  # fmt: skip
+                                                          "wait_before_eval", "eval", "total", "held")}  # fmt: skip
     (s,) = data["steps"]
     assert set(s) == {
         "index", "started_at", "request", "prompt_ids", "response", "model", "description", "parse_error", "actions",
