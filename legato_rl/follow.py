@@ -26,8 +26,13 @@ command line's (it reads the trainer's ``--control`` file: docs/async.md).
   never mixed silently. A group re-run twice for staleness goes before every other attempt.
 * **Backpressure.** At most ``max_ready`` completed groups wait for the trainer: a group opens only while the
   groups waiting and the groups open stay within ``max_ready`` (one more while the trainer waits in
-  :meth:`Follower.next_group` with no group ready: it takes the next group to complete at once), and no attempt
-  starts while ``max_ready`` wait (those in flight finish); the desktops go on as soon as the trainer takes a group.
+  :meth:`Follower.next_group` with no group ready: it takes the next group to complete at once), and no new
+  attempt calls the policy while ``max_ready`` wait (those in flight finish); the desktops go on as soon as the
+  trainer takes a group.
+* **Reset ahead** (``reset_ahead=True``, the default). A desktop with nothing it may start takes the next attempt
+  anyway, its group opened *held*: it resets the desktop for the task and holds before the first policy call
+  until the group's turn comes (held groups get it in order, before any other group opens). A reset needs no
+  policy, so staleness is as if the desktop had waited; the record's ``timing.held_s`` is the hold, not busy.
 * **The store stays true.** Records are appended as attempts end, so ``rollouts.jsonl`` may be tailed and
   ``legato rl export`` / ``profile`` read a live run. ``DIR/follow.jsonl`` logs each version loaded and each
   group handed over (``delivered``), marked stale (``stale``) or re-run (``rerun``). A killed run resumes from
@@ -92,7 +97,7 @@ class FollowOptions:
 
     Attributes:
         order: ``cycle`` or ``draw`` the tasks (:class:`~legato_rl.stream.TaskStream`).
-        max_ready: completed groups that may wait for the trainer before desktops stop starting attempts.
+        max_ready: completed groups that may wait for the trainer before new attempts stop calling the policy.
         max_staleness: versions a group's oldest step may lag the current one; ``None``: no bound.
         stale: what a group past ``max_staleness`` becomes: ``rerun`` or ``deliver`` (marked ``stale``).
         partial: what an attempt in flight at a version change does: ``continue`` or ``restart``.
@@ -159,7 +164,7 @@ class _FollowBook(GroupBook):
         super().__init__([], group=group, oversample=oversample)
         self._stream = iter(stream)
         self.position = 0  # the next stream position to open
-        self.paused = False  # backpressure: no attempt starts
+        self.paused = False  # backpressure: no attempt starts (with reset ahead: none calls the policy)
         self.open_slots: int | None = None  # backpressure: groups that may be open (unfinished) at once
         self.stopping = False  # no group opens; with draining, the open ones finish
         self.draining = False

@@ -7,7 +7,8 @@ modification time changes:
 * a JSON object ``{"version": "step-42", "taken": 17}``, both keys optional: ``version`` is the policy version
   the server has loaded (calls asked from then on carry it); ``taken`` the number of groups the trainer has
   consumed since the run began, across resumes (then at most ``--max-ready`` groups handed over wait for it,
-  and the desktops stop starting attempts while they do);
+  and no new attempt calls the policy while they do: each desktop holds one reset ahead, ``--no-reset-ahead``
+  none);
 * or a plain line of text: the version alone.
 
 Groups are handed over by appending them to ``OUT/follow.jsonl`` (``"event": "group"``, outcome ``delivered``
