@@ -2,9 +2,9 @@
 
 :func:`audit_fast_resets` wraps a desktop's fast reset so that, each time it reports the VM clean and before
 the next task's setup runs, the VM is listed again by other means than the reset's own probes: its processes
-(``ps``: none but first boot's and the session's adopted helpers), its windows (``wmctrl -l``), ``/home/user``
-(``tar --diff`` against the first-boot baseline, and no path the baseline lacks), the VM user's entries of
-``/tmp``, and whether ``sudo`` holds a credential. Each check is recorded as a :class:`Audit`.
+(``ps``: none but first boot's, the session's adopted helpers and those it activated since), its windows
+(``wmctrl -l``), ``/home/user`` (``tar --diff`` against the first-boot baseline, and no path the baseline lacks),
+the VM user's entries of ``/tmp``, and whether ``sudo`` holds a credential. Each check is recorded as a :class:`Audit`.
 
 Runs in desktop-env's interpreter, on an :class:`~legato_gym.backends.osworld.OSWorldDesktop`'s inner desktop.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from legato_gym.backends.osworld.desktop import BASELINE_TAR
-from legato_gym.backends.osworld.session_helpers import SUDO_SCRIPT, TMP_SCRIPT
+from legato_gym.backends.osworld.session_helpers import SUDO_SCRIPT, TMP_SCRIPT, is_session_helper
 
 __all__ = ["Audit", "ResetAuditor", "audit_fast_resets"]
 
@@ -23,11 +23,13 @@ __all__ = ["Audit", "ResetAuditor", "audit_fast_resets"]
 #: (the reset still restores each; the audit leaves them out): GNOME Shell, which lives across fast resets,
 #: compiles a shader when it first draws something new into Mesa's cache, and saves its application usage
 #: counts (``application_state``: kept in its memory, they order the overview's search results; see
-#: docs/osworld.md); Nautilus's tag database drops its ``.meta.isrunning`` lock when Nautilus exits idle.
+#: docs/osworld.md); Nautilus's tag database drops its ``.meta.isrunning`` lock when Nautilus exits idle; tracker's
+#: miner, which the session activates when files in home change (the restore changes them all), indexes them.
 SESSION_WRITES = (
     ".cache/mesa_shader_cache",
     ".local/share/gnome-shell/application_state",
     ".local/share/nautilus/tags/.meta.isrunning",
+    ".cache/tracker3",
 )
 #: Differences between /home/user and the baseline tar the reset restored (empty: the same): files whose
 #: contents, sizes, modes or links differ, and paths the tar does not hold, bar :data:`SESSION_WRITES`.
@@ -67,8 +69,15 @@ class ResetAuditor:
 
     def check(self) -> Audit:
         impl = self.impl
-        listed = impl._procs([], kill=False)["pids"]
-        extra = sorted(set(listed) - set(impl._baseline_pids))
+        probe = impl._procs([], kill=False)
+        activated = {int(pid): str(command) for pid, command in dict(probe.get("helpers") or {}).items()}
+        # a helper the session activated after the reset's kill (the restore's file changes wake tracker) is the
+        # session's, as the next reset's kill would adopt it; anything else not of first boot is the episode's
+        extra = sorted(
+            pid
+            for pid in set(probe["pids"]) - set(impl._baseline_pids)
+            if not (pid in activated and is_session_helper(activated[pid]))
+        )
         names = self._run(f"ps -o args= -p {','.join(map(str, extra))} || true", shell=True) if extra else ""
         windows = set(impl._windows()) - set(impl._baseline_windows)
         tmp_now = set(self._run(["sh", "-c", TMP_SCRIPT, "tmp", "list"]).split("\n")) - {""}

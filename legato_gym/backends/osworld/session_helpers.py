@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["PROCS_SCRIPT", "SESSION_HELPERS", "SUDO_SCRIPT", "TMP_SCRIPT"]
+__all__ = ["PROCS_SCRIPT", "SESSION_HELPERS", "SUDO_SCRIPT", "TMP_SCRIPT", "is_session_helper"]
 
 #: Command lines of GNOME session helpers that D-Bus or systemd may (re)start at any time (regular expressions
 #: matched against the start of the command line, its program's path or name).
@@ -48,6 +48,14 @@ SESSION_HELPERS: tuple[str, ...] = (
     r"(/usr/libexec/)?(gnome-keyring-daemon|geoclue|colord|upowerd|zeitgeist[a-z-]*)",
 )
 _HELPERS_RE = re.compile(r"^(?:" + "|".join(f"(?:{p})" for p in SESSION_HELPERS) + r")(?: |$)")
+
+
+def is_session_helper(command: str) -> bool:
+    """Whether an *activated* process's command line is a session helper's (:data:`SESSION_HELPERS`) or a bus
+    daemon's (D-Bus starts one for a session that asks)."""
+    program = command.split(" ", 1)[0].rsplit("/", 1)[-1]
+    return bool(_HELPERS_RE.match(command)) or program in ("dbus-daemon", "dbus-broker")
+
 
 #: The process probe: ``python3 -c PROCS_SCRIPT KEEP MODE TIMEOUT [HELPERS]``. ``list`` prints
 #: ``{"pids", "helpers"}`` (first-boot activated processes: pid -> command line); ``kill`` kills every process
