@@ -398,12 +398,14 @@ class _FollowCollector(Collector):
         async def hold() -> float:  # reset ahead: wait for the group's turn before the first policy call
             if book.ahead and not book.may_start(gid):
                 since = time.monotonic()
+                self.progress.held += 1
                 try:
                     while not book.may_start(gid):
                         self._turn.clear()
                         await self._turn.wait()
                 finally:  # a try cancelled while it holds (its group closed) records its hold too
                     playing.episode.held_s = time.monotonic() - since
+                    self.progress.held -= 1
             playing.calling = True
             return playing.episode.held_s
 

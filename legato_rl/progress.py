@@ -19,7 +19,8 @@ class Progress:
     groups_closed: int = 0
     attempts: int = 0
     desktops: int = 0
-    busy: int = 0
+    busy: int = 0  # desktops playing an attempt, those holding one reset ahead of its turn included
+    held: int = 0  # desktops holding an attempt reset ahead, before its first policy call (legato_rl.follow)
     status_counts: Counter[str] = field(default_factory=Counter)
     model_latency_s: deque[float] = field(default_factory=lambda: deque(maxlen=2000))  # the latest calls
     started: float = field(default_factory=time.monotonic)

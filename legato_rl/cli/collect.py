@@ -467,7 +467,8 @@ def _show(progress: Progress, console: Console, *, live: bool) -> Iterator[None]
 def _table(p: Progress) -> Table:
     table = Table(title="legato rl collect", show_header=False, box=None)
     table.add_row("groups closed", f"{p.groups_closed}/{p.groups}")
-    table.add_row("desktops busy", f"{p.busy}/{p.desktops}")
+    held = f", {p.held} held reset ahead" if p.held else ""  # a continuous run's, before their turn
+    table.add_row("desktops busy", f"{p.busy - p.held}/{p.desktops}{held}")
     table.add_row("statuses", ", ".join(f"{s.value} {p.status_counts[s.value]}" for s in Status) or "-")
     table.add_row("rollouts/hour", _fmt(p.rollouts_per_hour, 0))
     table.add_row("model call p50", f"{_fmt(p.latency_p50(), 2)} s")
@@ -478,7 +479,7 @@ def _line(p: Progress) -> str:
     counts = dict(p.status_counts)  # a copy: the collecting thread writes it
     statuses = " ".join(f"{k}={v}" for k, v in sorted(counts.items()))
     return (
-        f"groups {p.groups_closed}/{p.groups} busy {p.busy}/{p.desktops} {statuses} "
+        f"groups {p.groups_closed}/{p.groups} busy {p.busy - p.held}/{p.desktops} held {p.held} {statuses} "
         f"rollouts/h {_fmt(p.rollouts_per_hour, 0)} model p50 {_fmt(p.latency_p50(), 2)}s"
     )
 

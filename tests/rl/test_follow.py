@@ -160,6 +160,7 @@ def test_backpressure_stops_new_attempts_until_the_trainer_takes_a_group(
         await asyncio.sleep(0.5)  # a window in which a desktop that ignored backpressure would call the policy
         await collector.flush()
         assert running() == held and len(list(read_record_dicts(run))) == settled_records
+        assert collector.progress.held == len(held)  # the live display tells held desktops from busy ones
         assert server.stats.chat_requests == calls
         # the groups open and the groups waiting stay within max_ready: the queue never exceeds it
         assert follower.waiting == 2
@@ -170,6 +171,7 @@ def test_backpressure_stops_new_attempts_until_the_trainer_takes_a_group(
             taken += 1
         await _until(lambda: len(list(read_record_dicts(run))) > settled_records, "the desktops to start again")
         await follower.stop()
+        assert collector.progress.held == 0
         return settled_records, taken, taken_at, held
 
     settled, taken, taken_at, held = asyncio.run(story())
