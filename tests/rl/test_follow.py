@@ -316,7 +316,7 @@ def test_task_streams_cycle_draw_and_take_an_iterable_as_it_comes(
 
 _KILLED_FOLLOW = textwrap.dedent(
     """
-    import sys
+    import sys, time
     from legato_gym import DesktopConfig
     from legato_gym.backends.fake import default_tasks
     from legato_rl.follow import follow
@@ -327,19 +327,23 @@ _KILLED_FOLLOW = textwrap.dedent(
                  desktops=2, group=2, backend="fake", desktop=config, max_ready=2, order="draw", seed=5)
     for n, group in enumerate(run, 1):  # the blocking form; killed while it runs
         print(group.group_id, flush=True)
+        time.sleep(float(sys.argv[4]))  # the trainer's update
         if n % 2 == 0:
             run.set_version(f"v{n}")
     """
 )
 
 
+@pytest.mark.parametrize("update_s", [0.0, 1.0], ids=["a trainer always asking", "a slow trainer: resets held"])
 def test_a_killed_continuous_run_resumes_losing_and_duplicating_nothing(
-    tmp_path: Path, server: ReferencePolicyServer
+    tmp_path: Path, server: ReferencePolicyServer, update_s: float
 ) -> None:
     run = tmp_path / "run"
     rollouts = run / "rollouts.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-c", _KILLED_FOLLOW, server.url, server.model, str(run)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", _KILLED_FOLLOW, server.url, server.model, str(run), str(update_s)],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         for _ in range(1200):  # poll: up to 60 s for a few groups handed over and a version change
@@ -355,6 +359,8 @@ def test_a_killed_continuous_run_resumes_losing_and_duplicating_nothing(
     assert proc.stdout is not None
     printed = proc.stdout.read().split()
     before = list(read_record_dicts(run))
+    if update_s:  # the queue filled while the trainer updated: desktops held attempts reset ahead of their turn
+        assert any(r["timing"]["held_s"] > 0 for r in before)
     handed_before = [line["group_id"] for line in read_follow_log(run) if line["event"] == "group"]
     assert len(handed_before) >= 3 and set(handed_before) <= set(printed) | set(handed_before)
     finished_not_handed = {
