@@ -126,6 +126,17 @@ def test_an_interpreter_without_pyautogui_is_named_with_the_fix(tmp_path: Path) 
         interpreter_paths(str(tmp_path / "bare" / "bin" / "python"))
 
 
+def test_an_interpreter_without_tkinter_is_named_with_the_fix(tmp_path: Path) -> None:
+    # Debian's python3 without python3-tk: pyautogui is installed, but importing it exits (MouseInfo needs tkinter);
+    # said before any desktop starts, with the package that fixes it
+    python = make_venv(tmp_path / "venv", kind="copies")
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    (Path(site) / "no_tk.pth").write_text("import sys; sys.path[:] = [p for p in sys.path if 'lib-dynload' not in p]\n")
+    with pytest.raises(MissingDependencyError, match=r"no tkinter.*apt-get install python3-tk"):
+        interpreter_paths(str(python))
+
+
 # ------------------------------------------------------------------------------------------ seccomp
 
 

@@ -370,10 +370,17 @@ class DesktopProcesses:
         self._checked_python = True
         check = client.execute(["python", "-c", "import pyautogui"], timeout=max(1.0, deadline - time.monotonic()))
         if check.get("returncode") != 0:
+            said = (check.get("error") or check.get("message") or "").strip()
+            # pyautogui imports MouseInfo, which exits on Linux where the interpreter has no tkinter (Debian's
+            # python3 without python3-tk): the package is there, the interpreter lacks a part of its own
+            fix = (
+                "give that interpreter tkinter (Debian's python3: `sudo apt-get install python3-tk`; another "
+                "Python: one built with Tk) and run again"
+                if "tkinter" in said
+                else "install it with `pip install 'legatolabs[local]'`"
+            )
             raise MissingDependencyError(
-                f"the desktop interpreter {self.spec.python} cannot import pyautogui: "
-                f"{(check.get('error') or check.get('message') or '').strip()[-300:]}; "
-                "install it with `pip install 'legatolabs[local]'`"
+                f"the desktop interpreter {self.spec.python} cannot import pyautogui: {said[-300:]}; {fix}"
             )
 
     def _capture_baseline(self, deadline: float) -> None:

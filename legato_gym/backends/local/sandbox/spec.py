@@ -54,7 +54,8 @@ def interpreter_paths(python: str) -> tuple[str, ...]:
     that hold pyautogui and its dependencies (a user site, ``--system-site-packages``).
 
     Raises:
-        MissingDependencyError: the interpreter does not run, or cannot import pyautogui.
+        MissingDependencyError: the interpreter does not run, cannot import pyautogui, or has no tkinter (pyautogui
+            imports MouseInfo, which exits without it: Debian's python3 without ``python3-tk``).
     """
     probe = (
         "import importlib.util, json, os, sys\n"
@@ -64,7 +65,8 @@ def interpreter_paths(python: str) -> tuple[str, ...]:
         "    if spec is not None and spec.origin:\n"
         "        mods[name] = os.path.dirname(spec.origin)\n"
         "prefixes = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix]\n"
-        "print(json.dumps({'prefixes': prefixes, 'modules': mods, 'path': [p for p in sys.path if p]}))\n"
+        "tk = importlib.util.find_spec('_tkinter') is not None\n"
+        "print(json.dumps({'prefixes': prefixes, 'modules': mods, 'path': [p for p in sys.path if p], 'tk': tk}))\n"
     )
     try:
         out = subprocess.run([python, "-I", "-c", probe], capture_output=True, text=True, timeout=60, check=True)
@@ -78,6 +80,12 @@ def interpreter_paths(python: str) -> tuple[str, ...]:
         raise MissingDependencyError(
             f"the desktop interpreter {python} cannot import pyautogui; install it into that environment with "
             "`pip install 'legatolabs[local]'`"
+        )
+    if not info.get("tk", True):
+        raise MissingDependencyError(
+            f"the desktop interpreter {python} has no tkinter, without which pyautogui cannot be imported (it imports "
+            "MouseInfo, which exits then); give it tkinter (Debian's python3: `sudo apt-get install python3-tk`; "
+            "another Python: one built with Tk), or make the venv from a Python that has it"
         )
     paths = {p for p in info["prefixes"] if p}
     paths |= {os.path.realpath(p) for p in info["prefixes"] if p}
