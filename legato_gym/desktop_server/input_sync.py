@@ -15,7 +15,9 @@ key, or a key with ctrl, alt or super held: :func:`is_text`) and at the end of e
 ``_handlePause``, before its ``PAUSE`` sleep), in each action's process (see :mod:`.actions`). Typed text
 is not waited for: apps keep it in order. pyautogui's semantics (``PAUSE``, ``FAILSAFE``) are untouched.
 An app that does not answer pings (no ``_NET_WM_PING`` in its ``WM_PROTOCOLS``), or not within
-:data:`PING_TIMEOUT_S`, is not waited for further.
+:data:`PING_TIMEOUT_S`, is not waited for further: a window that let a ping time out is not pinged again by the
+same action (VLC's Qt window lists ``_NET_WM_PING`` but never answers; each of its command keys and calls
+waited the whole timeout, 45 s for ``press(['tab'] * 8)``).
 """
 
 from __future__ import annotations
@@ -64,11 +66,14 @@ def _focused_window(display: Any) -> int | None:
     return window_id
 
 
-def wait_input_taken(display: Any, rounds: int = PING_ROUNDS, timeout: float = PING_TIMEOUT_S) -> bool:
+def wait_input_taken(
+    display: Any, rounds: int = PING_ROUNDS, timeout: float = PING_TIMEOUT_S, unanswered: set[int] | None = None
+) -> bool:
     """Ping the focused app ``rounds`` times, each after the previous answer; whether every ping was answered.
 
     ``display`` is a python-xlib ``Display`` (its own connection: the root's SubstructureNotify events it
-    selects to see the answers are read here and dropped).
+    selects to see the answers are read here and dropped). ``unanswered``: windows that let a ping time out
+    before, not pinged again; a window whose ping times out here is added to it.
     """
     from Xlib import X  # type: ignore[import-untyped]
     from Xlib.protocol import event as xevent  # type: ignore[import-untyped]
@@ -78,7 +83,7 @@ def wait_input_taken(display: Any, rounds: int = PING_ROUNDS, timeout: float = P
         window_id = _focused_window(display)
     except Exception:  # a window that went away between the lookups: nothing to wait for
         return False
-    if window_id is None:
+    if window_id is None or (unanswered is not None and window_id in unanswered):
         return False
     root = display.screen().root
     root.change_attributes(event_mask=X.SubstructureNotifyMask)
@@ -94,6 +99,8 @@ def wait_input_taken(display: Any, rounds: int = PING_ROUNDS, timeout: float = P
             window.send_event(message, event_mask=0)
             display.flush()
             if not _await_pong(display, root.id, ping, stamp, window_id, deadline):
+                if unanswered is not None:
+                    unanswered.add(window_id)
                 return False
         return True
     finally:
@@ -146,7 +153,8 @@ def install(
     :func:`is_text`), the focused app is pinged (:func:`wait_input_taken`). ``connect`` opens the X
     connection the pings go on (default: a new python-xlib ``Display``, opened at the first wait).
     ``on_taken`` is called after each of those waits (answered or not): the ready signal after the action
-    counts its quiet period from the last one (:mod:`.damage`).
+    counts its quiet period from the last one (:mod:`.damage`). A window that let a ping time out is not
+    waited for again by this ``pyautogui``.
     """
     original_pause = pyautogui._handlePause  # type: ignore[attr-defined]
     platform = getattr(pyautogui, "platformModule", None)
@@ -154,12 +162,13 @@ def install(
     original_key_up = getattr(platform, "_keyUp", None)
     state: dict[str, Any] = {}
     held: set[str] = set()
+    unanswered: set[int] = set()
 
     def sync() -> None:
         with contextlib.suppress(Exception):  # no X, a closed display: pyautogui's own behaviour stays
             if "display" not in state:
                 state["display"] = (connect or _connect)()
-            wait_input_taken(state["display"])
+            wait_input_taken(state["display"], unanswered=unanswered)
         if on_taken is not None:
             with contextlib.suppress(Exception):
                 on_taken()

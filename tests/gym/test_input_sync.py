@@ -23,7 +23,8 @@ from legato_gym.backends.local.display import Display
 from legato_gym.backends.local.xstate import open_display
 from legato_gym.desktop_server.input_sync import install, is_text, wait_input_taken
 
-#: The stand-in app: answers a ping after ``DELAY`` seconds of "work" unless ``MUTE`` exists; logs answers.
+#: The stand-in app: answers a ping after ``DELAY`` seconds of "work" unless ``MUTE`` exists; logs answers (and
+#: the pings it leaves unanswered).
 APP = """
 import os, sys, time
 from Xlib import X, display
@@ -45,6 +46,7 @@ while True:
     e = d.next_event()
     if e.type == X.ClientMessage and e.client_type == protocols and e.data[1][0] == ping:
         if os.path.exists(mute):
+            open(log, "a").write(f"unanswered {e.data[1][1]}\\n")
             continue
         time.sleep(delay)  # the work queued before the ping
         values = list(e.data[1])
@@ -132,6 +134,38 @@ def test_installed_pyautogui_calls_wait_for_the_app(x_display: str, tmp_path: Pa
         assert pongs() == 4
         fake._handlePause(True)  # the end of a public call: waited for, then pyautogui's own pause
         assert pongs() == 6 and calls[-1] == "pause True"
+    finally:
+        app.kill()
+        app.wait()
+
+
+def test_an_app_that_lets_a_ping_time_out_is_not_pinged_again_by_the_same_pyautogui(
+    x_display: str, tmp_path: Path
+) -> None:
+    """As VLC's window: it lists _NET_WM_PING and never answers. One timeout, not one per call and command key."""
+    import types
+
+    platform = types.SimpleNamespace(_keyDown=lambda key: None, _keyUp=lambda key: None)
+    fake = types.ModuleType("pyautogui")
+    fake.platformModule = platform  # type: ignore[attr-defined]
+    fake._handlePause = lambda _pause: None  # type: ignore[attr-defined]
+    app, log, mute = _start_app(x_display, tmp_path, delay=0.0)
+    mute.touch()
+    try:
+        install(fake, connect=lambda: _connect(x_display))
+        for _ in range(3):
+            platform._keyDown("tab")
+            platform._keyUp("tab")  # a command key: waited for, the first time only
+        fake._handlePause(True)
+        assert log.read_text().count("unanswered") == 1
+        assert "pong" not in log.read_text()
+        unanswered: set[int] = set()
+        assert wait_input_taken(_connect(x_display), rounds=1, timeout=0.2, unanswered=unanswered) is False
+        assert len(unanswered) == 1 and log.read_text().count("unanswered") == 2  # a new set: pinged again
+        mute.unlink()  # answering now, but the window is in the set: not pinged
+        assert wait_input_taken(_connect(x_display), unanswered=unanswered) is False
+        assert "pong" not in log.read_text()
+        assert wait_input_taken(_connect(x_display)) is True  # without it: pinged and answered
     finally:
         app.kill()
         app.wait()
