@@ -79,6 +79,7 @@ __all__ = [
     "busy_spans",
     "failed_call",
     "group_advantages",
+    "held_span",
     "percentile",
     "read_nodes",
     "summarize",
@@ -261,13 +262,22 @@ def busy_spans(record: RolloutRecord) -> list[tuple[float, float]]:
     if record.desktop is None or record.desktop < 0 or record.started_at is None or record.ended_at is None:
         return []
     t0, t1 = float(record.started_at), float(max(record.ended_at, record.started_at))
-    timing = record.timing
-    if timing.held_s <= 0:
+    held = held_span(record)
+    if held is None:
         return [(t0, t1)]
-    action_obs = sum(a.obs_s or 0.0 for s in record.steps for a in s.actions)
-    hold = min(t0 + timing.reset_s + timing.wait_after_reset_s + max(timing.obs_s - action_obs, 0.0), t1)
-    resumed = min(hold + timing.held_s, t1)
+    hold, resumed = min(held[0], t1), min(held[1], t1)
     return [(a, b) for a, b in ((t0, hold), (resumed, t1)) if b > a]
+
+
+def held_span(record: RolloutRecord) -> tuple[float, float] | None:
+    """When the try held its desktop reset ahead (Unix times, ``timing.held_s`` long): right after its reset and
+    its first screenshot (the try's ``obs_s`` less its actions'); ``None`` when it did not hold."""
+    timing = record.timing
+    if timing.held_s <= 0 or record.started_at is None:
+        return None
+    action_obs = sum(a.obs_s or 0.0 for s in record.steps for a in s.actions)
+    start = float(record.started_at) + timing.reset_s + timing.wait_after_reset_s + max(timing.obs_s - action_obs, 0.0)
+    return start, start + timing.held_s
 
 
 def failed_call(record: RolloutRecord) -> bool:

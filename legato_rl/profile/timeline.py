@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from legato_rl.store import RolloutRecord
-from legato_rl.summary import failed_call
+from legato_rl.summary import failed_call, held_span
 
 __all__ = ["PHASES", "Timeline", "TrySpan", "build_timeline"]
 
@@ -88,7 +88,9 @@ class Timeline:
         action_obs = sum(a.obs_s or 0.0 for s in record.steps for a in s.actions)
         cursor = put("reset", t0, timing.reset_s + timing.wait_after_reset_s)
         cursor = put("obs", cursor, max(timing.obs_s - action_obs, 0.0))
-        cursor = put("held", cursor, timing.held_s)
+        held = held_span(record)
+        if held is not None:
+            cursor = put("held", held[0], held[1] - held[0])
         eval_s = timing.wait_before_eval_s + timing.eval_s
         failed = failed_call(record)  # the try ends in the call that failed, not in grading
         steps = record.steps

@@ -46,6 +46,7 @@ from legato_gym.backends.local.sandbox import (
     fonts,
 )
 from legato_gym.backends.local.sandbox.lookalike import wallpaper
+from legato_gym.backends.local.sandbox.spec import NO_TKINTER_FIX
 from legato_gym.backends.local.xstate import Wallpaper, XBaseline
 from legato_gym.bounds import ReadCaps
 from legato_gym.config import DesktopConfig
@@ -373,12 +374,7 @@ class DesktopProcesses:
             said = (check.get("error") or check.get("message") or "").strip()
             # pyautogui imports MouseInfo, which exits on Linux where the interpreter has no tkinter (Debian's
             # python3 without python3-tk): the package is there, the interpreter lacks a part of its own
-            fix = (
-                "give that interpreter tkinter (Debian's python3: `sudo apt-get install python3-tk`; another "
-                "Python: one built with Tk) and run again"
-                if "tkinter" in said
-                else "install it with `pip install 'legatolabs[local]'`"
-            )
+            fix = NO_TKINTER_FIX if "tkinter" in said else "install it with `pip install 'legatolabs[local]'`"
             raise MissingDependencyError(
                 f"the desktop interpreter {self.spec.python} cannot import pyautogui: {said[-300:]}; {fix}"
             )

@@ -13,7 +13,15 @@ from pathlib import Path
 from legato_gym.backends.local.limits import Limits
 from legato_gym.errors import MissingDependencyError
 
-__all__ = ["ACTION_MODULES", "SYSTEM_PATHS", "Inside", "SandboxLayout", "SandboxSpec", "interpreter_paths"]
+__all__ = [
+    "ACTION_MODULES",
+    "NO_TKINTER_FIX",
+    "SYSTEM_PATHS",
+    "Inside",
+    "SandboxLayout",
+    "SandboxSpec",
+    "interpreter_paths",
+]
 
 
 class Inside:
@@ -40,6 +48,10 @@ SYSTEM_PATHS = (
     "/etc",
     "/var/cache/fontconfig",
     "/var/lib/dbus",
+)
+#: What gives an interpreter tkinter, without which pyautogui cannot be imported (it imports MouseInfo, which exits).
+NO_TKINTER_FIX = (
+    "give it tkinter (Debian's python3: `sudo apt-get install python3-tk`; another Python: one built with Tk)"
 )
 #: The packages an action imports (pyautogui and what it imports), located in the interpreter's path.
 ACTION_MODULES = ("pyautogui", "pyscreeze", "pymsgbox", "pytweening", "mouseinfo", "pyperclip", "Xlib", "six", "PIL")
@@ -84,8 +96,7 @@ def interpreter_paths(python: str) -> tuple[str, ...]:
     if not info.get("tk", True):
         raise MissingDependencyError(
             f"the desktop interpreter {python} has no tkinter, without which pyautogui cannot be imported (it imports "
-            "MouseInfo, which exits then); give it tkinter (Debian's python3: `sudo apt-get install python3-tk`; "
-            "another Python: one built with Tk), or make the venv from a Python that has it"
+            f"MouseInfo, which exits then); {NO_TKINTER_FIX}, or make the venv from a Python that has it"
         )
     paths = {p for p in info["prefixes"] if p}
     paths |= {os.path.realpath(p) for p in info["prefixes"] if p}
