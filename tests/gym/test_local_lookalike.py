@@ -416,8 +416,8 @@ def extents(desktop: LocalDesktop, cls: str) -> list[int]:
 
 
 def test_a_windows_title_bar_is_yarus(desktop: LocalDesktop) -> None:
-    """openbox draws mutter's title bar under Yaru: 37 px, no border, its colours, the title centred and the
-    minimize, maximize and close symbols at the right (the theme shipped in the package)."""
+    """xfwm4 draws mutter's title bar under Yaru: 37 px, no border, its colours, the title centred and the
+    minimize, maximize and close symbols at the right (legato's theme, :mod:`.sandbox.xfwm`)."""
     desktop.reset(EMPTY)
     desktop.client.post_json("/setup/launch", {"command": ["xterm", "-geometry", "80x20+400+300"]})
     assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
@@ -427,12 +427,12 @@ def test_a_windows_title_bar_is_yarus(desktop: LocalDesktop) -> None:
     bar = pixels(desktop)[y : y + TITLE_BAR_HEIGHT, x : x + width]
     colours = {name: np.array(rgb) for name, rgb in TITLE_BAR_COLOURS.items()}
     assert (np.abs(bar[0, 20:-20] - colours["top"]) <= 2).all()  # its first row, lighter
-    assert (np.abs(bar[1:-1, 2:30] - colours["bar"]) <= 2).all()  # the bar, left of the title
+    assert (np.abs(bar[1:-1, 14:30] - colours["bar"]) <= 2).all()  # the bar, left of the title (and its corner)
     assert (np.abs(bar[-1, :] - colours["line"]) <= 2).all()  # and the line under it
     dark = np.abs(bar[1:-1] - colours["symbol"]).sum(axis=2) <= 30
     assert dark[:, width - 110 :].sum() > 20  # the buttons' symbols, at the right
     text = (bar[1:-1].sum(axis=2) < 3 * 150).any(axis=0).nonzero()[0]
-    text = text[text < width - 110]
+    text = text[(text >= 12) & (text < width - 110)]  # not the rounded corners, where the wallpaper shows
     assert text.size and abs((text.min() + text.max()) / 2 - width / 2) <= 8  # the title, centred on the bar
 
 
@@ -469,9 +469,9 @@ def assert_where_mutter_puts_them(
 
 
 def test_the_title_bars_buttons_are_yarus_where_mutter_puts_them(desktop: LocalDesktop) -> None:
-    """Minimize, maximize and close as mutter draws them under Yaru, as near as openbox's one-colour button masks
-    come: the symbol on a 20 px square of Yaru's disc colour where Yaru has a 22 px disc, within 6 px of mutter's
-    centres; a hovered button darker; an unfocused window's without their discs."""
+    """Minimize, maximize and close as mutter draws them under Yaru (xfwm4 with legato's theme): the symbol on a
+    22 px disc of Yaru's disc colour centred where mutter centres it; a hovered button darker, a pressed one darker
+    still; an unfocused window's without their discs; no row under the client and rounded top corners."""
     desktop.reset(EMPTY)
     desktop.act("pyautogui.moveTo(1000, 900)")  # off the window (the pointer is in the screenshots)
     desktop.client.post_json("/setup/launch", {"command": ["xterm", "-geometry", "80x20+400+300"]})
@@ -482,30 +482,37 @@ def test_the_title_bars_buttons_are_yarus_where_mutter_puts_them(desktop: LocalD
         return pixels(desktop)[y : y + TITLE_BAR_HEIGHT, x : x + width]
 
     assert wait_for(lambda: len(title_buttons(bar())) == 3), title_buttons(bar())
-    # openbox's title bar is always an even number of rows: the 37th is the client's padding, which it also puts
-    # under the client (mutter has none there); the theme cannot have one without the other.
-    assert extents(desktop, "XTerm") == [0, 0, TITLE_BAR_HEIGHT, 1]
+    assert extents(desktop, "XTerm") == [0, 0, TITLE_BAR_HEIGHT, 0]  # the bar alone, as mutter's frame
     shot = bar()
     buttons = title_buttons(shot)
     assert_where_mutter_puts_them(buttons, width, YARU_TITLE_BUTTONS["own size"])
     symbols = []
     for left, top, right, bottom in buttons:
-        square = shot[top : bottom + 1, left : right + 1]
+        square = shot[top : bottom + 1, left : right + 1].astype(int)
         dark = np.abs(square - np.array(TITLE_BAR_COLOURS["symbol"])).sum(axis=2) <= 30
         rows, cols = dark.nonzero()
-        assert 7 <= cols.max() - cols.min() + 1 <= 8, (left, dark.astype(int))  # a 16 px icon's 8 px symbol
-        assert abs((cols.min() + cols.max()) / 2 - (right - left) / 2) <= 1  # centred on its square
-        ground = ~dark & (np.abs(square - np.array(TITLE_BAR_COLOURS["button"])) <= 2).all(axis=2)
-        assert (dark | ground).all()  # the square is the disc's colour but for the symbol
+        assert 6 <= cols.max() - cols.min() + 1 <= 8, (left, dark.astype(int))  # a 16 px icon's 8 px symbol
+        assert 6 <= rows.max() - rows.min() + 1 <= 8 or rows.max() == rows.min(), (left, dark.astype(int))
+        assert abs((cols.min() + cols.max()) / 2 - (right - left) / 2) <= 1  # centred on its disc
+        ys, xs = np.mgrid[0 : square.shape[0], 0 : square.shape[1]]
+        r = np.hypot(ys - (square.shape[0] - 1) / 2, xs - (square.shape[1] - 1) / 2)
+        bar_grey = np.abs(square - np.array(TITLE_BAR_COLOURS["bar"])).sum(axis=2) <= 6
+        assert not bar_grey[r <= 8].any()  # a disc: the bar's grey nowhere inside it
+        assert bar_grey[r >= 12].all()  # and everywhere in its box's corners: round, not a square
         centre = dark[(rows.min() + rows.max()) // 2, (cols.min() + cols.max()) // 2]
-        symbols.append((rows.max() - rows.min() + 1, bool(centre)))
-    assert symbols == [(1, True), (8, False), (8, True)]  # a line, a square's outline, an X: minimize, max, close
+        symbols.append(("line" if rows.max() == rows.min() else "box", bool(centre)))
+    # a line, a square's outline, an X: minimize, maximize, close
+    assert symbols == [("line", True), ("box", False), ("box", True)]
+    # the top corners are rounded as mutter's: the wallpaper shows at the frame's corner, not the bar
+    corner = pixels(desktop)[y : y + 3, x : x + 3].astype(int)
+    assert np.abs(corner[0, 0] - np.array(TITLE_BAR_COLOURS["top"])).sum() > 30, corner[0, 0]
+    assert (np.abs(shot[14, 1] - np.array(TITLE_BAR_COLOURS["bar"])) <= 2).all()  # the bar from row 12 down
     close_x = x + width - round(YARU_TITLE_BUTTONS["own size"][2])
     desktop.act(f"pyautogui.moveTo({close_x}, {y + int(YARU_TITLE_BUTTONS['top'])})")  # where the VM's close is
 
-    def shades() -> list[tuple[int, ...]]:  # each button's background colour, left to right
+    def shades() -> list[tuple[int, ...]]:  # each button's disc colour (left of its symbol), left to right
         shot = bar()
-        return [tuple(int(c) for c in shot[top, left]) for left, top, _, _ in title_buttons(shot)]
+        return [tuple(int(c) for c in shot[(t + b) // 2, left + 4]) for left, t, _, b in title_buttons(shot)]
 
     hover = [TITLE_BAR_COLOURS["button"]] * 2 + [TITLE_BAR_COLOURS["hover"]]
     assert wait_for(lambda: shades() == hover, 10), shades()  # only the close button darkens
@@ -522,6 +529,26 @@ def test_the_title_bars_buttons_are_yarus_where_mutter_puts_them(desktop: LocalD
     assert frame_of(desktop, "XTerm") is not None
     desktop.act(f"pyautogui.click({close_x}, {y + int(YARU_TITLE_BUTTONS['top'])})")  # a click where the VM's is
     assert wait_for(lambda: frame_of(desktop, "XTerm") is None, 10), frames(desktop)  # closes it
+
+
+def test_the_window_managers_settings_are_the_episodes_and_a_reset_gives_them_back(desktop: LocalDesktop) -> None:
+    """An agent may change xfwm4's settings (``xfconf-query``, as ``gsettings`` changes mutter's on the VM) and
+    kill it: the window manager comes back at once, inside the sandbox, with the agent's settings for the rest of
+    the episode; the next reset starts it from the VM's settings again."""
+    desktop.reset(EMPTY)
+    desktop.client.post_json("/setup/launch", {"command": ["xterm", "-geometry", "80x20+400+300"]})
+    assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
+    x, y, width, _ = frame_of(desktop, "XTerm") or (0, 0, 0, 0)
+    assert wait_for(lambda: len(title_buttons(pixels(desktop)[y : y + TITLE_BAR_HEIGHT, x : x + width])) == 3)
+    change = "xfconf-query -c xfwm4 -p /general/button_layout -s 'C|'; pkill -x xfwm4"
+    desktop.act(f"import subprocess; subprocess.run({change!r}, shell=True)")
+    assert wait_for(lambda: (frame_of(desktop, "XTerm") or (0, 0, 0, 0))[:2] == (x, y), 10)  # framed again
+    assert wait_for(lambda: not title_buttons(pixels(desktop)[y : y + TITLE_BAR_HEIGHT, x : x + width]), 10)
+    desktop.reset(EMPTY)  # a new sandbox: xfconfd and xfwm4 from the files, the home's copy of the settings restored
+    desktop.client.post_json("/setup/launch", {"command": ["xterm", "-geometry", "80x20+400+300"]})
+    assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
+    x, y, width, _ = frame_of(desktop, "XTerm") or (0, 0, 0, 0)
+    assert wait_for(lambda: len(title_buttons(pixels(desktop)[y : y + TITLE_BAR_HEIGHT, x : x + width])) == 3)
 
 
 def test_a_maximized_window_fills_the_vms_work_area(desktop: LocalDesktop) -> None:

@@ -7,7 +7,15 @@ import shlex
 from pathlib import Path
 
 from legato_gym.backends.local import apps
-from legato_gym.backends.local.sandbox.lookalike import lookalike_margins, lookalike_theme, write_lookalike_files
+from legato_gym.backends.local.sandbox import xfwm
+from legato_gym.backends.local.sandbox.lookalike import (
+    LOOKALIKE_DIR,
+    lookalike_margins,
+    lookalike_theme,
+    title_font,
+    write_lookalike_files,
+)
+from legato_gym.backends.local.sandbox.lookalike import layout as layout_of
 from legato_gym.backends.local.sandbox.shell import openbox_applications, write_gnome_files
 from legato_gym.backends.local.sandbox.spec import SandboxLayout, SandboxSpec
 
@@ -109,7 +117,9 @@ def write_state_files(spec: SandboxSpec, layout: SandboxLayout) -> None:
     rc = OPENBOX_RC.replace("{applications}", openbox_applications())
     rc = rc.replace("{margins}", lookalike_margins() if spec.session == "lookalike" else "")
     rc = rc.replace("{theme}", lookalike_theme() if spec.session == "lookalike" else OPENBOX_THEME)
-    (layout.openbox_dir / "rc.xml").write_text(rc.replace("{keybinds}", apps.openbox_keybinds()))
+    # in the lookalike session the panel runs the VM's shortcuts (as under xfwm4, which runs no programs)
+    keybinds = "" if spec.session == "lookalike" else apps.openbox_keybinds()
+    (layout.openbox_dir / "rc.xml").write_text(rc.replace("{keybinds}", keybinds))
     layout.system_dir.mkdir(exist_ok=True)  # system files shown changed inside (apps.system_files)
     for inside, text in apps.system_files().items():
         layout.system_copy(inside).write_text(text)
@@ -119,3 +129,5 @@ def write_state_files(spec: SandboxSpec, layout: SandboxLayout) -> None:
         write_gnome_files(layout.gnome_dir)
     if spec.session == "lookalike":
         write_lookalike_files(layout.lookalike_dir, spec.screen)
+        if xfwm.installed():
+            xfwm.write_files(layout.lookalike_dir, LOOKALIKE_DIR, title_font(), layout_of(spec.screen).work_area)

@@ -1024,11 +1024,10 @@ TITLE_BAR_COLOURS = {
 #: Where mutter draws Yaru's minimize, maximize and close buttons on a window it decorates: each disc's centre
 #: in pixels from the frame's right end (a window at its own size, a maximized one) and from its top, and the
 #: discs' diameter. Measured: mutter 43 with Yaru's GTK theme (Debian's yaru-theme-gtk 22.10) and Ubuntu's
-#: ``button-layout`` ``':minimize,maximize,close'``, an xterm's frame. The theme's square buttons lie within
-#: :data:`TITLE_BUTTON_SLACK` pixels of these (openbox puts the same gap right of the last button as between
-#: buttons; mutter does not).
+#: ``button-layout`` ``':minimize,maximize,close'``, an xterm's frame. xfwm4's discs (:mod:`.xfwm`) are centred
+#: within :data:`TITLE_BUTTON_SLACK` pixels of these; openbox's squares, where xfwm4 is not installed, within 6.
 YARU_TITLE_BUTTONS = {"own size": (85.5, 51.5, 17.5), "maximized": (83.5, 49.5, 15.5), "top": 17.5, "diameter": 22}
-TITLE_BUTTON_SLACK = 6
+TITLE_BUTTON_SLACK = 1
 #: GNOME's title bar font on the VM, Ubuntu Bold 11 (:mod:`.fonts`); Cantarell Bold 11 stands in where the
 #: Ubuntu font is not installed (:func:`title_font`).
 TITLE_FONT = ("Ubuntu", 11, "Bold")
@@ -1090,9 +1089,13 @@ def write_lookalike_files(folder: Path, screen: tuple[int, int]) -> None:
     (:mod:`.panel`), its pictures for a ``screen`` of ``(width, height)`` and its manifest.
 
     The pictures are drawn once per screen size in this process (about a second of Pillow), then copied."""
-    from legato_gym.backends.local.sandbox.shell import lookalike_schemas
+    from legato_gym.backends.local import apps
+    from legato_gym.backends.local.sandbox.shell import APP_WINDOWS, lookalike_schemas
 
-    files, manifest = _rendered(tuple(screen))  # type: ignore[arg-type]
+    files, drawn = _rendered(tuple(screen))  # type: ignore[arg-type]
+    # how each app's windows open, and what ctrl+alt+t runs: the panel keeps both, whichever window manager runs
+    terminal = apps.terminal_command()
+    manifest = json.dumps({**json.loads(drawn), "windows": APP_WINDOWS, "terminal": [terminal] if terminal else []})
     folder.mkdir(parents=True, exist_ok=True)
     for name, data in files:
         (folder / name).write_bytes(data)

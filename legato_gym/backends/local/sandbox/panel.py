@@ -53,8 +53,15 @@ def warn(message: str) -> None:
     sys.stderr.flush()
 
 
-#: Root properties whose change redraws the dock's dots and the top bar's app name, or restacks the panel.
+#: Root properties whose change redraws the dock's dots and the top bar's app name, restacks the panel or
+#: publishes the work area again.
 WATCHED = ("_NET_CLIENT_LIST", "_NET_ACTIVE_WINDOW", "_NET_CLIENT_LIST_STACKING", "_NET_WORKAREA")
+#: The atoms the panel reads or sends of windows it does not own.
+WINDOW_ATOMS = (
+    "_NET_SUPPORTING_WM_CHECK", "_NET_WM_WINDOW_TYPE", "_NET_WM_WINDOW_TYPE_NORMAL", "_NET_WM_STATE",
+    "_NET_WM_STATE_MAXIMIZED_VERT", "_NET_WM_STATE_MAXIMIZED_HORZ",
+)  # fmt: skip
+XA_CARDINAL = 6  # Xlib.Xatom.CARDINAL
 MENU_ROW = 32
 MENU_WIDTH = 220
 #: The overview's search entry, a pill (Yaru's ``.search-entry``: 320 px of text, 9 px of padding and a 1 px
@@ -392,9 +399,7 @@ class Panel:
         self.bar_h = int(self.m["bar_height"])
         self.dock_w = int(self.m["dock_width"])
         self.gc = self.root.create_gc(graphics_exposures=False)  # no NoExpose event per copy
-        self.atoms = {
-            name: self.d.intern_atom(name) for name in (*WATCHED, "_NET_WORKAREA", "_NET_CLIENT_LIST_STACKING")
-        }
+        self.atoms = {name: self.d.intern_atom(name) for name in (*WATCHED, *WINDOW_ATOMS)}
         self.pixmaps = {name: self._load(name, *spec) for name, spec in self.m["images"].items()}
         self.colours = {name: self._pixel(rgb) for name, rgb in self.m["colours"].items()}
         self.dock_m: dict[str, Any] = self.m["dock"]
@@ -472,8 +477,19 @@ class Panel:
         self.favorites: list[str] = self._read_favorites()
         self.favorites_monitor = self._watch_favorites()
         self.monitor_answer = b""
-        self.root.change_attributes(event_mask=X.PropertyChangeMask)
+        # new top-level windows (CreateNotify): those of the apps that open maximized are maximized once mapped
+        self.root.change_attributes(event_mask=X.PropertyChangeMask | X.SubstructureNotifyMask)
+        self.maximized = [str(p).lower() for p, how in self.m.get("windows", {}).items() if how == "maximized"]
+        self.fresh: set[int] = set()  # windows created and not mapped yet, of the apps (not override-redirect)
         self.root.grab_key(self.super_code, X.AnyModifier, False, X.GrabModeAsync, X.GrabModeAsync)
+        # ctrl+alt+t opens the terminal, as the VM's settings daemon does (the window manager runs no programs)
+        self.terminal: list[str] = list(self.m.get("terminal") or [])
+        self.terminal_code = self.d.keysym_to_keycode(XK.XK_t)
+        if self.terminal:
+            for extra in (0, X.LockMask, X.Mod2Mask, X.LockMask | X.Mod2Mask):  # Caps Lock, Num Lock
+                self.root.grab_key(
+                    self.terminal_code, X.ControlMask | X.Mod1Mask | extra, False, X.GrabModeAsync, X.GrabModeAsync
+                )
         self.desktop.map()
         self.bar.map()
         self.dock.map()
@@ -1876,7 +1892,19 @@ class Panel:
                 self._launch(self.launchers[index]["command"])
 
     def handle(self, event: Any) -> None:
-        if event.type == X.ButtonPress:
+        if event.type == X.CreateNotify and event.parent.id == self.root.id:
+            if not event.override:
+                self.fresh.add(event.window.id)
+                event.window.change_attributes(event_mask=X.StructureNotifyMask)
+        elif event.type == X.MapNotify and event.window.id in self.fresh:
+            self.fresh.discard(event.window.id)
+            if self._opens_maximized(event.window):
+                self._maximize(event.window)
+        elif event.type == X.DestroyNotify:
+            self.fresh.discard(event.window.id)
+        elif event.type == X.KeyPress and event.detail == self.terminal_code and self.terminal:
+            self._launch(self.terminal)
+        elif event.type == X.ButtonPress:
             self._click(event)
         elif event.type in (X.MotionNotify, X.EnterNotify) and event.window.id == self.bar.id:
             self._hover(self.bar_item(event.event_x))
@@ -1893,6 +1921,8 @@ class Panel:
                 self._dock()
             if event.atom in (self.atoms["_NET_ACTIVE_WINDOW"], self.atoms["_NET_CLIENT_LIST"]):
                 self._app_name()
+            if event.atom == self.atoms["_NET_WORKAREA"]:
+                self._work_area_set()
             if event.atom == self.atoms["_NET_CLIENT_LIST_STACKING"]:
                 self._restack()
         elif event.type == X.KeyRelease and event.detail == self.super_code:
@@ -1906,10 +1936,61 @@ class Panel:
         elif event.type == X.KeyPress and event.detail != self.super_code and self._overview_shown():
             self._overview_key(event)
 
+    def _wm_running(self) -> bool:
+        """Whether a window manager runs: its check window (``_NET_SUPPORTING_WM_CHECK``) exists. The root keeps
+        the property of the last one, killed with the last sandbox, whose window is gone."""
+        prop = self.root.get_full_property(self.atoms["_NET_SUPPORTING_WM_CHECK"], X.AnyPropertyType)
+        if prop is None or not len(prop.value):
+            return False
+        try:
+            self.d.create_resource_object("window", int(prop.value[0])).get_geometry()
+        except xerror.XError:
+            return False
+        return True
+
     def _work_area_set(self) -> bool:
+        """Whether the work area is the VM's, once a window manager runs; published here when not.
+
+        openbox's margins make it so; xfwm4 keeps its margins (the same rows and columns, where it maximizes and
+        places windows) out of ``_NET_WORKAREA``, which the apps read to size and place their windows, and would
+        put a window reserving them into the window list. GNOME Shell publishes the work area without the bar
+        and the dock, so the panel, as the shell, does: again each time the window manager rewrites it."""
+        if not self._wm_running():
+            return False
         prop = self.root.get_full_property(self.atoms["_NET_WORKAREA"], X.AnyPropertyType)
         expected = [self.dock_w, self.bar_h, self.width - self.dock_w, self.height - self.bar_h]
-        return prop is not None and list(prop.value[:4]) == expected
+        if prop is not None and list(prop.value[:4]) == expected:
+            return True
+        self.root.change_property(self.atoms["_NET_WORKAREA"], XA_CARDINAL, 32, expected)
+        self.d.flush()
+        return False
+
+    def _opens_maximized(self, window: Any) -> bool:
+        """Whether ``window`` opens maximized (the table's ``"maximized"`` classes, case-insensitively; ``*`` at
+        the end matches any rest), as GNOME's extension decides: a normal window only, not a dialog (one with no
+        type is normal unless it is transient for another)."""
+        try:
+            cls = window.get_wm_class()
+            kind = window.get_full_property(self.atoms["_NET_WM_WINDOW_TYPE"], X.AnyPropertyType)
+            transient = window.get_wm_transient_for()
+        except xerror.XError:
+            return False
+        if kind is not None and len(kind.value):
+            if int(kind.value[0]) != self.atoms["_NET_WM_WINDOW_TYPE_NORMAL"]:
+                return False
+        elif transient:
+            return False
+        name = (cls[1] if cls else "").lower()
+        return any(name.startswith(p[:-1]) if p.endswith("*") else name == p for p in self.maximized)
+
+    def _maximize(self, window: Any) -> None:
+        """Ask the window manager to maximize ``window`` (EWMH ``_NET_WM_STATE``, add both)."""
+        from Xlib.protocol import event as xevent  # type: ignore[import-untyped]
+
+        data = [1, self.atoms["_NET_WM_STATE_MAXIMIZED_VERT"], self.atoms["_NET_WM_STATE_MAXIMIZED_HORZ"], 1, 0]
+        message = xevent.ClientMessage(window=window, client_type=self.atoms["_NET_WM_STATE"], data=(32, data))
+        self.root.send_event(message, event_mask=X.SubstructureRedirectMask | X.SubstructureNotifyMask)
+        self.d.flush()
 
     def run(self) -> None:
         """Serve until the X server goes away; create the ready marker once the work area is the VM's."""

@@ -389,14 +389,16 @@ def session_environment(session: str) -> dict[str, str]:
         return gnome_environment()
     if session != "lookalike":
         return {}
-    from legato_gym.backends.local.sandbox import fonts
+    from legato_gym.backends.local.sandbox import fonts, xfwm
     from legato_gym.backends.local.sandbox.lookalike import FONTCONFIG_NAME, LOOKALIKE_DIR, SCHEMAS_NAME
 
     found = dict(LOOKALIKE_ENVIRONMENT) if Path("/usr/share/icons/Yaru/cursors").is_dir() else {}
     if lookalike_schemas() is not None:  # the VM's favourites by default (.lookalike.write_lookalike_files)
         found["GSETTINGS_SCHEMA_DIR"] = f"{LOOKALIKE_DIR}/{SCHEMAS_NAME}"
-    if fonts.installed():  # the Ubuntu fonts' folders (.fonts.fontconfig_conf), for openbox and the apps
+    if fonts.installed():  # the Ubuntu fonts' folders (.fonts.fontconfig_conf), for the title bars and the apps
         found["FONTCONFIG_FILE"] = f"{LOOKALIKE_DIR}/{FONTCONFIG_NAME}"
+    if xfwm.installed():  # xfwm4's settings, system files xfconfd reads before /etc/xdg's (.xfwm.write_files)
+        found["XDG_CONFIG_DIRS"] = f"{LOOKALIKE_DIR}/{xfwm.CONFIG_NAME}:/etc/xdg"
     return found
 
 
@@ -432,10 +434,13 @@ def wm_command(session: str, openbox: str, marker: str) -> str:
     """The shell command that runs the session's window manager once; it creates ``marker`` when ready.
 
     ``openbox`` is openbox's own command without ``--startup``: alone, it touches the marker from there; in the
-    lookalike session the panel does (:func:`prelude`).
+    lookalike session the panel does (:func:`prelude`), whose window manager is xfwm4 (:mod:`.xfwm`), or openbox
+    where xfwm4 is not installed.
     """
     if session == "openbox":
         return f"{openbox} --startup {shlex.quote('touch ' + marker)}"
     if session == "lookalike":
-        return openbox
+        from legato_gym.backends.local.sandbox import xfwm
+
+        return xfwm.command() if xfwm.installed() else openbox
     return f"LEGATO_WM_READY={marker} gnome-shell --x11 --replace --mode={MODE}"
