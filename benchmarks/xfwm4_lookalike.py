@@ -1,6 +1,6 @@
 """xfwm4 instead of openbox under the lookalike session: how near its title bars come to mutter's, and its cost.
 
-A feasibility measurement: no session uses xfwm4 or this theme. openbox 3.6
+How the lookalike session's xfwm4 (:mod:`legato_gym.backends.local.sandbox.xfwm`) compares with mutter. openbox 3.6
 draws a title button as a rectangle with a one-colour mask and always an even title height, so the lookalike's
 buttons are squares, an own-size window has a 1 px row under its client and its top corners are square. xfwm4
 (Debian's 4.18) draws each part of the frame from a full-colour picture (a shaped one for the corners), so a
@@ -45,168 +45,23 @@ from Xlib.ext import xtest  # type: ignore[import-untyped]
 from benchmarks.local_desktop import pss_kib
 from legato_gym.backends.local.sandbox import lookalike, shell
 from legato_gym.backends.local.sandbox.files import OPENBOX_RC
+from legato_gym.backends.local.sandbox.xfwm import (
+    BAR,
+    BUTTON_OFFSET,
+    BUTTON_SPACING,
+    CORNER,
+    DISC,
+    DISC_TOP,
+    VM,
+    Colours,
+    settings_channel,
+    write_theme,
+)
 from legato_gym.backends.local.waits import cpu_ticks
 
 SCREEN = (1920, 1080)
-#: mutter's title bar under Yaru: 36 rows and a 1 px line; 22 px discs, their box's top 7 px under the bar's,
-#: 12 px apart, the close disc's box 7 px from the frame's right end (at its own size and maximized alike).
-BAR = 37
-DISC = 22
-DISC_TOP = 7
-DISC_RADIUS = 10.8  # fitted to mutter's anti-aliased disc
-CORNER = 12
-CORNER_RADIUS = 11.75  # fitted to the pixels mutter covers more than half at its rounded top corners
-BUTTON_OFFSET = 7
-BUTTON_SPACING = 12
-#: xfwm4 centres the title between its left and right buttons, mutter in the whole bar: a blank "stick"
-#: button as wide as the right-hand group (3 x 22 + 2 x 12 = 90) puts it where mutter's is.
-SPACER = 3 * DISC + 2 * BUTTON_SPACING
-SUPERSAMPLE = 16
-
-
-@dataclass(frozen=True)
-class Colours:
-    """A title bar's greys (0-255) and its title's colours: focused, then unfocused (``i...``)."""
-
-    bar: int
-    top: int
-    line: int
-    disc: int
-    hover: int
-    pressed: int
-    symbol: int
-    ibar: int
-    itop: int
-    iline: int
-    isymbol: int
-    text: str
-    itext: str
-
-
 #: Debian's Yaru 22.10 under mutter 43, measured here on mutter's own frames (to compare pixel for pixel).
 MUTTER = Colours(235, 251, 189, 218, 209, 191, 61, 250, 254, 209, 99, "#3d3d3d", "#636363")
-#: OSWorld's VM (Yaru 22.04), as the lookalike's openbox theme has them (``lookalike.TITLE_BAR_COLOURS``).
-_VM = lookalike.TITLE_BAR_COLOURS
-VM = Colours(
-    _VM["bar"][0],
-    _VM["top"][0],
-    _VM["line"][0],
-    _VM["button"][0],
-    _VM["hover"][0],
-    _VM["pressed"][0],
-    _VM["symbol"][0],
-    250,
-    254,
-    209,
-    160,
-    "#3d3d3d",
-    "#929292",
-)
-
-
-def _coverage(inside: Callable[[Any, Any], Any], width: int, height: int) -> Any:
-    """How much of each pixel of a ``width`` x ``height`` picture ``inside(x, y)`` covers (pixel centres +0.5)."""
-    ys, xs = np.mgrid[0 : height * SUPERSAMPLE, 0 : width * SUPERSAMPLE]
-    fx, fy = (xs + 0.5) / SUPERSAMPLE, (ys + 0.5) / SUPERSAMPLE
-    return inside(fx, fy).reshape(height, SUPERSAMPLE, width, SUPERSAMPLE).mean(axis=(1, 3))
-
-
-def _column(c: Colours, focused: bool) -> Any:
-    column = np.full(BAR, float(c.bar if focused else c.ibar))
-    column[0] = c.top if focused else c.itop
-    column[-1] = c.line if focused else c.iline
-    return column
-
-
-def _symbol(kind: str) -> Any:
-    """A button's 8 px symbol as mutter draws Yaru's 16 px icons, its coverage in the disc's 22 px box."""
-    mask = np.zeros((DISC, DISC))
-    if kind == "hide":
-        mask[13, 7:15] = 1
-    elif kind == "maximize":
-        mask[7, 7:15] = mask[14, 7:15] = mask[7:15, 7] = mask[7:15, 14] = 1
-    elif kind == "maximize-toggled":
-        mask[9, 7:13] = mask[14, 7:13] = mask[9:15, 7] = mask[9:15, 12] = 1
-        mask[7, 9:15] = mask[7:13, 14] = 0.5  # the square behind, half as dark
-
-    elif kind == "close":  # two 1.3 px strokes with butt ends, corner to corner less 0.4 px (fitted)
-
-        def cross(fx: Any, fy: Any) -> Any:
-            px, py = fx - DISC / 2, fy - DISC / 2
-            hit = np.zeros(px.shape, bool)
-            for side in (1, -1):
-                along, across = (side * px + py) / np.sqrt(2), (side * px - py) / np.sqrt(2)
-                hit |= (np.abs(across) <= 0.65) & (np.abs(along) <= 3.6 * np.sqrt(2))
-            return hit
-
-        mask = _coverage(cross, DISC, DISC)
-    return mask
-
-
-def _button(c: Colours, kind: str, state: str) -> Image.Image:
-    focused = state != "inactive"
-    pixels = np.repeat(_column(c, focused)[:, None], DISC, axis=1)
-    box = slice(DISC_TOP, DISC_TOP + DISC)
-    if focused:  # an unfocused window's buttons have no disc (Yaru's backdrop)
-        shade = {"active": c.disc, "prelight": c.hover, "pressed": c.pressed}[state]
-        disc = _coverage(lambda x, y: (x - DISC / 2) ** 2 + (y - DISC / 2) ** 2 <= DISC_RADIUS**2, DISC, DISC)
-        pixels[box] = pixels[box] * (1 - disc) + shade * disc
-    symbol = _symbol(kind)
-    pixels[box] = pixels[box] * (1 - symbol) + (c.symbol if focused else c.isymbol) * symbol
-    return Image.fromarray(np.round(pixels).astype(np.uint8), "L").convert("RGB")
-
-
-def _corner(c: Colours, focused: bool, right: bool) -> Image.Image:
-    """A top corner rounded as mutter's, the top row's highlight following the curve. Its shape is 1 bit: xfwm4
-    shapes the frame's windows, and without a compositor nothing blends the edge with what lies behind."""
-    centre = CORNER_RADIUS if not right else CORNER - CORNER_RADIUS
-
-    def rounded(inset: float) -> Any:
-        def inside(x: Any, y: Any) -> Any:
-            within = (y >= inset) & ((x >= inset) if not right else (x <= CORNER - inset))
-            square = (y >= CORNER_RADIUS) | ((x >= centre) if not right else (x <= centre))
-            return within & (square | ((x - centre) ** 2 + (y - CORNER_RADIUS) ** 2 <= (CORNER_RADIUS - inset) ** 2))
-
-        return _coverage(inside, CORNER, BAR)
-
-    outer, inner = rounded(0.0), rounded(1.0)
-    body = np.repeat(_column(c, focused)[:, None], CORNER, axis=1)
-    body[0] = c.bar if focused else c.ibar
-    with np.errstate(invalid="ignore", divide="ignore"):
-        grey = np.where(outer > 0, ((c.top if focused else c.itop) * (outer - inner) + body * inner) / outer, 0)
-    grey[-1] = c.line if focused else c.iline
-    alpha = np.where(outer >= 0.5, 255, 0)
-    g = np.round(grey).astype(np.uint8)
-    return Image.fromarray(np.dstack([g, g, g, alpha.astype(np.uint8)]), "RGBA")
-
-
-def write_theme(folder: Path, c: Colours) -> None:
-    """Write an xfwm4 theme (``themerc`` and its PNGs) of mutter's title bar under Yaru into ``folder``.
-
-    No side, bottom or bottom-corner pictures: xfwm4 gives those parts no size, so the frame is the bar alone
-    (``_NET_FRAME_EXTENTS`` 0, 0, 37, 0 at every size). Use it with ``button_layout`` ``T|HMC`` (:data:`SPACER`).
-    """
-    folder.mkdir(parents=True, exist_ok=True)
-    for focused, name in ((True, "active"), (False, "inactive")):
-        strip = Image.fromarray(np.round(_column(c, focused)).astype(np.uint8)[:, None], "L").convert("RGB")
-        for part in range(1, 6):
-            strip.save(folder / f"title-{part}-{name}.png")
-        _corner(c, focused, right=False).save(folder / f"top-left-{name}.png")
-        _corner(c, focused, right=True).save(folder / f"top-right-{name}.png")
-    for state in ("active", "inactive", "prelight", "pressed"):
-        column = np.round(_column(c, state != "inactive")).astype(np.uint8)
-        blank = Image.fromarray(np.repeat(column[:, None], SPACER, axis=1), "L").convert("RGB")
-        blank.save(folder / f"stick-{state}.png")
-        blank.save(folder / f"stick-toggled-{state}.png")
-        for kind in ("hide", "maximize", "maximize-toggled", "close"):
-            _button(c, kind, state).save(folder / f"{kind}-{state}.png")
-    (folder / "themerc").write_text(
-        "# mutter's title bar under Yaru, drawn by legato's benchmarks/xfwm4_lookalike.py\n"
-        f"active_text_color={c.text}\ninactive_text_color={c.itext}\n"
-        "title_shadow_active=false\ntitle_shadow_inactive=false\nfull_width_title=true\n"
-        "title_vertical_offset_active=0\ntitle_vertical_offset_inactive=0\nshow_app_icon=false\n"
-        f"button_offset={BUTTON_OFFSET}\nmaximized_offset={BUTTON_OFFSET}\nbutton_spacing={BUTTON_SPACING}\n"
-    )
 
 
 # ---------------------------------------------------------------------------------------------- the runs
@@ -459,29 +314,6 @@ def wm_running(d: display.Display) -> bool:
     return value is not None
 
 
-XFWM4_THEME = "legato-yaru"
-
-
-def xfwm4_channel(theme: str) -> str:
-    """xfwm4's settings (its xfconf channel): the theme, Ubuntu's buttons behind the spacer, mutter's title."""
-    name, size, weight = lookalike.TITLE_FONT
-    general = {
-        "theme": ("string", theme),
-        "button_layout": ("string", "T|HMC"),
-        "title_font": ("string", f"{name} {weight} {size}"),
-        "title_alignment": ("string", "center"),
-        "use_compositing": ("bool", "false"),
-        "workspace_count": ("int", "1"),
-        "placement_mode": ("string", "center"),
-        "show_frame_shadow": ("bool", "false"),
-    }
-    rows = "".join(f'    <property name="{k}" type="{t}" value="{v}"/>\n' for k, (t, v) in general.items())
-    return (
-        '<?xml version="1.0" encoding="UTF-8"?>\n<channel name="xfwm4" version="1.0">\n'
-        f'  <property name="general" type="empty">\n{rows}  </property>\n</channel>\n'
-    )
-
-
 @dataclass(frozen=True)
 class Cost:
     pss_mib: float
@@ -509,11 +341,12 @@ def idle_cost(pids: list[int], idle: float) -> Cost:
 
 def xfwm4(root: Path, idle: float, with_gl: bool = False) -> tuple[Bars, Cost]:
     name = "xfwm4-gl" if with_gl else "xfwm4"
-    theme = root / name / "data" / "themes" / XFWM4_THEME / "xfwm4"
+    theme = root / name / "theme"
     write_theme(theme, MUTTER)
     channel = root / name / "config" / "xfce4" / "xfconf" / "xfce-perchannel-xml"
     channel.mkdir(parents=True)
-    (channel / "xfwm4.xml").write_text(xfwm4_channel(XFWM4_THEME))
+    work_area = lookalike.layout(SCREEN).work_area
+    (channel / "xfwm4.xml").write_text(settings_channel(str(theme), lookalike.TITLE_FONT, work_area))
     with desktop(root, name) as (d, group):
         # GDK_GL=disable: GTK's start-up otherwise probes GLX for its visuals and maps Mesa's llvmpipe (+56 MiB RSS)
         gl = {} if with_gl else {"GDK_GL": "disable"}

@@ -460,7 +460,7 @@ def assert_where_mutter_puts_them(
     (a click where the VM's button is lands on the same button here)."""
     assert len(buttons) == 3, buttons
     for (left, top, right, bottom), offset in zip(buttons, from_right, strict=True):
-        mutter_x, mutter_y = width - offset, YARU_TITLE_BUTTONS["top"]
+        mutter_x, mutter_y = width - 1 - offset, YARU_TITLE_BUTTONS["top"]
         assert YARU_TITLE_BUTTONS["diameter"] - 2 <= right - left + 1 <= YARU_TITLE_BUTTONS["diameter"], buttons
         assert YARU_TITLE_BUTTONS["diameter"] - 2 <= bottom - top + 1 <= YARU_TITLE_BUTTONS["diameter"], buttons
         assert abs((left + right) / 2 - mutter_x) <= TITLE_BUTTON_SLACK, (buttons, width - mutter_x)
@@ -507,7 +507,7 @@ def test_the_title_bars_buttons_are_yarus_where_mutter_puts_them(desktop: LocalD
     corner = pixels(desktop)[y : y + 3, x : x + 3].astype(int)
     assert np.abs(corner[0, 0] - np.array(TITLE_BAR_COLOURS["top"])).sum() > 30, corner[0, 0]
     assert (np.abs(shot[14, 1] - np.array(TITLE_BAR_COLOURS["bar"])) <= 2).all()  # the bar from row 12 down
-    close_x = x + width - round(YARU_TITLE_BUTTONS["own size"][2])
+    close_x = x + width - 1 - round(YARU_TITLE_BUTTONS["own size"][2])
     desktop.act(f"pyautogui.moveTo({close_x}, {y + int(YARU_TITLE_BUTTONS['top'])})")  # where the VM's close is
 
     def shades() -> list[tuple[int, ...]]:  # each button's disc colour (left of its symbol), left to right

@@ -1022,11 +1022,12 @@ TITLE_BAR_COLOURS = {
     "pressed": (224, 224, 224),
 }
 #: Where mutter draws Yaru's minimize, maximize and close buttons on a window it decorates: each disc's centre
-#: in pixels from the frame's right end (a window at its own size, a maximized one) and from its top, and the
-#: discs' diameter. Measured: mutter 43 with Yaru's GTK theme (Debian's yaru-theme-gtk 22.10) and Ubuntu's
-#: ``button-layout`` ``':minimize,maximize,close'``, an xterm's frame. xfwm4's discs (:mod:`.xfwm`) are centred
-#: within :data:`TITLE_BUTTON_SLACK` pixels of these; openbox's squares, where xfwm4 is not installed, within 6.
-YARU_TITLE_BUTTONS = {"own size": (85.5, 51.5, 17.5), "maximized": (83.5, 49.5, 15.5), "top": 17.5, "diameter": 22}
+#: in pixels left of the frame's last column (a window at its own size, a maximized one) and under its top, and
+#: the discs' diameter. Measured: mutter 43 with Yaru's GTK theme (Debian's yaru-theme-gtk 22.10) and Ubuntu's
+#: ``button-layout`` ``':minimize,maximize,close'``, an xterm's frame, alone and under GNOME Shell (the ``gnome``
+#: session): the same at both sizes. xfwm4's discs (:mod:`.xfwm`) are centred within :data:`TITLE_BUTTON_SLACK`
+#: pixels of these; openbox's squares, where xfwm4 is not installed, within 6.
+YARU_TITLE_BUTTONS = {"own size": (85.5, 51.5, 17.5), "maximized": (85.5, 51.5, 17.5), "top": 17.5, "diameter": 22}
 TITLE_BUTTON_SLACK = 1
 #: GNOME's title bar font on the VM, Ubuntu Bold 11 (:mod:`.fonts`); Cantarell Bold 11 stands in where the
 #: Ubuntu font is not installed (:func:`title_font`).

@@ -42,16 +42,15 @@ __all__ = [
 ]
 
 #: mutter's title bar under Yaru: 36 rows and a 1 px line; 22 px discs, their box's top 7 px under the bar's,
-#: 12 px apart, the close disc's box 6 px from the frame's right end at its own size, 4 px maximized (its discs'
-#: centres: :data:`.lookalike.YARU_TITLE_BUTTONS`).
+#: 12 px apart, the close disc's box 7 px from the frame's right end, at its own size and maximized alike (its
+#: discs' centres: :data:`.lookalike.YARU_TITLE_BUTTONS`).
 BAR = 37
 DISC = 22
 DISC_TOP = 7
 DISC_RADIUS = 10.8  # fitted to mutter's anti-aliased disc
 CORNER = 12
 CORNER_RADIUS = 11.75  # fitted to the pixels mutter covers more than half at its rounded top corners
-BUTTON_OFFSET = 6
-MAXIMIZED_OFFSET = 4
+BUTTON_OFFSET = 7
 BUTTON_SPACING = 12
 #: xfwm4 centres the title between its left and right buttons, mutter in the whole bar: a blank "stick"
 #: button as wide as the right-hand group (3 x 22 + 2 x 12 = 90) puts it where mutter's is.
@@ -214,7 +213,7 @@ def write_theme(folder: Path, c: Colours = VM) -> None:
         f"active_text_color={c.text}\ninactive_text_color={c.itext}\n"
         "title_shadow_active=false\ntitle_shadow_inactive=false\nfull_width_title=true\n"
         "title_vertical_offset_active=0\ntitle_vertical_offset_inactive=0\nshow_app_icon=false\n"
-        f"button_offset={BUTTON_OFFSET}\nmaximized_offset={MAXIMIZED_OFFSET}\nbutton_spacing={BUTTON_SPACING}\n"
+        f"button_offset={BUTTON_OFFSET}\nmaximized_offset={BUTTON_OFFSET}\nbutton_spacing={BUTTON_SPACING}\n"
     )
 
 
