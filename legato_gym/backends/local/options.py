@@ -107,10 +107,11 @@ class LocalOptions(BackendOptions):
             :mod:`.evaluators` (OSWorld's semantics, re-implemented for a few getters and metrics, no extra
             interpreter). ``"auto"`` (the default) is ``"osworld"`` where desktop-env imports and ``"local"``
             elsewhere (:func:`resolve_grader`); ``LocalDesktop.grader`` says which one grades.
-        session: the desktop's session. ``"lookalike"`` (the default): openbox with a top bar and a dock of
-            legato's own that look and act as OSWorld's VM's GNOME Shell where an agent sees or clicks (top
-            bar rows 0-26, dock columns 0-69 with the VM's launchers, maximized windows in the work area
-            beside them, an overview with the app grid; :mod:`.sandbox.lookalike`), at about 1.4x the memory
+        session: the desktop's session. ``"lookalike"`` (the default): xfwm4 drawing mutter's title bars
+            (openbox where it is not installed) with a top bar and a dock of legato's own that look and act as
+            OSWorld's VM's GNOME Shell where an agent sees or clicks (top bar rows 0-26, dock columns 0-69 with
+            the VM's launchers, maximized windows in the work area beside them, an overview with the app grid;
+            :mod:`.sandbox.lookalike`, :mod:`.sandbox.xfwm`), at about 1.4x the memory
             of openbox alone. ``"gnome"``: GNOME Shell itself with the Ubuntu dock and the Yaru theme
             (:mod:`.sandbox.shell`; Debian ``gnome-shell gnome-shell-extension-dashtodock yaru-theme-*``;
             about 3.7x). ``"openbox"``: the window manager alone on a black root window, maximized windows

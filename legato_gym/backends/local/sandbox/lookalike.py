@@ -1,13 +1,14 @@
 """The ``lookalike`` session's pictures and layout, drawn on the host: OSWorld's VM shell at a fraction of its cost.
 
-``LocalOptions(session="lookalike")`` runs openbox with a top bar and a dock of legato's own
+``LocalOptions(session="lookalike")`` runs xfwm4 (:mod:`.xfwm`: the VM's title bars; openbox where it is not
+installed) with a top bar and a dock of legato's own
 (:mod:`.panel`, one small python-xlib process inside the sandbox) that look and act as the VM's GNOME
 Shell does where an agent sees or clicks: the top bar (rows 0-26: Activities, the focused app's name, the
 clock centred on the work area and Ubuntu's bell of unseen notifications right of it, status icons), the
 Ubuntu dock (columns 0-69: the favourites, ``org.gnome.shell favorite-apps``, the VM's launchers in the VM's
 order by default; then the running apps that are not favourites and Trash; a dot per window of a running
 app, Show Applications at the bottom), the work area right of the dock and under
-the top bar (openbox's margins), GNOME 43's window picker, an app grid and a search, and a launcher's
+the top bar (the window manager's margins), GNOME 43's window picker, an app grid and a search, and a launcher's
 right-click menu (the app's windows, Pin to Dash or Unpin).
 
 Everything the panel shows is drawn here once per screen size with Pillow (:func:`write_lookalike_files`)
