@@ -7,8 +7,9 @@ buttons are squares, an own-size window has a 1 px row under its client and its 
 theme drawn here (:func:`write_theme`) can be Yaru's under mutter: a 37 px bar with its top highlight and
 bottom line, 22 px discs where mutter puts them, no border and no bottom row, rounded top corners.
 
-Run: ``python benchmarks/xfwm4_lookalike.py [--idle 60] [--theme DIR]``. It starts, each on a private Xvfb of
-its own (1920x1080), mutter 43 with Yaru's GTK theme (Debian's yaru-theme-gtk, Ubuntu's button layout, Cantarell
+Run: ``python benchmarks/xfwm4_lookalike.py [--idle 60] [--theme DIR] [--picture PNG]``. It starts, each on a
+private Xvfb of its own (1920x1080), mutter 43 with Yaru's GTK theme (Debian's yaru-theme-gtk, Ubuntu's button
+layout, Cantarell
 Bold 11), xfwm4 with this theme drawn in the same Yaru's colours, and openbox with the lookalike's rc; an xterm
 in each. It prints markdown: the title bar's pixels against mutter's (own size, maximized, hovered, pressed,
 unfocused), the frame of a maximized window beside a dock window whose struts are the VM's top bar and dock,
@@ -409,10 +410,20 @@ def title_text(pixels: Any, width: int) -> str:
     return f"rows {ys.min()}-{ys.max()}, columns {xs.min() + CORNER}-{xs.max() + CORNER}"
 
 
+def draw(path: Path, bars: list[Any], gap: int = 6, zoom: int = 2) -> None:
+    """Write ``bars`` (grey title bars of one width) one under another, ``zoom`` times, on white, as a PNG."""
+    rows = []
+    for bar in bars:
+        rows += [np.asarray(bar, dtype=np.uint8), np.full((gap, bar.shape[1]), 255, np.uint8)]
+    picture = np.concatenate(rows[:-1]).repeat(zoom, axis=0).repeat(zoom, axis=1)
+    Image.fromarray(picture, "L").save(path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--idle", type=float, default=60.0, help="seconds of idle CPU measured per window manager")
     parser.add_argument("--theme", type=Path, help="also write the theme in the VM's colours into this folder")
+    parser.add_argument("--picture", type=Path, help="also draw mutter's bar above xfwm4's (own size, then hovered)")
     args = parser.parse_args()
     if args.theme:
         write_theme(args.theme, VM)
@@ -422,6 +433,8 @@ def main() -> None:
         ours, xfwm4_cost = xfwm4(root, args.idle)
         _, gl_cost = xfwm4(root, args.idle, with_gl=True)
         openbox_extents, openbox_cost = openbox(root, args.idle)
+    if args.picture:
+        draw(args.picture, [ref.own, ours.own, ref.hovered, ours.hovered])
     width = ref.own.shape[1]
     buttons = slice(width - 4 * DISC - 2 * BUTTON_SPACING - BUTTON_OFFSET, width - CORNER)
     print("| xfwm4 + theme vs mutter 43 (Yaru 22.10 colours), 484 px xterm | pixels |")

@@ -5,7 +5,7 @@
 
 Left the VM's reference screenshot (``$LEGATO_OSWORLD/../reference/osworld-vm-desktop.png`` or ``--vm``), right
 what an agent sees on a fresh 1920x1080 lookalike desktop after clicking the dock's Files launcher, each at half
-size with a 10 px gap. Needs what the lookalike needs (Xvfb, bubblewrap, openbox, Nautilus).
+size with a 10 px gap. Needs what the lookalike needs (Xvfb, bubblewrap, xfwm4, Nautilus).
 """
 
 from __future__ import annotations
