@@ -62,6 +62,7 @@ WINDOW_ATOMS = (
     "_NET_WM_STATE_MAXIMIZED_VERT", "_NET_WM_STATE_MAXIMIZED_HORZ",
 )  # fmt: skip
 XA_CARDINAL = 6  # Xlib.Xatom.CARDINAL
+XA_WINDOW = 33  # Xlib.Xatom.WINDOW
 MENU_ROW = 32
 MENU_WIDTH = 220
 #: The overview's search entry, a pill (Yaru's ``.search-entry``: 320 px of text, 9 px of padding and a 1 px
@@ -1918,6 +1919,8 @@ class Panel:
             self._slid()
         elif event.type == X.PropertyNotify and event.window.id == self.root.id:
             if event.atom == self.atoms["_NET_CLIENT_LIST"]:
+                if event.state == X.PropertyDelete:
+                    self._keep_client_lists()
                 self._dock()
             if event.atom in (self.atoms["_NET_ACTIVE_WINDOW"], self.atoms["_NET_CLIENT_LIST"]):
                 self._app_name()
@@ -1957,6 +1960,7 @@ class Panel:
         and the dock, so the panel, as the shell, does: again each time the window manager rewrites it."""
         if not self._wm_running():
             return False
+        self._keep_client_lists()
         prop = self.root.get_full_property(self.atoms["_NET_WORKAREA"], X.AnyPropertyType)
         expected = [self.dock_w, self.bar_h, self.width - self.dock_w, self.height - self.bar_h]
         if prop is not None and list(prop.value[:4]) == expected:
@@ -1964,6 +1968,16 @@ class Panel:
         self.root.change_property(self.atoms["_NET_WORKAREA"], XA_CARDINAL, 32, expected)
         self.d.flush()
         return False
+
+    def _keep_client_lists(self) -> None:
+        """An empty window list where the window manager removed it (xfwm4 deletes ``_NET_CLIENT_LIST`` and its
+        stacking order while no window is managed, and sets neither before the first): mutter and openbox keep
+        them, empty, and readers of the VM's list (``xprop -root _NET_CLIENT_LIST``) take a missing one for no
+        window manager at all."""
+        for name in ("_NET_CLIENT_LIST", "_NET_CLIENT_LIST_STACKING"):
+            if self.root.get_full_property(self.atoms[name], X.AnyPropertyType) is None:
+                self.root.change_property(self.atoms[name], XA_WINDOW, 32, [])
+        self.d.flush()
 
     def _opens_maximized(self, window: Any) -> bool:
         """Whether ``window`` opens maximized (the table's ``"maximized"`` classes, case-insensitively; ``*`` at
