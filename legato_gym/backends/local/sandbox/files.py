@@ -7,15 +7,7 @@ import shlex
 from pathlib import Path
 
 from legato_gym.backends.local import apps
-from legato_gym.backends.local.sandbox import xfwm
-from legato_gym.backends.local.sandbox.lookalike import (
-    LOOKALIKE_DIR,
-    lookalike_margins,
-    lookalike_theme,
-    title_font,
-    write_lookalike_files,
-)
-from legato_gym.backends.local.sandbox.lookalike import layout as layout_of
+from legato_gym.backends.local.sandbox.lookalike import lookalike_margins, lookalike_theme, write_lookalike_files
 from legato_gym.backends.local.sandbox.shell import openbox_applications, write_gnome_files
 from legato_gym.backends.local.sandbox.spec import SandboxLayout, SandboxSpec
 
@@ -129,5 +121,3 @@ def write_state_files(spec: SandboxSpec, layout: SandboxLayout) -> None:
         write_gnome_files(layout.gnome_dir)
     if spec.session == "lookalike":
         write_lookalike_files(layout.lookalike_dir, spec.screen)
-        if xfwm.installed():
-            xfwm.write_files(layout.lookalike_dir, LOOKALIKE_DIR, title_font(), layout_of(spec.screen).work_area)

@@ -1088,10 +1088,12 @@ def _panel_bytecode() -> tuple[str, bytes]:
 
 def write_lookalike_files(folder: Path, screen: tuple[int, int]) -> None:
     """Write the lookalike session's files into ``folder`` (bound at :data:`LOOKALIKE_DIR`): the panel
-    (:mod:`.panel`), its pictures for a ``screen`` of ``(width, height)`` and its manifest.
+    (:mod:`.panel`), its pictures for a ``screen`` of ``(width, height)`` and its manifest, and where xfwm4 is
+    installed its theme and settings (:mod:`.xfwm`).
 
     The pictures are drawn once per screen size in this process (about a second of Pillow), then copied."""
     from legato_gym.backends.local import apps
+    from legato_gym.backends.local.sandbox import xfwm
     from legato_gym.backends.local.sandbox.shell import APP_WINDOWS, lookalike_schemas
 
     files, drawn = _rendered(tuple(screen))  # type: ignore[arg-type]
@@ -1111,6 +1113,8 @@ def write_lookalike_files(folder: Path, screen: tuple[int, int]) -> None:
     if (conf := fonts.fontconfig_conf()) is not None:  # FONTCONFIG_FILE inside (.shell.session_environment)
         (folder / FONTCONFIG_NAME).write_text(conf)
     (folder / XSETTINGS_NAME).write_text(fonts.xsettings_conf())
+    if xfwm.installed():
+        xfwm.write_files(folder, LOOKALIKE_DIR, title_font(), layout(screen).work_area)
     if (schemas := lookalike_schemas()) is not None:  # GSETTINGS_SCHEMA_DIR inside (.shell.session_environment)
         (folder / SCHEMAS_NAME).mkdir(exist_ok=True)
         (folder / SCHEMAS_NAME / "gschemas.compiled").write_bytes(schemas)
