@@ -40,7 +40,7 @@ def chrome(resets: int) -> list[tuple[float, float, bool, str]]:
     local = {"sandbox_python": sys.executable, "server_mode": "osworld"}
     config = DesktopConfig(
         screen=SCREEN,
-        python=sys.executable,
+        worker_python=sys.executable,
         options={"provider": "local", "local": local, "download_cache": tempfile.mkdtemp(prefix="legato-bench-")},
     )
     rows = []
@@ -60,7 +60,7 @@ def steps(total: int, episode: int) -> dict[str, object]:
     local = {"sandbox_python": sys.executable, "server_mode": "osworld"}
     config = DesktopConfig(
         screen=SCREEN,
-        python=sys.executable,
+        worker_python=sys.executable,
         options={"provider": "local", "local": local, "download_cache": tempfile.mkdtemp(prefix="legato-bench-")},
     )
     setup = [{"type": "launch", "parameters": {"command": ["xterm"]}}]

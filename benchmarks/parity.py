@@ -115,7 +115,7 @@ def measure(keys: set[str] | None, session: str = "lookalike") -> list[dict[str,
         files = FileCache(Path(tmp) / "files")
         config = DesktopConfig(
             screen=SCREEN,
-            python=sys.executable,
+            worker_python=sys.executable,
             timeouts=Timeouts(reset=180, ready=60),
             options=LocalOptions(
                 grader="osworld",
