@@ -1770,3 +1770,169 @@ def test_apps_get_the_vms_gtk_settings_from_xsettings_and_a_reset_keeps_them(des
     assert wait_for(lambda: selected((233, 84, 32)) > 1000, 10), (selected((233, 84, 32)), selected((53, 132, 228)))
     assert selected((53, 132, 228)) == 0
     desktop.reset(EMPTY)
+
+
+# the window menu: a right-click on a title bar, or alt+space (the panel, as GNOME Shell's windowMenu.js)
+
+#: The window menu's rows, top to bottom, for a window at its own size on the first of the two workspaces.
+WINDOW_MENU = (
+    "Take Screenshot", "Hide", "Maximize", "Move", "Resize", "Always on Top", "Always on Visible Workspace",
+    "Move to Workspace Right", "-", "Close",
+)  # fmt: skip
+
+
+def window_menu_row(label: str, at: tuple[int, int]) -> tuple[int, int]:
+    """Where to click row ``label`` of a window menu opened at ``at`` (its left edge there, hanging 1 + GAP px
+    under it, as GNOME 43's box pointer; measured on the ``gnome`` session)."""
+    n = WINDOW_MENU.index(label)
+    above = sum(SEPARATOR if r == "-" else ROW for r in WINDOW_MENU[:n])
+    return at[0] + 60, at[1] + 1 + GAP + PAD + above + ROW // 2
+
+
+def window_state(desktop: LocalDesktop, wid: int) -> tuple[set[str], int | None, bool]:
+    """Window ``wid``'s ``_NET_WM_STATE`` (atom names), its ``_NET_WM_DESKTOP`` and whether it is viewable."""
+    from Xlib import X, error
+
+    screen = open_display(desktop.display.name)
+    try:
+        window = screen.create_resource_object("window", wid)
+        try:
+            state = window.get_full_property(screen.intern_atom("_NET_WM_STATE"), X.AnyPropertyType)
+            on = window.get_full_property(screen.intern_atom("_NET_WM_DESKTOP"), X.AnyPropertyType)
+            viewable = window.get_attributes().map_state == X.IsViewable
+        except error.XError:
+            return set(), None, False
+        names = {screen.get_atom_name(a) for a in (state.value if state is not None else [])}
+        return names, (int(on.value[0]) if on is not None and len(on.value) else None), viewable
+    finally:
+        screen.close()
+
+
+def keyboard_taken(desktop: LocalDesktop) -> bool:
+    """Whether a client holds the keyboard (X grabs it for one client at a time: another's grab fails)."""
+    from Xlib import X
+
+    screen = open_display(desktop.display.name)
+    try:
+        status = screen.screen().root.grab_keyboard(False, X.GrabModeAsync, X.GrabModeAsync, X.CurrentTime)
+        screen.ungrab_keyboard(X.CurrentTime)
+        return bool(status == X.AlreadyGrabbed)
+    finally:
+        screen.close()
+
+
+def menu_open_at(desktop: LocalDesktop, at: tuple[int, int]) -> bool:
+    """Whether a window menu hangs from ``at``: its background left of its first and last rows' texts."""
+    (_, first), (_, last) = window_menu_row("Take Screenshot", at), window_menu_row("Close", at)
+    lit_or_not = is_menu(desktop, at[0] + 10, first, MENU_HIGHLIGHT) or is_menu(desktop, at[0] + 10, first)
+    return lit_or_not and is_menu(desktop, at[0] + 10, last)
+
+
+def test_a_right_click_on_a_title_bar_opens_gnomes_window_menu_and_each_row_does_what_it_says(
+    desktop: LocalDesktop,
+) -> None:
+    """GNOME's window menu on the title bar's right-click: its rows in its order, the first lit (the keyboard's);
+    Always on Top ticked once chosen and insensitive while maximized; Maximize and Restore, Hide, Move with the
+    keyboard, Move to Workspace Right, Take Screenshot (a PNG of the window in ~/Pictures/Screenshots) and Close
+    each do what GNOME's do; Escape closes it; alt+space opens it at the window's corner under its title bar."""
+    desktop.reset(EMPTY)
+    desktop.client.post_json(
+        "/setup/launch", {"command": ["xterm", "-T", "legato-menu", "-geometry", "80x20+600+300", "-e", "sleep", "600"]}
+    )
+    assert wait_for(lambda: "legato-menu" in xterms(desktop))
+    wid = xterms(desktop)["legato-menu"]
+    assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
+    x, y, width, height = frame_of(desktop, "XTerm") or (0, 0, 0, 0)
+    at = (x + width // 2 - 60, y + TITLE_BAR_HEIGHT // 2)  # on the title, left of the buttons
+
+    def open_menu(where: tuple[int, int] = at) -> None:
+        desktop.act(f"pyautogui.rightClick{where}")
+        assert wait_for(lambda: menu_open_at(desktop, where), 10)
+
+    def choose(label: str, where: tuple[int, int] = at) -> None:
+        open_menu(where)
+        desktop.act(f"pyautogui.click{window_menu_row(label, where)}")
+        assert wait_for(lambda: not menu_open_at(desktop, where), 10)
+
+    open_menu()
+    shown = pixels(desktop)
+    rows = [window_menu_row(label, at) for label in WINDOW_MENU if label != "-"]
+    assert all((shown[ry - 8 : ry + 8, at[0] + 12 : at[0] + 200] > 200).any() for _, ry in rows)  # each row's text
+    desktop.act("pyautogui.press('escape')")
+    assert wait_for(lambda: not menu_open_at(desktop, at), 10)
+    assert window_state(desktop, wid)[2]  # nothing done
+
+    choose("Always on Top")
+    assert wait_for(lambda: "_NET_WM_STATE_ABOVE" in window_state(desktop, wid)[0], 10)
+    open_menu()
+    tick_x, tick_y = at[0] + 200, window_menu_row("Always on Top", at)[1]
+    assert (pixels(desktop)[tick_y - 8 : tick_y + 8, tick_x : at[0] + 290] > 200).any()  # ticked, at the right
+    desktop.act("pyautogui.press('escape')")
+    choose("Always on Top")
+    assert wait_for(lambda: "_NET_WM_STATE_ABOVE" not in window_state(desktop, wid)[0], 10)
+
+    choose("Maximize")
+    assert wait_for(lambda: frame_of(desktop, "XTerm") == WORK_AREA, 10), frame_of(desktop, "XTerm")
+    on_bar = (WORK_AREA[0] + 700, WORK_AREA[1] + TITLE_BAR_HEIGHT // 2)
+    open_menu(on_bar)  # Restore where Maximize was; Always on Top dimmed, and a click on it does nothing
+    top_x, top_y = window_menu_row("Always on Top", on_bar)
+    label = pixels(desktop)[top_y - 8 : top_y + 8, on_bar[0] + 12 : on_bar[0] + 150]
+    assert (label.max() < 200) and (label.max() > 100)  # dimmed text
+    desktop.act(f"pyautogui.click({top_x}, {top_y})")
+    assert menu_open_at(desktop, on_bar) and "_NET_WM_STATE_ABOVE" not in window_state(desktop, wid)[0]
+    desktop.act(f"pyautogui.click{window_menu_row('Maximize', on_bar)}")  # Restore
+    assert wait_for(lambda: frame_of(desktop, "XTerm") == (x, y, width, height), 10), frame_of(desktop, "XTerm")
+
+    choose("Move")  # with the keyboard, as mutter's: the arrows move it, Return ends the move
+    assert wait_for(lambda: keyboard_taken(desktop), 10)  # the window manager's move is under way
+    desktop.act("pyautogui.press('right', presses=5); pyautogui.press('enter')")
+    assert wait_for(lambda: (frame_of(desktop, "XTerm") or (0,))[0] > x, 10), frame_of(desktop, "XTerm")
+    x, y, width, height = frame_of(desktop, "XTerm") or (0, 0, 0, 0)
+    at = (x + width // 2 - 60, y + TITLE_BAR_HEIGHT // 2)
+
+    choose("Take Screenshot", at)
+    found = "import glob, struct; f = glob.glob('/home/user/Pictures/Screenshots/Screenshot from *.png'); "
+    found += "print(len(f), *(struct.unpack('>II', open(p, 'rb').read()[16:24]) for p in f))"
+    assert wait_for(lambda: desktop.client.execute(["python3", "-c", found])["output"].split()[0] == "1", 10)
+    assert desktop.client.execute(["python3", "-c", found])["output"].split() == ["1", f"({width},", f"{height})"]
+
+    choose("Hide", at)
+    assert wait_for(lambda: not window_state(desktop, wid)[2], 10)
+    desktop.act(f"import subprocess; subprocess.run(['wmctrl', '-i', '-a', '{wid}'])")  # as the dock brings it back
+    assert wait_for(lambda: window_state(desktop, wid)[2], 10)
+
+    choose("Move to Workspace Right", at)
+    assert wait_for(lambda: window_state(desktop, wid)[1:] == (1, False), 10), window_state(desktop, wid)
+    running = centre(len(FAVORITES))  # the dock's xterm: its menu's first row is the window, on the other workspace
+    desktop.act(f"pyautogui.rightClick(35, {running})")
+    assert wait_for(lambda: is_menu(desktop, 280, dock_menu_row(4, 5, running)), 10)
+    desktop.act(f"pyautogui.click(150, {dock_menu_row(0, 5, running)})")  # brought to the workspace shown
+    assert wait_for(lambda: window_state(desktop, wid)[1:] == (0, True), 10), window_state(desktop, wid)
+
+    desktop.act("pyautogui.hotkey('alt', 'space')")  # the focused window's, at its client's corner
+    corner = (x, y + TITLE_BAR_HEIGHT)
+    assert wait_for(lambda: menu_open_at(desktop, corner), 10)
+    desktop.act(f"pyautogui.click{window_menu_row('Close', corner)}")
+    assert wait_for(lambda: "legato-menu" not in xterms(desktop), 10)
+
+
+def test_the_title_bars_left_end_moves_and_maximizes_as_mutters_and_sticks_nothing(desktop: LocalDesktop) -> None:
+    """The bar's left end (a blank button of xfwm4's, which centres the title as mutter's) acts as the rest of the
+    bar: a drag moves the window, a double-click maximizes it, and no window is stuck to every workspace."""
+    desktop.reset(EMPTY)
+    desktop.client.post_json(
+        "/setup/launch", {"command": ["xterm", "-T", "legato-bar", "-geometry", "80x20+600+300", "-e", "sleep", "600"]}
+    )
+    assert wait_for(lambda: "legato-bar" in xterms(desktop))
+    wid = xterms(desktop)["legato-bar"]
+    assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
+    x, y, _, _ = frame_of(desktop, "XTerm") or (0, 0, 0, 0)
+    grab = (x + 40, y + TITLE_BAR_HEIGHT // 2)
+    desktop.act(f"pyautogui.moveTo{grab}; pyautogui.dragTo({grab[0] + 200}, {grab[1] + 100}, 0.5, button='left')")
+    assert wait_for(lambda: (frame_of(desktop, "XTerm") or (0, 0))[:2] == (x + 200, y + 100), 10), frame_of(
+        desktop, "XTerm"
+    )
+    assert "_NET_WM_STATE_STICKY" not in window_state(desktop, wid)[0]
+    desktop.act(f"pyautogui.doubleClick({x + 240}, {y + 100 + TITLE_BAR_HEIGHT // 2})")
+    assert wait_for(lambda: frame_of(desktop, "XTerm") == WORK_AREA, 10), frame_of(desktop, "XTerm")
+    assert "_NET_WM_STATE_STICKY" not in window_state(desktop, wid)[0]

@@ -98,7 +98,7 @@ INSENSITIVE_TEXT = (144, 144, 144)
 TEXT_COLOUR = (247, 247, 247)
 DIM_COLOUR = (138, 138, 138)
 #: The icons drawn for the system menu's rows (:func:`_menu_icons`), in this order, each ``MENU_ICON`` square.
-MENU_ICONS = ("network", "volume", "settings", "lock", "power", "right", "down")
+MENU_ICONS = ("network", "volume", "settings", "lock", "power", "right", "down", "check")
 MENU_ICON = 16
 #: The wallpaper: Ubuntu 22.04's "Jammy Jellyfish" (its artwork is not in Debian), drawn as the VM's screenshot
 #: shows it: large flat facets, folds of the jellyfish meeting at two points, over a fan of purple to orange.
@@ -629,6 +629,8 @@ def _menu_icons(bg: tuple[int, int, int]) -> Any:
             draw.line(((cx - 2 * k, c - 4 * k), (cx + 2 * k, c), (cx - 2 * k, c + 4 * k)), fill=fg, width=w)
         elif name == "down":  # an open submenu's chevron
             draw.line(((cx - 4 * k, c - 2 * k), (cx, c + 2 * k), (cx + 4 * k, c - 2 * k)), fill=fg, width=w)
+        elif name == "check":  # the window menu's tick (Always on Top, Always on Visible Workspace)
+            draw.line(((cx - 5 * k, c), (cx - 2 * k, c + 4 * k), (cx + 5 * k, c - 4 * k)), fill=fg, width=w)
     return strip.resize((MENU_ICON * len(MENU_ICONS), MENU_ICON), Image.Resampling.LANCZOS)
 
 

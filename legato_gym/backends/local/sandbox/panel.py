@@ -10,7 +10,8 @@ app's name), a change of the favourites (its ``gsettings monitor`` child says it
 minute (the clock). The top bar's buttons open GNOME 42's menus (the app menu, the date
 menu, the system menu and its end-session dialogs, which end nothing: :data:`DIALOGS`), the dock's launchers a
 menu of their own (the app's windows, Pin to Dash or Unpin, which write the favourites with ``gsettings``),
-Activities and Super the overview's window picker (:func:`picker_slots`), Show Applications its app grid. It
+Activities and Super the overview's window picker (:func:`picker_slots`), Show Applications its app grid, a
+right-click on a window's title bar (or alt+space) GNOME's window menu, whose rows it asks of the window manager. It
 draws only by copying pre-drawn pictures (server-side pixmaps, text as glyphs copied from a strip), filling
 rectangles and, while the window picker opens, reading the windows' pixels back from the X server a strip at a
 time: it imports neither Pillow nor numpy, and an idle desktop costs it nothing.
@@ -59,8 +60,19 @@ WATCHED = ("_NET_CLIENT_LIST", "_NET_ACTIVE_WINDOW", "_NET_CLIENT_LIST_STACKING"
 #: The atoms the panel reads or sends of windows it does not own.
 WINDOW_ATOMS = (
     "_NET_SUPPORTING_WM_CHECK", "_NET_WM_WINDOW_TYPE", "_NET_WM_WINDOW_TYPE_NORMAL", "_NET_WM_STATE",
-    "_NET_WM_STATE_MAXIMIZED_VERT", "_NET_WM_STATE_MAXIMIZED_HORZ",
+    "_NET_WM_STATE_MAXIMIZED_VERT", "_NET_WM_STATE_MAXIMIZED_HORZ", "_NET_WM_STATE_ABOVE", "_NET_WM_STATE_STICKY",
+    "_NET_WM_ALLOWED_ACTIONS", "_NET_WM_ACTION_MINIMIZE", "_NET_WM_ACTION_MAXIMIZE_HORZ", "_NET_WM_ACTION_MOVE",
+    "_NET_WM_ACTION_RESIZE", "_NET_WM_ACTION_CLOSE", "_NET_WM_DESKTOP", "_NET_NUMBER_OF_DESKTOPS",
+    "_NET_WM_MOVERESIZE", "_NET_MOVERESIZE_WINDOW", "_NET_CLOSE_WINDOW", "_NET_ACTIVE_WINDOW", "WM_CHANGE_STATE",
 )  # fmt: skip
+#: EWMH's ``_NET_WM_MOVERESIZE`` directions: a resize and a move with the keyboard.
+SIZE_KEYBOARD, MOVE_KEYBOARD = 9, 10
+NORTH_WEST_GRAVITY = 1  # X's: a position given is the frame's top left corner
+#: GTK's double-click time and drag threshold, which mutter's title bars take (ms, px).
+DOUBLE_CLICK_MS = 400
+DRAG_THRESHOLD = 8
+#: Take Screenshot's wait for the window to draw again where its menu was (s).
+SCREENSHOT_DELAY = 0.3
 XA_CARDINAL = 6  # Xlib.Xatom.CARDINAL
 XA_WINDOW = 33  # Xlib.Xatom.WINDOW
 MENU_ROW = 32
@@ -482,6 +494,17 @@ class Panel:
         self.root.change_attributes(event_mask=X.PropertyChangeMask | X.SubstructureNotifyMask)
         self.maximized = [str(p).lower() for p, how in self.m.get("windows", {}).items() if how == "maximized"]
         self.fresh: set[int] = set()  # windows created and not mapped yet, of the apps (not override-redirect)
+        #: each frame's title bar (xfwm4's title window, and the blank button left of it) to its client: a
+        #: right-click there opens the window menu (:meth:`_grab_title`)
+        self.titles: dict[int, int] = {}
+        self.frames: dict[int, int] = {}  # each frame so watched to its client
+        self.menu_client = 0  # the window whose window menu is open
+        self.menu_at = (0, 0)  # where it opened (the pointer, or the window's corner for alt+space)
+        self.last_press = (0, 0)  # the time and the client of the last press on a title bar's blank button
+        #: where the blank button is held, its client and the frame's corner then; whether it is being dragged
+        self.pressed: tuple[int, int, int, int, int] | None = None
+        self.dragging = False
+        self.screenshot_due: tuple[float, int] | None = None  # when to take Take Screenshot's, and of which window
         self.root.grab_key(self.super_code, X.AnyModifier, False, X.GrabModeAsync, X.GrabModeAsync)
         # ctrl+alt+t opens the terminal, as the VM's settings daemon does (the window manager runs no programs)
         self.terminal: list[str] = list(self.m.get("terminal") or [])
@@ -491,6 +514,10 @@ class Panel:
                 self.root.grab_key(
                     self.terminal_code, X.ControlMask | X.Mod1Mask | extra, False, X.GrabModeAsync, X.GrabModeAsync
                 )
+        # alt+space opens the focused window's menu, as mutter's activate-window-menu
+        self.space_code = self.d.keysym_to_keycode(XK.XK_space)
+        for extra in (0, X.LockMask, X.Mod2Mask, X.LockMask | X.Mod2Mask):
+            self.root.grab_key(self.space_code, X.Mod1Mask | extra, False, X.GrabModeAsync, X.GrabModeAsync)
         self.desktop.map()
         self.bar.map()
         self.dock.map()
@@ -1193,14 +1220,7 @@ class Panel:
 
     def _activate_window(self, wid: int) -> None:
         """Ask the window manager to focus and raise ``wid``, as a pager does (``_NET_ACTIVE_WINDOW``, source 2)."""
-        from Xlib.protocol import event as xevent  # type: ignore[import-untyped]
-
-        message = xevent.ClientMessage(
-            window=self.d.create_resource_object("window", wid),
-            client_type=self.d.intern_atom("_NET_ACTIVE_WINDOW"),
-            data=(32, [2, X.CurrentTime, 0, 0, 0]),
-        )
-        self.root.send_event(message, event_mask=X.SubstructureRedirectMask | X.SubstructureNotifyMask)
+        self._ask_wm(wid, "_NET_ACTIVE_WINDOW", [2, X.CurrentTime])
 
     def _overview_key(self, event: Any) -> None:
         keysym = self.d.keycode_to_keysym(event.detail, 1 if event.state & X.ShiftMask else 0)
@@ -1309,16 +1329,232 @@ class Panel:
             self._set_favorites([f for f in self.favorites if f.removesuffix(".desktop") != action[1]])
 
     def _quit(self, launcher: dict[str, Any]) -> None:
-        close = self.d.intern_atom("_NET_CLOSE_WINDOW")
+        for wid in self._windows_of(launcher):
+            self._ask_wm(wid, "_NET_CLOSE_WINDOW", [X.CurrentTime, 2])
+
+    # the window menu: a right-click on a title bar, or alt+space
+
+    def _ask_wm(self, wid: int, message_type: str, data: list[int]) -> None:
+        """Send the window manager an EWMH request ``message_type`` about window ``wid`` (as a pager does)."""
         from Xlib.protocol import event as xevent  # type: ignore[import-untyped]
 
-        for wid in self._windows_of(launcher):
-            message = xevent.ClientMessage(
-                window=self.d.create_resource_object("window", wid),
-                client_type=close,
-                data=(32, [X.CurrentTime, 2, 0, 0, 0]),
-            )
-            self.root.send_event(message, event_mask=X.SubstructureRedirectMask | X.SubstructureNotifyMask)
+        message = xevent.ClientMessage(
+            window=self.d.create_resource_object("window", wid),
+            client_type=self.atoms[message_type],
+            data=(32, [*data, 0, 0, 0, 0, 0][:5]),
+        )
+        self.root.send_event(message, event_mask=X.SubstructureRedirectMask | X.SubstructureNotifyMask)
+        self.d.flush()
+
+    def _grab_title(self, client: Any) -> None:
+        """Take right-clicks on ``client``'s title bar, and any press on the blank button left of its title.
+
+        The window manager draws the bar and opens no menu of mutter's, so the panel, as GNOME Shell, does: the
+        parts of the frame at its top as tall as the bar (xfwm4's title window, and the blank button that centres
+        the title as mutter's, which would otherwise stick the window to every workspace). The bar's real
+        buttons keep their clicks; the title keeps its left clicks (a move, a double-click's maximize).
+
+        Asked again as the window manager lays the frame's parts out (their ``ConfigureNotify``): when the client
+        is mapped, they may not have their places yet."""
+        try:
+            frame = client.query_tree().parent
+            if frame.id == self.root.id:
+                return
+            if frame.id not in self.frames:
+                frame.change_attributes(event_mask=X.SubstructureNotifyMask)
+                self.frames[frame.id] = client.id
+            origin = client.get_geometry()
+            parts = [(w, w.get_geometry()) for w in frame.query_tree().children if w.id != client.id]
+        except xerror.XError:
+            return
+        bar = [(w, g) for w, g in parts if g.y == 0 and g.height == origin.y and g.width > 0]
+        if not bar:
+            return
+        title, title_geometry = max(bar, key=lambda part: part[1].width)  # under the buttons, the bar's width
+        middle = title_geometry.x + title_geometry.width // 2
+        blank = [w for w, g in bar if w.id != title.id and g.x + g.width <= middle]  # the buttons at its left
+        for window in (title, *blank):
+            buttons = (1, 3) if window is not title else (3,)
+            for button in buttons:
+                window.grab_button(
+                    button, X.AnyModifier, False, X.ButtonPressMask | X.ButtonReleaseMask | X.ButtonMotionMask,
+                    X.GrabModeAsync, X.GrabModeAsync, X.NONE, X.NONE,
+                )  # fmt: skip
+            self.titles[window.id] = client.id
+
+    def _title_press(self, event: Any) -> None:
+        """A press taken from a title bar: the window comes forward, as a click on mutter's bar brings it; a
+        right-click opens its menu under the pointer. On the blank button a left press is the bar's: a double-click
+        maximizes or restores the window, and a drag (once past GTK's threshold, :meth:`_title_drag`) moves it."""
+        client = self.titles[event.window.id]
+        self._activate_window(client)
+        if event.detail != 1:
+            self.d.ungrab_pointer(event.time)
+            if event.detail == 3:
+                self._open_window_menu(client, event.root_x, event.root_y)
+            return
+        then, before = self.last_press
+        self.last_press = (event.time, client)
+        if before == client and 0 <= event.time - then <= DOUBLE_CLICK_MS:
+            self.last_press = (0, 0)
+            self.d.ungrab_pointer(event.time)
+            self._window_action("restore" if self._maximized(client) else "maximize", client)
+            return
+        try:  # the button is held: the pointer stays the panel's until it is let go
+            frame = self.d.create_resource_object("window", client).query_tree().parent.get_geometry()
+        except xerror.XError:
+            return
+        self.pressed = (event.root_x, event.root_y, client, frame.x, frame.y)
+        self.dragging = False
+
+    def _title_drag(self, event: Any) -> None:
+        """The pointer moved with the blank button held: once past GTK's drag threshold, the window follows it, as
+        mutter's bar moves it (asked of the window manager with ``_NET_MOVERESIZE_WINDOW``: the frame's corner
+        where it was plus the pointer's way; xfwm4 puts a window a title bar too low for a client's corner given
+        with ``StaticGravity``)."""
+        if self.pressed is None:
+            return
+        x, y, client, left, top = self.pressed
+        dx, dy = event.root_x - x, event.root_y - y
+        if not self.dragging and max(abs(dx), abs(dy)) < DRAG_THRESHOLD:
+            return
+        self.dragging = True
+        flags = NORTH_WEST_GRAVITY | 1 << 8 | 1 << 9 | 2 << 12  # x and y given, from a pager
+        self._ask_wm(client, "_NET_MOVERESIZE_WINDOW", [flags, left + dx, top + dy])
+
+    def _open_window_menu(self, client: int, x: int, y: int) -> None:
+        """Open ``client``'s window menu hanging from ``(x, y)``, its first row the keyboard's, as GNOME's."""
+        self.menu_client, self.menu_at = client, (x, y)
+        self._open_popover("window")
+        self.focus = next((i for i, r in enumerate(self.rows) if r["kind"] == "item"), -1)
+        self._draw_menu()
+
+    def _keyboard_window_menu(self) -> None:
+        """alt+space: the focused window's menu, hanging from its client's top left corner (under the title bar),
+        as mutter opens it."""
+        prop = self.root.get_full_property(self.atoms["_NET_ACTIVE_WINDOW"], X.AnyPropertyType)
+        client = int(prop.value[0]) if prop is not None and len(prop.value) else 0
+        if not client or client not in self._clients() or self._frame(client) is None:
+            return
+        try:
+            corner = self.root.translate_coords(self.d.create_resource_object("window", client), 0, 0)
+        except xerror.XError:
+            return
+        self._open_window_menu(client, corner.x, corner.y)
+
+    def _states(self, client: int) -> set[int]:
+        try:
+            window = self.d.create_resource_object("window", client)
+            prop = window.get_full_property(self.atoms["_NET_WM_STATE"], X.AnyPropertyType)
+        except xerror.XError:
+            return set()
+        return set(prop.value) if prop is not None else set()
+
+    def _maximized(self, client: int) -> bool:
+        states = self._states(client)
+        return {self.atoms["_NET_WM_STATE_MAXIMIZED_VERT"], self.atoms["_NET_WM_STATE_MAXIMIZED_HORZ"]} <= states
+
+    def _cardinal(self, wid: int, name: str) -> int | None:
+        try:
+            prop = self.d.create_resource_object("window", wid).get_full_property(self.atoms[name], X.AnyPropertyType)
+        except xerror.XError:
+            return None
+        return int(prop.value[0]) if prop is not None and len(prop.value) else None
+
+    def _window_rows(self, row: Any) -> None:
+        """The window menu's rows, as GNOME 43's ``windowMenu.js`` builds them for :attr:`menu_client`: what the
+        window manager does not allow (``_NET_WM_ALLOWED_ACTIONS``) is there but insensitive; Always on Top only
+        while not maximized; the workspace's rows while the window is on one workspace of several (GNOME's
+        dynamic workspaces always have an empty one after the last)."""
+        client = self.menu_client
+        states = self._states(client)
+        try:
+            window = self.d.create_resource_object("window", client)
+            prop = window.get_full_property(self.atoms["_NET_WM_ALLOWED_ACTIONS"], X.AnyPropertyType)
+        except xerror.XError:
+            prop = None
+        allowed = set(prop.value) if prop is not None else set()
+
+        def action(label: str, name: str, allowed_by: str = "", checked: bool = False) -> None:
+            able = not allowed_by or self.atoms[allowed_by] in allowed
+            row("item" if able else "insensitive", label, action=("window", name), checked=checked)
+
+        maximized = self._maximized(client)
+        above = self.atoms["_NET_WM_STATE_ABOVE"] in states
+        sticky = self.atoms["_NET_WM_STATE_STICKY"] in states
+        action("Take Screenshot", "screenshot")
+        action("Hide", "hide", "_NET_WM_ACTION_MINIMIZE")
+        if maximized:
+            action("Restore", "restore", "_NET_WM_ACTION_MAXIMIZE_HORZ")
+        else:
+            action("Maximize", "maximize", "_NET_WM_ACTION_MAXIMIZE_HORZ")
+        action("Move", "move", "_NET_WM_ACTION_MOVE")
+        action("Resize", "resize", "_NET_WM_ACTION_RESIZE")
+        row("item" if not maximized else "insensitive", "Always on Top", action=("window", "above"), checked=above)
+        action("Always on Visible Workspace", "sticky", checked=sticky)
+        desktop = self._cardinal(client, "_NET_WM_DESKTOP")
+        count = self._cardinal(self.root.id, "_NET_NUMBER_OF_DESKTOPS") or 1
+        if not sticky and desktop is not None:
+            if desktop > 0:
+                action("Move to Workspace Left", "left")
+            if desktop + 1 < count:
+                action("Move to Workspace Right", "right")
+        row("separator")
+        action("Close", "close", "_NET_WM_ACTION_CLOSE")
+
+    def _window_action(self, name: str, client: int) -> None:
+        """Do the window menu's ``name`` to ``client``, asking the window manager as GNOME asks mutter."""
+        vert, horz = self.atoms["_NET_WM_STATE_MAXIMIZED_VERT"], self.atoms["_NET_WM_STATE_MAXIMIZED_HORZ"]
+        x, y = self.menu_at
+        if name == "screenshot":  # once the window has drawn again where the menu was (no compositor keeps it)
+            self.screenshot_due = (time.monotonic() + SCREENSHOT_DELAY, client)
+        elif name == "hide":  # ICCCM's iconify request
+            self._ask_wm(client, "WM_CHANGE_STATE", [3])
+        elif name in ("maximize", "restore"):
+            self._ask_wm(client, "_NET_WM_STATE", [1 if name == "maximize" else 0, vert, horz, 2])
+        elif name in ("move", "resize"):  # moved or resized with the arrow keys, Return or a click ends it
+            self._ask_wm(client, "_NET_WM_MOVERESIZE", [x, y, MOVE_KEYBOARD if name == "move" else SIZE_KEYBOARD, 0, 2])
+        elif name in ("above", "sticky"):
+            self._ask_wm(client, "_NET_WM_STATE", [2, self.atoms[f"_NET_WM_STATE_{name.upper()}"], 0, 2])
+        elif name in ("left", "right"):
+            desktop = self._cardinal(client, "_NET_WM_DESKTOP") or 0
+            self._ask_wm(client, "_NET_WM_DESKTOP", [desktop + (1 if name == "right" else -1), 2])
+        elif name == "close":
+            self._ask_wm(client, "_NET_CLOSE_WINDOW", [X.CurrentTime, 2])
+
+    def _screenshot(self, client: int) -> None:
+        """Take Screenshot: the window with its title bar, as a PNG in ``~/Pictures/Screenshots`` named as GNOME
+        names it, read from the X server a strip at a time."""
+        box = self._frame(client)
+        if box is None:
+            return
+        x, y, width, height = box
+        folder = Path.home() / "Pictures" / "Screenshots"
+        name = time.strftime("Screenshot from %Y-%m-%d %H-%M-%S.png")
+        packer = zlib.compressobj(6)
+        body = bytearray()
+        step = max(1, 65536 // (4 * width))
+        for top in range(y, y + height, step):
+            rows = min(step, y + height - top)
+            data = self.root.get_image(x, top, width, rows, X.ZPixmap, 0xFFFFFFFF).data
+            pixels = memoryview(bytes(data)).cast("B")
+            for r in range(rows):
+                line = bytearray(3 * width)
+                bgrx = pixels[4 * width * r : 4 * width * (r + 1)]
+                line[0::3], line[1::3], line[2::3] = bgrx[2::4], bgrx[1::4], bgrx[0::4]
+                body += packer.compress(b"\0" + bytes(line))
+        body += packer.flush()
+
+        def chunk(kind: bytes, payload: bytes) -> bytes:
+            return len(payload).to_bytes(4, "big") + kind + payload + zlib.crc32(kind + payload).to_bytes(4, "big")
+
+        header = width.to_bytes(4, "big") + height.to_bytes(4, "big") + bytes([8, 2, 0, 0, 0])
+        png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", bytes(body)) + chunk(b"IEND", b"")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_bytes(png)
+        except OSError as exc:
+            warn(f"could not save the screenshot in {folder}: {exc}")
 
     # the top bar's menus: the app menu, the calendar, the system menu; and the end-session dialogs
 
@@ -1339,13 +1575,18 @@ class Panel:
         return ""
 
     def _menu_rows(self, kind: str) -> list[dict[str, Any]]:
-        """The rows of menu ``kind``: ``{"kind": "item" | "separator" | "slider", "label", "icon", "action",
-        "sub"}`` (``sub``: a row of an open submenu)."""
+        """The rows of menu ``kind``: ``{"kind": "item" | "insensitive" | "separator" | "slider", "label", "icon",
+        "action", "sub", "checked"}`` (``sub``: a row of an open submenu; ``checked``: ticked)."""
         rows: list[dict[str, Any]] = []
 
-        def row(kind: str, label: str = "", icon: str = "", action: Any = "none", sub: bool = False) -> None:
-            rows.append({"kind": kind, "label": label, "icon": icon, "action": action, "sub": sub})
+        def row(
+            kind: str, label: str = "", icon: str = "", action: Any = "none", sub: bool = False, checked: bool = False
+        ) -> None:
+            rows.append({"kind": kind, "label": label, "icon": icon, "action": action, "sub": sub, "checked": checked})
 
+        if kind == "window":
+            self._window_rows(row)
+            return rows
         if kind == "app":  # as GNOME's: New Window unless an action is, the app's actions, Show Details, Quit
             entry = self._app_entry()
             command = list(entry["command"]) if entry else []
@@ -1419,7 +1660,7 @@ class Panel:
         """Draw the open menu's rows (the keyboard's row highlighted) and fit the window to them."""
         width = MIN_WIDTH
         for r in self.rows:
-            if r["kind"] == "item":
+            if r["kind"] in ("item", "insensitive"):
                 width = max(width, self._text_width("menu", r["label"]) + 2 * PAD + 80)
         if self.popover_kind == "system":
             width = max(width, 300)
@@ -1456,6 +1697,8 @@ class Panel:
         else:
             hot = n == self.focus
             style = "menu_hot" if hot else ("submenu" if r["sub"] else "menu")
+            if r["kind"] == "insensitive":  # GNOME's :insensitive: dimmed, never lit
+                hot, style = False, "menu_dim"
             if hot:
                 self._fill(target, "menu_hot", left, y, inner, ROW)
             x = left + (12 if not r["sub"] else 40)
@@ -1466,6 +1709,8 @@ class Panel:
             if isinstance(r["action"], tuple) and r["action"][0] == "submenu":
                 arrow = "down" if self.expanded == r["label"] else "right"
                 self._icon(target, arrow, hot, left + inner - icon - 12, y + (ROW - icon) // 2)
+            elif r.get("checked"):
+                self._icon(target, "check", hot, left + inner - icon - 12, y + (ROW - icon) // 2)
         if show:
             self.popover.clear_area(left, y, inner, r["h"])
 
@@ -1484,9 +1729,14 @@ class Panel:
             x = (self.width + self.dock_w) // 2 - width // 2
         elif kind == "system":
             x = self.width - width - 4
+        elif kind == "window":  # its left edge at the pointer, as GNOME's box pointer hangs it
+            x = min(self.menu_at[0], self.width - width)
         else:  # a dialog, centred on the screen
             x = (self.width - width) // 2
         y = self.bar_h + GAP if not kind.startswith("dialog") else (self.height - height) // 2
+        if kind == "window":  # under the pointer; above it where it would not fit below (measured on GNOME 43)
+            below = self.menu_at[1] + 1 + GAP
+            y = below if below + height <= self.height else max(0, self.menu_at[1] - GAP - height)
         self.popover.configure(x=max(0, x), y=y, width=width, height=height, stack_mode=X.Above)
         radius = DIALOG_CORNER if kind.startswith("dialog") else CORNER
         self._shape(self.popover, width, height, radius)
@@ -1675,7 +1925,7 @@ class Panel:
             # GNOME's then: it stays so
             self._draw_calendar()
             return
-        if row["kind"] == "button" or row["kind"] == "separator" or row["kind"] == "slider":
+        if row["kind"] in ("button", "separator", "slider", "insensitive"):
             if row["kind"] == "button":
                 self._close_popover()
             return
@@ -1690,6 +1940,8 @@ class Panel:
             self._launch(action[1])
         elif isinstance(action, tuple) and action[0] == "quit":
             self._close_windows(action[1])
+        elif isinstance(action, tuple) and action[0] == "window":
+            self._window_action(action[1], self.menu_client)
         elif action in DIALOGS:
             self._open_popover(f"dialog:{action}")
 
@@ -1722,7 +1974,7 @@ class Panel:
     def _popover_motion(self, event: Any) -> None:
         """The menu's row under the pointer is lit, as GNOME's hover (the keyboard's row goes with it); off the
         menu, none is. Only the two rows that change are redrawn."""
-        if self.popover_kind not in ("app", "system") or event.window.id != self.popover.id:
+        if self.popover_kind not in ("app", "system", "window") or event.window.id != self.popover.id:
             return
         if self.sliding:  # the knob follows the pointer while held
             self._slide(event.event_x)
@@ -1829,17 +2081,9 @@ class Panel:
         """Ask each window of the app of ``classes`` to close (``_NET_CLOSE_WINDOW``), as GNOME's Quit does."""
         if not classes:
             return
-        close = self.d.intern_atom("_NET_CLOSE_WINDOW")
-        from Xlib.protocol import event as xevent  # type: ignore[import-untyped]
-
         for wid in self._clients():
             if self._window_classes(wid) == classes:
-                message = xevent.ClientMessage(
-                    window=self.d.create_resource_object("window", wid),
-                    client_type=close,
-                    data=(32, [X.CurrentTime, 2, 0, 0, 0]),
-                )
-                self.root.send_event(message, event_mask=X.SubstructureRedirectMask | X.SubstructureNotifyMask)
+                self._ask_wm(wid, "_NET_CLOSE_WINDOW", [X.CurrentTime, 2])
 
     # actions
 
@@ -1872,7 +2116,9 @@ class Panel:
             self._menu_click(event)
             self.menu_items = []
             return
-        if window == self.overview.id:
+        if window in self.titles:
+            self._title_press(event)
+        elif window == self.overview.id:
             self._overview_click(event)
         elif window == self.bar.id:
             if event.detail == 1:
@@ -1901,12 +2147,26 @@ class Panel:
             self.fresh.discard(event.window.id)
             if self._opens_maximized(event.window):
                 self._maximize(event.window)
+            self._grab_title(event.window)
+        elif event.type == X.ConfigureNotify and event.event.id in self.frames:  # a part of a frame laid out
+            self._grab_title(self.d.create_resource_object("window", self.frames[event.event.id]))
         elif event.type == X.DestroyNotify:
             self.fresh.discard(event.window.id)
+            if event.window.id in self.frames.values():
+                self.titles = {part: client for part, client in self.titles.items() if client != event.window.id}
+                self.frames = {frame: client for frame, client in self.frames.items() if client != event.window.id}
         elif event.type == X.KeyPress and event.detail == self.terminal_code and self.terminal:
             self._launch(self.terminal)
+        elif event.type == X.KeyPress and event.detail == self.space_code and not self.popover_kind:
+            if event.state & X.Mod1Mask and not self._overview_shown():
+                self._keyboard_window_menu()
         elif event.type == X.ButtonPress:
             self._click(event)
+        elif event.type == X.MotionNotify and event.window.id in self.titles:
+            self._title_drag(event)
+        elif event.type == X.ButtonRelease and event.window.id in self.titles:
+            self.pressed = None
+            self.d.ungrab_pointer(event.time)
         elif event.type in (X.MotionNotify, X.EnterNotify) and event.window.id == self.bar.id:
             self._hover(self.bar_item(event.event_x))
         elif event.type == X.LeaveNotify and event.window.id == self.bar.id:
@@ -1999,12 +2259,8 @@ class Panel:
 
     def _maximize(self, window: Any) -> None:
         """Ask the window manager to maximize ``window`` (EWMH ``_NET_WM_STATE``, add both)."""
-        from Xlib.protocol import event as xevent  # type: ignore[import-untyped]
-
-        data = [1, self.atoms["_NET_WM_STATE_MAXIMIZED_VERT"], self.atoms["_NET_WM_STATE_MAXIMIZED_HORZ"], 1, 0]
-        message = xevent.ClientMessage(window=window, client_type=self.atoms["_NET_WM_STATE"], data=(32, data))
-        self.root.send_event(message, event_mask=X.SubstructureRedirectMask | X.SubstructureNotifyMask)
-        self.d.flush()
+        vert, horz = self.atoms["_NET_WM_STATE_MAXIMIZED_VERT"], self.atoms["_NET_WM_STATE_MAXIMIZED_HORZ"]
+        self._ask_wm(window.id, "_NET_WM_STATE", [1, vert, horz, 1])
 
     def run(self) -> None:
         """Serve until the X server goes away; create the ready marker once the work area is the VM's."""
@@ -2019,6 +2275,13 @@ class Panel:
             if time.localtime().tm_min != self.clock_minute:
                 self._clock()
             wake = 60 - time.time() % 60 + 0.05
+            if self.screenshot_due is not None:
+                due, client = self.screenshot_due
+                if time.monotonic() >= due:
+                    self.screenshot_due = None
+                    self._screenshot(client)
+                else:
+                    wake = min(wake, due - time.monotonic())
             reader = [self.volume_reader.stdout] if self.volume_reader is not None else []
             monitor = [self.favorites_monitor.stdout] if self.favorites_monitor is not None else []
             readable = wait_for_input(self.d, [*reader, *monitor], wake if ready else min(wake, 0.05))

@@ -14,8 +14,9 @@ the desktop's lookalike folder, which the sandbox's ``XDG_CONFIG_DIRS`` names fi
 the desktop may change them with ``xfconf-query`` for the episode, as an agent on the VM may change mutter's with
 ``gsettings``; a reset starts a new sandbox, and with it xfconfd and xfwm4 from the files.
 
-xfwm4 has no per-app rules and runs no programs: the panel (:mod:`.panel`) opens the table's apps maximized
-(:data:`.shell.APP_WINDOWS`), binds ctrl+alt+t and reserves the top bar and the dock (``_NET_WM_STRUT_PARTIAL``).
+xfwm4 has no per-app rules, runs no programs and opens no menu of mutter's: the panel (:mod:`.panel`) opens the
+table's apps maximized (:data:`.shell.APP_WINDOWS`), binds ctrl+alt+t, publishes the work area without the top bar
+and the dock, and opens GNOME's window menu on a title bar's right-click.
 """
 
 from __future__ import annotations
@@ -228,9 +229,14 @@ def _rows(values: dict[str, tuple[str, str]], indent: str) -> str:
 def settings_channel(theme: str, font: tuple[str, int, str], work_area: tuple[int, int, int, int]) -> str:
     """xfwm4's settings (its ``xfwm4`` channel): the theme at ``theme`` (a folder's path), Ubuntu's buttons behind
     the spacer, the title centred in ``font`` (name, size, weight), the top bar's rows and the dock's columns kept
-    free (margins around ``work_area``: x, y, width, height), one workspace, new windows centred as mutter's, and
-    nothing mutter does not do: no compositor, no shadow, no roll-up by the wheel, no tiling by dragging to an
-    edge, no moving to the next workspace at the screen's edge."""
+    free (margins around ``work_area``: x, y, width, height), new windows centred as mutter's, and nothing mutter
+    does not do: no compositor, no shadow, no roll-up by the wheel, no tiling by dragging to an edge, no moving to
+    the next workspace at the screen's edge.
+
+    Two workspaces, as GNOME's dynamic workspaces have while windows are open (the one shown and an empty one
+    after it): the window menu's Move to Workspace Right has somewhere to go (:mod:`.panel`). A window activated
+    from elsewhere (the dock, the overview) is brought to the workspace shown, so the screen looks as GNOME's,
+    which shows the window's workspace and drops the empty one left behind."""
     name, size, weight = font
     left, top, _, _ = work_area
     general = {
@@ -242,7 +248,8 @@ def settings_channel(theme: str, font: tuple[str, int, str], work_area: tuple[in
         "title_alignment": ("string", "center"),
         "use_compositing": ("bool", "false"),
         "show_frame_shadow": ("bool", "false"),
-        "workspace_count": ("int", "1"),
+        "workspace_count": ("int", "2"),
+        "activate_action": ("string", "bring"),
         "placement_mode": ("string", "center"),
         "placement_ratio": ("int", "100"),
         "mousewheel_rollup": ("bool", "false"),
