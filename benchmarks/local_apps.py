@@ -12,7 +12,8 @@
 * memory: the PSS of one desktop with each app open, and how many such desktops fit in the memory left.
 
 Run: ``python benchmarks/local_apps.py [--resets 5] [--episode-s 5] [--attempts 2]
-[--only reset|rollout|memory]``. Prints markdown. It grades with desktop-env, so it re-runs itself under
+[--only reset|rollout|memory] [--before] [--openbox]`` (``--openbox``: legato's loops on the openbox session too,
+side by side with the default session). Prints markdown. It grades with desktop-env, so it re-runs itself under
 desktop-env's interpreter (made by ``legato osworld setup``) when the current one lacks it. Needs the local
 backend's Debian packages.
 """
@@ -199,6 +200,12 @@ BEFORE_LOOPS: dict[str, dict[str, Any]] = {
     for name, loop in LOOPS.items()
     if name.startswith("legato")
 }
+#: ``--openbox``: legato's loops on the openbox session, the local desktop before it looked like the VM (issue 29).
+OPENBOX_LOOPS: dict[str, dict[str, Any]] = {
+    f"{name}, openbox (before)": {**loop, "options": {**loop["options"], "session": "openbox"}}
+    for name, loop in LOOPS.items()
+    if name.startswith("legato")
+}
 
 
 def bench_rollout(
@@ -294,6 +301,9 @@ def main() -> None:
     parser.add_argument(
         "--before", action="store_true", help="rollout: also legato's loops comparing frames after each action"
     )
+    parser.add_argument(
+        "--openbox", action="store_true", help="rollout: also legato's loops on the openbox session (before issue 29)"
+    )
     args = parser.parse_args()
     print("## Real apps on local desktops (benchmarks/local_apps.py)\n")
     print(f"Machine: {os.cpu_count()} cores, screen {SCREEN[0]}x{SCREEN[1]}, grader desktop-env.\n")
@@ -311,7 +321,7 @@ def main() -> None:
                     print(f"| {task_name} | {name} | {stats(seconds)} | {ratio:.2f}x | {memory[name] / 1024:.0f} MiB |")
             print()
         if args.only in (None, "rollout"):
-            loops = {**(BEFORE_LOOPS if args.before else {}), **LOOPS}
+            loops = {**(BEFORE_LOOPS if args.before else {}), **(OPENBOX_LOOPS if args.openbox else {}), **LOOPS}
             thinks = tuple(float(t) for t in args.thinks.split(","))
             results = bench_rollout(args.osworld, args.attempts, thinks, loops)
             print(f"Whole attempts of libreoffice_impress/{IMPRESS_TASK}, scripted solution, {args.attempts}x:\n")

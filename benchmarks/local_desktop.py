@@ -181,12 +181,13 @@ def bench_memory(max_desktops: int) -> tuple[list[int], int]:
 
 
 #: The sides of :func:`bench_cost`: the wait after an action read by comparing frames (before) or from X DAMAGE
-#: in the desktop (after), on the openbox session and on GNOME Shell's.
+#: in the desktop (after), on the openbox session, on GNOME Shell's and on the lookalike (the default session).
 COST_SIDES: dict[str, dict[str, Any]] = {
     "openbox + frames (before)": {"session": "openbox", "screen_watch": "frames"},
     "openbox + X DAMAGE (after)": {"session": "openbox", "screen_watch": "damage"},
     "gnome + frames": {"session": "gnome", "screen_watch": "frames"},
     "gnome + X DAMAGE": {"session": "gnome", "screen_watch": "damage"},
+    "lookalike + X DAMAGE (the default)": {"session": "lookalike", "screen_watch": "damage"},
 }
 
 #: A desktop with no app open: a screen that stays still through an action that draws nothing.

@@ -9,16 +9,17 @@ bottom line, 22 px discs where mutter puts them, no border and no bottom row, ro
 
 Run: ``python benchmarks/xfwm4_lookalike.py [--idle 60] [--theme DIR] [--picture PNG]``. It starts, each on a
 private Xvfb of its own (1920x1080), mutter 43 with Yaru's GTK theme (Debian's yaru-theme-gtk, Ubuntu's button
-layout, Cantarell
-Bold 11), xfwm4 with this theme drawn in the same Yaru's colours, and openbox with the lookalike's rc; an xterm
-in each. It prints markdown: the title bar's pixels against mutter's (own size, maximized, hovered, pressed,
-unfocused), the frame of a maximized window beside a dock window whose struts are the VM's top bar and dock,
-whether a ``_NET_WM_STATE`` set before the window is mapped opens it maximized, and xfwm4's (and xfconfd's,
-which xfwm4 takes its settings from) PSS and idle CPU beside openbox's, with ``GDK_GL=disable`` and without
-(GTK's start-up otherwise probes GLX and maps Mesa's llvmpipe into xfwm4). ``--theme DIR`` also writes the theme
-in the VM's colours (legato's ``TITLE_BAR_COLOURS``) into ``DIR``. Every process it starts it ends, by its
-process group. Needs: Xvfb, xterm, xfwm4 (``apt-get install --no-install-recommends xfwm4``), mutter,
-yaru-theme-gtk, dbus-daemon, openbox.
+layout, the VM's title font Ubuntu Bold 11 where legato's fonts are installed, as in the sandbox), xfwm4 with
+this theme drawn in the same Yaru's colours, and openbox with the lookalike's rc; an xterm in each. It prints
+markdown: the title bar's pixels against mutter's (own size, maximized, hovered, pressed, unfocused), the frame
+of a maximized window beside a dock window whose struts are the VM's top bar and dock, whether a
+``_NET_WM_STATE`` set before the window is mapped opens it maximized, and xfwm4's (and xfconfd's, which xfwm4
+takes its settings from) PSS and idle CPU beside openbox's, with ``GDK_GL=disable`` and without (GTK's start-up
+otherwise probes GLX and maps Mesa's llvmpipe into xfwm4). ``--theme DIR`` also writes the theme in the VM's
+colours (legato's ``TITLE_BAR_COLOURS``) into ``DIR``; ``--picture PNG`` draws mutter's bar above xfwm4's, at
+its own size and with the close button hovered. Every process it starts it ends, by its process group. Needs:
+Xvfb, xterm, xfwm4 (``apt-get install --no-install-recommends xfwm4``), mutter, yaru-theme-gtk, dbus-daemon,
+openbox.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from Xlib import X, Xatom, display, protocol  # type: ignore[import-untyped]
 from Xlib.ext import xtest  # type: ignore[import-untyped]
 
 from benchmarks.local_desktop import pss_kib
-from legato_gym.backends.local.sandbox import lookalike, shell
+from legato_gym.backends.local.sandbox import fonts, lookalike, shell
 from legato_gym.backends.local.sandbox.files import OPENBOX_RC
 from legato_gym.backends.local.sandbox.xfwm import (
     BAR,
@@ -125,6 +126,10 @@ def desktop(root: Path, name: str) -> Iterator[tuple[display.Display, Group]]:
         "NO_AT_BRIDGE": "1",
         "LANG": "C.UTF-8",
     }
+    conf = fonts.fontconfig_conf()
+    if conf is not None:  # the VM's title font, Ubuntu Bold 11, for both window managers (as in the sandbox)
+        (home / "fonts.conf").write_text(conf)
+        env["FONTCONFIG_FILE"] = str(home / "fonts.conf")
     group = Group(env)
     xvfb = subprocess.Popen(
         ["Xvfb", "-displayfd", str(write), "-screen", "0", f"{SCREEN[0]}x{SCREEN[1]}x24", "-nolisten", "tcp"],
