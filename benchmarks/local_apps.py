@@ -12,8 +12,9 @@
 * memory: the PSS of one desktop with each app open, and how many such desktops fit in the memory left.
 
 Run: ``python benchmarks/local_apps.py [--resets 5] [--episode-s 5] [--attempts 2]
-[--only reset|rollout|memory] [--before] [--openbox]`` (``--openbox``: legato's loops on the openbox session too,
-side by side with the default session). Prints markdown. It grades with desktop-env, so it re-runs itself under
+[--only reset|rollout|memory] [--before] [--openbox] [--as-filed]`` (``--openbox``: legato's loops on the
+openbox session too, side by side with the default session; ``--as-filed``: on openbox comparing frames, the
+local backend when issue 29 was filed). Prints markdown. It grades with desktop-env, so it re-runs itself under
 desktop-env's interpreter (made by ``legato osworld setup``) when the current one lacks it. Needs the local
 backend's Debian packages.
 """
@@ -206,6 +207,15 @@ OPENBOX_LOOPS: dict[str, dict[str, Any]] = {
     for name, loop in LOOPS.items()
     if name.startswith("legato")
 }
+#: ``--as-filed``: legato's loops as when issue 29 was filed: openbox, the wait after an action comparing frames.
+AS_FILED_LOOPS: dict[str, dict[str, Any]] = {
+    f"{name}, openbox + frames (as filed)": {
+        **loop,
+        "options": {**loop["options"], "session": "openbox", "screen_watch": "frames"},
+    }
+    for name, loop in LOOPS.items()
+    if name.startswith("legato")
+}
 
 
 def bench_rollout(
@@ -304,6 +314,7 @@ def main() -> None:
     parser.add_argument(
         "--openbox", action="store_true", help="rollout: also legato's loops on the openbox session (before issue 29)"
     )
+    parser.add_argument("--as-filed", action="store_true", help="rollout: also legato's loops as issue 29 found them")
     args = parser.parse_args()
     print("## Real apps on local desktops (benchmarks/local_apps.py)\n")
     print(f"Machine: {os.cpu_count()} cores, screen {SCREEN[0]}x{SCREEN[1]}, grader desktop-env.\n")
@@ -321,7 +332,12 @@ def main() -> None:
                     print(f"| {task_name} | {name} | {stats(seconds)} | {ratio:.2f}x | {memory[name] / 1024:.0f} MiB |")
             print()
         if args.only in (None, "rollout"):
-            loops = {**(BEFORE_LOOPS if args.before else {}), **(OPENBOX_LOOPS if args.openbox else {}), **LOOPS}
+            loops = {
+                **(AS_FILED_LOOPS if args.as_filed else {}),
+                **(BEFORE_LOOPS if args.before else {}),
+                **(OPENBOX_LOOPS if args.openbox else {}),
+                **LOOPS,
+            }
             thinks = tuple(float(t) for t in args.thinks.split(","))
             results = bench_rollout(args.osworld, args.attempts, thinks, loops)
             print(f"Whole attempts of libreoffice_impress/{IMPRESS_TASK}, scripted solution, {args.attempts}x:\n")

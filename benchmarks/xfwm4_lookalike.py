@@ -9,17 +9,16 @@ bottom line, 22 px discs where mutter puts them, no border and no bottom row, ro
 
 Run: ``python benchmarks/xfwm4_lookalike.py [--idle 60] [--theme DIR] [--picture PNG]``. It starts, each on a
 private Xvfb of its own (1920x1080), mutter 43 with Yaru's GTK theme (Debian's yaru-theme-gtk, Ubuntu's button
-layout, the VM's title font Ubuntu Bold 11 where legato's fonts are installed, as in the sandbox), xfwm4 with
-this theme drawn in the same Yaru's colours, and openbox with the lookalike's rc; an xterm in each. It prints
-markdown: the title bar's pixels against mutter's (own size, maximized, hovered, pressed, unfocused), the frame
-of a maximized window beside a dock window whose struts are the VM's top bar and dock, whether a
-``_NET_WM_STATE`` set before the window is mapped opens it maximized, and xfwm4's (and xfconfd's, which xfwm4
+layout, the VM's title font Ubuntu Bold 11 and GTK settings where legato's fonts and xsettingsd are installed, as in
+the sandbox), xfwm4 with this theme drawn in the same Yaru's colours, and openbox with the lookalike's rc; an xterm
+in each. It prints markdown: the title bar's pixels against mutter's (own size, maximized, hovered, pressed,
+unfocused), the frame of a maximized window beside a dock window whose struts are the VM's top bar and dock, whether
+a ``_NET_WM_STATE`` set before the window is mapped opens it maximized, and xfwm4's (and xfconfd's, which xfwm4
 takes its settings from) PSS and idle CPU beside openbox's, with ``GDK_GL=disable`` and without (GTK's start-up
-otherwise probes GLX and maps Mesa's llvmpipe into xfwm4). ``--theme DIR`` also writes the theme in the VM's
-colours (legato's ``TITLE_BAR_COLOURS``) into ``DIR``; ``--picture PNG`` draws mutter's bar above xfwm4's, at
-its own size and with the close button hovered. Every process it starts it ends, by its process group. Needs:
-Xvfb, xterm, xfwm4 (``apt-get install --no-install-recommends xfwm4``), mutter, yaru-theme-gtk, dbus-daemon,
-openbox.
+otherwise probes GLX and maps Mesa's llvmpipe into xfwm4). ``--theme DIR`` also writes the theme in the VM's colours
+(legato's ``TITLE_BAR_COLOURS``) into ``DIR``; ``--picture PNG`` draws mutter's bar above xfwm4's, at its own size
+and with the close button hovered. Every process it starts it ends, by its process group. Needs: Xvfb, xterm, xfwm4
+(``apt-get install --no-install-recommends xfwm4``), mutter, yaru-theme-gtk, dbus-daemon, openbox.
 """
 
 from __future__ import annotations
@@ -144,6 +143,9 @@ def desktop(root: Path, name: str) -> Iterator[tuple[display.Display, Group]]:
             env["DISPLAY"] = f":{pipe.readline().strip()}"
         group.start("dbus-daemon", "--session", f"--address={env['DBUS_SESSION_BUS_ADDRESS']}", "--nofork")
         wait_for(lambda: (home / "bus").exists(), 10, "the session bus")
+        if fonts.xsettingsd_installed():  # the VM's GTK settings (96 dpi, hinting, subpixel), as gsd-xsettings there
+            (home / "xsettingsd.conf").write_text(fonts.xsettings_conf())
+            group.start("xsettingsd", "-c", str(home / "xsettingsd.conf"))
         d = display.Display(env["DISPLAY"])
         try:
             yield d, group

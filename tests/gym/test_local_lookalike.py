@@ -1831,10 +1831,11 @@ def menu_open_at(desktop: LocalDesktop, at: tuple[int, int]) -> bool:
 def test_a_right_click_on_a_title_bar_opens_gnomes_window_menu_and_each_row_does_what_it_says(
     desktop: LocalDesktop,
 ) -> None:
-    """GNOME's window menu on the title bar's right-click: its rows in its order, the first lit (the keyboard's);
-    Always on Top ticked once chosen and insensitive while maximized; Maximize and Restore, Hide, Move with the
-    keyboard, Move to Workspace Right, Take Screenshot (a PNG of the window in ~/Pictures/Screenshots) and Close
-    each do what GNOME's do; Escape closes it; alt+space opens it at the window's corner under its title bar."""
+    """GNOME's window menu on the title bar's right-click, its first row lit (the keyboard's); each row where GNOME
+    has it, as a click there does what its label says: Always on Top (then ticked; insensitive while maximized),
+    Maximize and Restore, Move with the keyboard, Take Screenshot (a PNG of the window in ~/Pictures/Screenshots),
+    Hide, Move to Workspace Right and Close; Escape closes it; alt+space opens it at the window's corner under its
+    title bar."""
     desktop.reset(EMPTY)
     desktop.client.post_json(
         "/setup/launch", {"command": ["xterm", "-T", "legato-menu", "-geometry", "80x20+600+300", "-e", "sleep", "600"]}
@@ -1856,6 +1857,7 @@ def test_a_right_click_on_a_title_bar_opens_gnomes_window_menu_and_each_row_does
 
     open_menu()
     shown = pixels(desktop)
+    assert is_menu(desktop, at[0] + 10, window_menu_row("Take Screenshot", at)[1], MENU_HIGHLIGHT)  # lit
     rows = [window_menu_row(label, at) for label in WINDOW_MENU if label != "-"]
     assert all((shown[ry - 8 : ry + 8, at[0] + 12 : at[0] + 200] > 200).any() for _, ry in rows)  # each row's text
     desktop.act("pyautogui.press('escape')")
