@@ -423,9 +423,13 @@ def test_a_windows_title_bar_is_yarus(desktop: LocalDesktop) -> None:
     assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
     assert wait_for(lambda: extents(desktop, "XTerm")[:3] == [0, 0, TITLE_BAR_HEIGHT], 10), extents(desktop, "XTerm")
     x, y, width, _ = frame_of(desktop, "XTerm") or (0, 0, 0, 0)
-    time.sleep(0.5)  # drawn
-    bar = pixels(desktop)[y : y + TITLE_BAR_HEIGHT, x : x + width]
     colours = {name: np.array(rgb) for name, rgb in TITLE_BAR_COLOURS.items()}
+
+    def focused_bar() -> bool:  # drawn, and as a focused window's (the focus comes after the map, later at load)
+        return bool((np.abs(pixels(desktop)[y + 1 : y + 3, x + 14 : x + 30] - colours["bar"]) <= 2).all())
+
+    assert wait_for(focused_bar, 10)
+    bar = pixels(desktop)[y : y + TITLE_BAR_HEIGHT, x : x + width]
     assert (np.abs(bar[0, 20:-20] - colours["top"]) <= 2).all()  # its first row, lighter
     assert (np.abs(bar[1:-1, 14:30] - colours["bar"]) <= 2).all()  # the bar, left of the title (and its corner)
     assert (np.abs(bar[-1, :] - colours["line"]) <= 2).all()  # and the line under it
