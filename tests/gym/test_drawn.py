@@ -51,6 +51,17 @@ def test_a_changed_input_or_a_broken_copy_is_drawn_again(tmp_path: Path, store: 
     assert draw.calls == 4
 
 
+def test_only_the_newest_copies_are_kept(store: Path) -> None:
+    draw = Counting()
+    for width in range(1, drawn.KEEP + 3):
+        drawn.stored((width, 1), draw)
+        os.utime(next(p for p in store.iterdir() if p.stat().st_mtime_ns > 10**9), ns=(width, width))
+    drawn.stored((100, 1), draw)  # the newest: the oldest three go
+    assert len(list(store.iterdir())) == drawn.KEEP
+    drawn.stored((drawn.KEEP + 2, 1), draw)
+    assert draw.calls == drawn.KEEP + 3  # the newest of the older ones was kept
+
+
 def test_an_unwritable_store_still_gives_the_pictures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("LEGATO_DRAWN_CACHE", str(tmp_path / "file" / "store"))  # under a file: no folder

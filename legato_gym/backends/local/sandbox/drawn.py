@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-__all__ = ["Drawn", "cache_dir", "key", "stored"]
+__all__ = ["KEEP", "Drawn", "cache_dir", "key", "stored"]
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +33,8 @@ _ENV = "LEGATO_DRAWN_CACHE"
 #: The local backend's folder: its code and theme files are what the pictures are drawn by.
 _BACKEND = Path(__file__).resolve().parent.parent
 _FORMAT = 1  # bumped when what is stored changes shape
+#: Stored copies kept (the newest): a few screen sizes of a few revisions, about 0.7 MB each.
+KEEP = 24
 
 
 def cache_dir() -> Path:
@@ -94,6 +96,17 @@ def _load(blob: bytes) -> Drawn:
     return tuple(files), str(meta["manifest"])
 
 
+def _prune(folder: Path) -> None:
+    """Remove all but the :data:`KEEP` newest stored copies (each revision of legato stores its own)."""
+    copies = []
+    for copy in folder.glob("*.drawn"):
+        with contextlib.suppress(OSError):
+            copies.append((copy.stat().st_mtime, copy))
+    for _, copy in sorted(copies, reverse=True)[KEEP:]:
+        with contextlib.suppress(OSError):
+            copy.unlink()
+
+
 def stored(
     screen: tuple[int, int], draw: Callable[[tuple[int, int]], Drawn], inputs: Iterable[str | Path] = ()
 ) -> Drawn:
@@ -115,6 +128,7 @@ def stored(
         path.parent.mkdir(parents=True, exist_ok=True)
         partial.write_bytes(_dump(drawn))
         partial.replace(path)  # whole or not at all, for the processes reading it meanwhile
+        _prune(path.parent)
     except OSError as exc:
         logger.debug("could not store the lookalike pictures at %s: %s", path, exc)
         with contextlib.suppress(OSError):
