@@ -3,6 +3,8 @@
 Run *inside desktop-env's interpreter* by tests/gym/test_local_apps.py (it has openpyxl, python-docx and
 python-pptx to make the documents, and desktop-env to grade them):
 ``python app_scenarios.py '{"cache": DIR, "files": DIR, "apps": ["calc", ...]}'``; prints one JSON line.
+With ``"one_action_runs": N``, each app of keys_scenarios.py is first solved N times by its one action there,
+on the same desktop (test_local_apps.py checks both in one run: one desktop, the documents made once).
 
 Each task's files are put in a file cache under made-up URLs (the ``download`` setup step and the
 ``cloud_file`` gold files read that cache first, as for OSWorld's own task files), so the tasks look and
@@ -583,12 +585,21 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
             "window_timeout": float(args.get("window_timeout", 10.0)),  # GIMP may take longer on a busy host
         },
     )
+    runs = int(args.get("one_action_runs", 0))
+    one_action: dict[str, str] = {}
+    if runs:
+        from keys_scenarios import ONE_ACTION
+
+        one_action = ONE_ACTION
     out: dict[str, Any] = {}
     with LocalDesktop(config) as desktop:
         for name in args["apps"]:
             task_config, right, wrong = TASKS[name](files)
             task = Task(task_config["id"], task_config["instruction"], task_config, domain=task_config["snapshot"])
-            out[name] = {"right": _run(desktop, task, right), "wrong": _run(desktop, task, wrong)}
+            out[name] = {}
+            if name in one_action:  # keys_scenarios.py's runs first, on desktops set up as its own runs are
+                out[name]["one_action"] = [_run(desktop, task, [one_action[name]]) for _ in range(runs)]
+            out[name].update(right=_run(desktop, task, right), wrong=_run(desktop, task, wrong))
     return out
 
 

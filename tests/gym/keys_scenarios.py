@@ -2,8 +2,8 @@
 
 Each solution is one action that moves the cursor and then types, as a policy would write it. Keys that reach
 the app out of order (the typing before the cursor keys) or before it takes input score 0. Run *inside
-desktop-env's interpreter* (it makes the documents and grades them) by tests/gym/test_local_keys.py and
-benchmarks/keys_in_order.py:
+desktop-env's interpreter* (it makes the documents and grades them) by benchmarks/keys_in_order.py
+(tests/gym/test_local_apps.py runs ONE_ACTION through app_scenarios.py's ``one_action_runs``):
 ``python keys_scenarios.py '{"cache": DIR, "files": DIR, "apps": ["calc", ...], "runs": N, "options": {...}}'``;
 prints one JSON line: per app, each run's score, ready flag and what the document held.
 """

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from legato_gym.backends.local.sandbox import fonts
+from legato_gym.backends.local.sandbox import drawn, fonts
 from legato_gym.backends.local.xstate import Wallpaper
 
 __all__ = [
@@ -132,6 +132,8 @@ FIRST_CENTRE = 65
 #: Show Applications' centre, this far above the screen's bottom (y ~ 1040 at 1080).
 SHOW_APPS_FROM_BOTTOM = 40
 
+#: Debian's package database: an install or removal changes it (the pictures stored by :mod:`.drawn` drawn anew).
+_PACKAGES = "/var/lib/dpkg/status"
 _ICON_THEMES = ("/usr/share/icons/Yaru", "/usr/share/icons/hicolor", "/usr/share/icons/Adwaita")
 _FONTS = {
     "regular": (
@@ -1067,6 +1069,18 @@ def wallpaper(screen: tuple[int, int]) -> Wallpaper:
 
 @functools.lru_cache(maxsize=4)
 def _rendered(screen: tuple[int, int]) -> tuple[tuple[tuple[str, bytes], ...], str]:
+    """The pictures and manifest for ``screen``: drawn once per machine and revision (:mod:`.drawn`)."""
+    inputs: list[str | Path] = [
+        APPLICATIONS,
+        *_ICON_THEMES,
+        *(path for paths in _FONTS.values() for path in paths),
+        _PACKAGES,
+    ]
+    inputs += [fonts.install_dir(), *(path for weight in (400, 700) if (path := fonts.ubuntu_file(weight)))]
+    return drawn.stored(screen, _draw, inputs)
+
+
+def _draw(screen: tuple[int, int]) -> tuple[tuple[tuple[str, bytes], ...], str]:
     files, manifest = _render(screen)
     return tuple(sorted(files.items())), json.dumps(manifest)
 
@@ -1093,7 +1107,8 @@ def write_lookalike_files(folder: Path, screen: tuple[int, int]) -> None:
     (:mod:`.panel`), its pictures for a ``screen`` of ``(width, height)`` and its manifest, and where xfwm4 is
     installed its theme and settings (:mod:`.xfwm`).
 
-    The pictures are drawn once per screen size in this process (about a second of Pillow), then copied."""
+    The pictures are drawn once per screen size on this machine (about a second of Pillow; :mod:`.drawn` keeps
+    them), then copied."""
     from legato_gym.backends.local import apps
     from legato_gym.backends.local.sandbox import xfwm
     from legato_gym.backends.local.sandbox.shell import APP_WINDOWS, lookalike_schemas
