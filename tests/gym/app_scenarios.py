@@ -576,7 +576,7 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     files = FileCache(args["files"])
     config = DesktopConfig(
         screen=SCREEN,
-        python=sys.executable,
+        worker_python=sys.executable,
         timeouts=Timeouts(reset=120, ready=60),
         options={
             "grader": "osworld",

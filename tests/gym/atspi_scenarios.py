@@ -103,7 +103,7 @@ def _run(desktop: LocalDesktop, task: Task, actions: list[str]) -> dict[str, Any
 def main(args: dict[str, Any]) -> dict[str, Any]:
     config = DesktopConfig(
         screen=SCREEN,
-        python=sys.executable,
+        worker_python=sys.executable,
         timeouts=Timeouts(reset=120, ready=60),
         options={"grader": "osworld", "download_cache": args["cache"], "file_cache": args["files"]},
     )

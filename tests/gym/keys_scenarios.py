@@ -38,7 +38,7 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     options = {"grader": "osworld", "download_cache": args["cache"], "file_cache": args["files"]}
     config = DesktopConfig(
         screen=SCREEN,
-        python=sys.executable,
+        worker_python=sys.executable,
         timeouts=Timeouts(reset=120, ready=60),
         options={**options, **args.get("options", {})},
     )

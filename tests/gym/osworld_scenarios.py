@@ -27,7 +27,7 @@ def _config(args: dict[str, Any], **extra: Any) -> DesktopConfig:
     return DesktopConfig(
         screen=SCREEN,
         osworld_path=Path(args["osworld"]) if args.get("osworld") else None,
-        python=sys.executable,
+        worker_python=sys.executable,
         options=options,
         **extra,
     )
@@ -173,7 +173,7 @@ def _docker_config(args: dict[str, Any], **extra: Any) -> DesktopConfig:
     }
     return DesktopConfig(
         screen=SCREEN,
-        python=sys.executable,
+        worker_python=sys.executable,
         timeouts=Timeouts(reset=90, ready=30),
         options={"provider": "docker", "download_cache": args["cache"], "docker": docker},
         **extra,

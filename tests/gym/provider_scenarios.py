@@ -52,7 +52,7 @@ def delegation(args: dict[str, Any]) -> dict[str, Any]:
     screen = (1024, 768)
     config = DesktopConfig(
         screen=screen,
-        python=sys.executable,
+        worker_python=sys.executable,
         options={"provider": STANDIN, "local": local, "download_cache": args["cache"]},
     )
     task = next(t for t in default_tasks(config) if t.task_id == "local-files-rename")
@@ -85,7 +85,7 @@ def gnome_episodes(args: dict[str, Any]) -> dict[str, Any]:
 
     config = DesktopConfig(
         screen=(1920, 1080),
-        python=sys.executable,
+        worker_python=sys.executable,
         options=OSWorldOptions(provider=STANDIN, download_cache=args["cache"]),
     )
     watch = Fallbacks()

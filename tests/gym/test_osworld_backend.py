@@ -123,7 +123,7 @@ def osworld_env(venv_python: str, download_cache: Path, osworld_path: Path) -> I
     config = DesktopConfig(
         screen=SCREEN,
         osworld_path=osworld_path,
-        python=venv_python,
+        worker_python=venv_python,
         options={
             "provider": "local",
             "download_cache": str(download_cache),
@@ -176,7 +176,7 @@ def test_vector_env_workers_run_in_desktop_env_interpreter(
     config = DesktopConfig(
         screen=SCREEN,
         osworld_path=osworld_path,
-        python=venv_python,
+        worker_python=venv_python,
         options={
             "provider": "local",
             "download_cache": str(download_cache),

@@ -23,7 +23,7 @@ SCREEN = (1280, 720)
 def main(args: dict[str, Any]) -> dict[str, Any]:
     config = DesktopConfig(
         screen=SCREEN,
-        python=sys.executable,
+        worker_python=sys.executable,
         timeouts=Timeouts(reset=180, ready=60),
         options={"grader": "osworld", "download_cache": args["cache"], "file_cache": args["files"]},
     )

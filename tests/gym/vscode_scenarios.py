@@ -213,7 +213,7 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     files = FileCache(args["files"])
     config = DesktopConfig(
         screen=SCREEN,
-        python=sys.executable,
+        worker_python=sys.executable,
         timeouts=Timeouts(reset=180, ready=120),
         options={
             "grader": "osworld",
