@@ -1482,7 +1482,8 @@ def orange_in(desktop: LocalDesktop, box: tuple[int, int, int, int]) -> int:
 
 def test_the_date_menus_arrows_change_the_month_and_its_switch_and_clear_act(desktop: LocalDesktop) -> None:
     """As GNOME's date menu: its arrows show the month before or after, with that month's days (today's circle
-    only on today's month), and it opens on today's month again; Do Not Disturb's switch turns on and off; Clear
+    only on today's month), and it opens on today's month again; Do Not Disturb's switch turns on and off, and
+    while it is on the bar shows its bell right of the clock (the unseen notifications' bell gone); Clear
     (insensitive: nothing to clear) leaves the empty notification list as it is, the menu open."""
     desktop.reset(EMPTY)
     grid = (DAYS[0], DAYS[1], DAYS[0] + 7 * DAY_CELL[0], DAYS[1] + 6 * DAY_CELL[1])
@@ -1502,8 +1503,18 @@ def test_the_date_menus_arrows_change_the_month_and_its_switch_and_clear_act(des
     assert orange_in(desktop, switch) == 0  # off
     desktop.act(f"pyautogui.click({DO_NOT_DISTURB[0]}, {DO_NOT_DISTURB[1]})")
     assert wait_for(lambda: orange_in(desktop, switch) > 200, 10)  # on: orange, its knob right
+    desktop.act("pyautogui.press('escape')")  # the bar shows Do Not Disturb's bell right of the clock, as GNOME's
+    assert wait_for(lambda: not is_menu(desktop, 700, 200), 10)
+    assert wait_for(lambda: clock_parts(pixels(desktop))[1] is not None, 10)
+    desktop.act(f"pyautogui.click({CLOCK[0]}, {CLOCK[1]})")
+    assert wait_for(lambda: is_menu(desktop, 700, 200), 10)
     desktop.act(f"pyautogui.click({DO_NOT_DISTURB[0]}, {DO_NOT_DISTURB[1]})")
     assert wait_for(lambda: orange_in(desktop, switch) == 0, 10)
+    desktop.act("pyautogui.press('escape')")  # off: no bell (the unseen notifications were seen)
+    assert wait_for(lambda: not is_menu(desktop, 700, 200), 10)
+    assert wait_for(lambda: clock_parts(pixels(desktop))[1] is None, 10)
+    desktop.act(f"pyautogui.click({CLOCK[0]}, {CLOCK[1]})")
+    assert wait_for(lambda: is_menu(desktop, 700, 200), 10)
     notifications = pixels(desktop)[DATE_MENU[1] + 100 : DATE_MENU[1] + 300, DATE_MENU[0] : DATE_MENU[0] + 420]
     assert is_menu(desktop, CLEAR[0], CLEAR[1] - 14, INSENSITIVE_BUTTON)  # control: the spot is Clear's button
     desktop.act(f"pyautogui.click({CLEAR[0]}, {CLEAR[1]})")

@@ -648,10 +648,12 @@ MESSAGE_INDICATOR_COLOUR = (242, 242, 242)
 CLOCK_GAP = 7
 
 
-def _message_indicator(bg: tuple[int, int, int]) -> Any:
+def _message_indicator(bg: tuple[int, int, int], off: bool = False) -> Any:
     """The bell of :data:`MESSAGE_INDICATOR` over ``bg``, drawn eight times as large and scaled down: the
     outline of a bell on its base line, the clapper under it, a ring wave each side of its top (fitted to the
-    VM's pixels: 2 % of full ink off, on average, over its 16 x 16 box)."""
+    VM's pixels: 2 % of full ink off, on average, over its 16 x 16 box). ``off``: Do Not Disturb's
+    (``notifications-disabled-symbolic``, which GNOME shows there instead while it is on): the bell without its
+    waves, struck through from top left to bottom right."""
     from PIL import Image, ImageDraw
 
     k, size = 8, MESSAGE_INDICATOR
@@ -660,13 +662,17 @@ def _message_indicator(bg: tuple[int, int, int]) -> Any:
     radius, centre_y = 5.9 * k, 5.6 * k
     middle = size * k / 2
     wave = (middle - radius, centre_y - radius, middle + radius, centre_y + radius)
-    draw.arc(wave, start=170, end=255, fill=255, width=k)
-    draw.arc(wave, start=285, end=370, fill=255, width=k)
+    if not off:
+        draw.arc(wave, start=170, end=255, fill=255, width=k)
+        draw.arc(wave, start=285, end=370, fill=255, width=k)
     left = ((3.0, 12.2), (4.2, 11), (4.5, 9.5), (4.7, 7), (5.5, 4), (6.1, 3), (6.9, 2.5))
     outline = [*left, *((size - x, y) for x, y in reversed(left))]
     draw.line([(x * k, y * k) for x, y in outline], fill=255, width=k, joint="curve")
     draw.rectangle((2 * k, 12 * k, 14 * k - 1, 13 * k - 1), fill=255)  # the base line
     draw.pieslice((6 * k, 12.1 * k, 10 * k - 1, 15.9 * k), 0, 180, fill=255)  # the clapper
+    if off:  # the stroke, a gap cut each side of it
+        draw.line((1 * k, 1 * k, 15 * k, 15 * k), fill=0, width=3 * k)
+        draw.line((1 * k, 1 * k, 15 * k, 15 * k), fill=255, width=k)
     image = Image.new("RGB", (size, size), bg)
     image.paste(MESSAGE_INDICATOR_COLOUR, (0, 0, size, size), mask.resize((size, size), Image.Resampling.BOX))
     return image
@@ -875,6 +881,7 @@ def _render(screen: tuple[int, int]) -> tuple[dict[str, bytes], dict[str, Any]]:
     keep("status_hover", _status_lit(BAR_BUTTON_HOVER))
     for state, colour in (("", BAR_COLOUR), ("_lit", BAR_BUTTON_LIT), ("_hover", BAR_BUTTON_HOVER)):
         keep(f"indicator{state}", _message_indicator(colour))
+        keep(f"indicator_off{state}", _message_indicator(colour, off=True))
     app_icons, app_icon_index = _bar_icons(BAR_COLOUR)
     keep("app_icons", app_icons)
     keep("app_icons_lit", _bar_icons(BAR_BUTTON_LIT)[0])

@@ -505,6 +505,7 @@ class Panel:
         self.pressed: tuple[int, int, int, int, int] | None = None
         self.dragging = False
         self.screenshot_due: tuple[float, int] | None = None  # when to take Take Screenshot's, and of which window
+        self.pressed_row: dict[str, Any] | None = None  # the window menu's row pressed, acted on when released
         self.root.grab_key(self.super_code, X.AnyModifier, False, X.GrabModeAsync, X.GrabModeAsync)
         # ctrl+alt+t opens the terminal, as the VM's settings daemon does (the window manager runs no programs)
         self.terminal: list[str] = list(self.m.get("terminal") or [])
@@ -915,12 +916,13 @@ class Panel:
         when the bell goes, the button narrows about it."""
         x = (self.width + self.dock_w - label + 1) // 2
         size, gap, _ = self.m["clock"]["indicator"]
-        side = 12 + (gap + size if self.unseen else 0)
+        side = 12 + (gap + size if self.unseen or self.do_not_disturb else 0)
         return x, x - side, x + label + side
 
     def _clock(self) -> None:
         """The clock, ``Mar 22  21:58`` as GNOME shows it with the date (an en space before the time), and the bell
-        of unseen notifications right of it, on the date menu's button (:meth:`_date_button`)."""
+        of unseen notifications right of it (Do Not Disturb's struck-through one while that is on), on the date
+        menu's button (:meth:`_date_button`)."""
         now = time.localtime()
         self.clock_minute = now.tm_min
         date, hour = f"{time.strftime('%b', now)} {now.tm_mday}", f"{now.tm_hour:02d}:{now.tm_min:02d}"
@@ -935,9 +937,9 @@ class Panel:
             self._pill(left, right - left, state)
         style = _styled("bar", state)
         self._text(self.bar_pixmap, style, hour, self._text(self.bar_pixmap, style, date, x, y) + gap, y)
-        if self.unseen:
+        if self.unseen or self.do_not_disturb:  # Do Not Disturb's struck-through bell while it is on, as GNOME 42's
             size, space, top = self.m["clock"]["indicator"]
-            bell = self.pixmaps[_styled("indicator", state)]
+            bell = self.pixmaps[_styled("indicator_off" if self.do_not_disturb else "indicator", state)]
             self.bar_pixmap.copy_area(self.gc, bell, 0, 0, size, size, x + label + space, top)
         self.bar.clear_area(x0, 0, x1 - x0, self.bar_h)
 
@@ -1897,6 +1899,7 @@ class Panel:
     def _close_popover(self) -> None:
         if self.sliding:
             self._slid()
+        self.pressed_row = None
         self.popover.unmap()
         self._light("")
         self.popover_kind = ""
@@ -1921,6 +1924,7 @@ class Panel:
                 self._select(row["date"])
             elif row["kind"] == "do-not-disturb":
                 self.do_not_disturb = not self.do_not_disturb
+                self._clock()  # its bell on the bar
             # Clear: the notification list is empty (nothing here sends notifications) and Clear insensitive, as
             # GNOME's then: it stays so
             self._draw_calendar()
@@ -1958,6 +1962,8 @@ class Panel:
                     if row["kind"] == "slider" and event.detail == 1:  # the knob goes where it was pressed
                         self.sliding = True
                         self._slide(x)
+                    elif self.popover_kind == "window":  # on the release, as GNOME's: Move and Resize then take
+                        self.pressed_row = row  # the pointer, which a button still held would end at once
                     else:
                         self._activate(row)
                     return
@@ -2177,6 +2183,10 @@ class Panel:
             self._popover_motion(event)
         elif event.type == X.ButtonRelease and self.sliding:
             self._slid()
+        elif event.type == X.ButtonRelease and self.pressed_row is not None:
+            row, self.pressed_row = self.pressed_row, None
+            if event.window.id == self.popover.id and row["y"] <= event.event_y < row["y"] + row["h"]:
+                self._activate(row)  # released on the row it was pressed on
         elif event.type == X.PropertyNotify and event.window.id == self.root.id:
             if event.atom == self.atoms["_NET_CLIENT_LIST"]:
                 if event.state == X.PropertyDelete:
