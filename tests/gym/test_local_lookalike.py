@@ -1836,6 +1836,17 @@ def keyboard_taken(desktop: LocalDesktop) -> bool:
         screen.close()
 
 
+def one_xterm(desktop: LocalDesktop, title: str) -> tuple[int, tuple[int, int, int, int]]:
+    """A fresh episode with one xterm titled ``title`` at its own size (no shell: the title stays): its window id
+    and frame."""
+    desktop.reset(EMPTY)
+    command = ["xterm", "-T", title, "-geometry", "80x20+600+300", "-e", "sleep", "600"]
+    desktop.client.post_json("/setup/launch", {"command": command})
+    assert wait_for(lambda: title in xterms(desktop))
+    assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
+    return xterms(desktop)[title], frame_of(desktop, "XTerm") or (0, 0, 0, 0)
+
+
 def menu_open_at(desktop: LocalDesktop, at: tuple[int, int]) -> bool:
     """Whether a window menu hangs from ``at``: its background left of its first and last rows' texts."""
     (_, first), (_, last) = window_menu_row("Take Screenshot", at), window_menu_row("Close", at)
@@ -1851,14 +1862,7 @@ def test_a_right_click_on_a_title_bar_opens_gnomes_window_menu_and_each_row_does
     Maximize and Restore, Move with the keyboard, Take Screenshot (a PNG of the window in ~/Pictures/Screenshots),
     Hide, Move to Workspace Right and Close; Escape closes it; alt+space opens it at the window's corner under its
     title bar."""
-    desktop.reset(EMPTY)
-    desktop.client.post_json(
-        "/setup/launch", {"command": ["xterm", "-T", "legato-menu", "-geometry", "80x20+600+300", "-e", "sleep", "600"]}
-    )
-    assert wait_for(lambda: "legato-menu" in xterms(desktop))
-    wid = xterms(desktop)["legato-menu"]
-    assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
-    x, y, width, height = frame_of(desktop, "XTerm") or (0, 0, 0, 0)
+    wid, (x, y, width, height) = one_xterm(desktop, "legato-menu")
     at = (x + width // 2 - 60, y + TITLE_BAR_HEIGHT // 2)  # on the title, left of the buttons
 
     def open_menu(where: tuple[int, int] = at) -> None:
@@ -1936,14 +1940,7 @@ def test_a_right_click_on_a_title_bar_opens_gnomes_window_menu_and_each_row_does
 def test_the_title_bars_left_end_moves_and_maximizes_as_mutters_and_sticks_nothing(desktop: LocalDesktop) -> None:
     """The bar's left end (a blank button of xfwm4's, which centres the title as mutter's) acts as the rest of the
     bar: a drag moves the window, a double-click maximizes it, and no window is stuck to every workspace."""
-    desktop.reset(EMPTY)
-    desktop.client.post_json(
-        "/setup/launch", {"command": ["xterm", "-T", "legato-bar", "-geometry", "80x20+600+300", "-e", "sleep", "600"]}
-    )
-    assert wait_for(lambda: "legato-bar" in xterms(desktop))
-    wid = xterms(desktop)["legato-bar"]
-    assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
-    x, y, _, _ = frame_of(desktop, "XTerm") or (0, 0, 0, 0)
+    wid, (x, y, _, _) = one_xterm(desktop, "legato-bar")
     grab = (x + 40, y + TITLE_BAR_HEIGHT // 2)
     desktop.act(f"pyautogui.moveTo{grab}; pyautogui.dragTo({grab[0] + 200}, {grab[1] + 100}, 0.5, button='left')")
     assert wait_for(lambda: (frame_of(desktop, "XTerm") or (0, 0))[:2] == (x + 200, y + 100), 10), frame_of(
