@@ -1284,7 +1284,7 @@ def test_the_top_bars_buttons_light_under_the_pointer_and_activities_while_the_o
     desktop.reset(EMPTY)
     desktop.client.post_json("/setup/launch", {"command": ["xterm", "-T", "hover"]})
     assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
-    assert wait_for(lambda: app_name_shown(desktop), 10)
+    assert wait_for(lambda: app_name_shown(desktop), 10), (active_window(desktop), client_windows(desktop))
     desktop.act("pyautogui.moveTo(900, 700)")
     assert wait_for(lambda: pills(desktop, BAR_BUTTON_HOVER) == [], 10), pills(desktop, BAR_BUTTON_HOVER)
     for x, y in ((40, 13), (110, 13), CLOCK, STATUS):  # Activities, the app's name, the clock, the status icons
@@ -1363,7 +1363,8 @@ def test_the_app_menu_quits_the_focused_app(desktop: LocalDesktop) -> None:
     desktop.reset(EMPTY)
     desktop.client.post_json("/setup/launch", {"command": ["xterm", "-T", "to-quit"]})
     assert wait_for(lambda: frame_of(desktop, "XTerm") is not None)
-    assert wait_for(lambda: app_name_shown(desktop), 10)  # "XTerm" after Activities: its menu's button
+    # "XTerm" after Activities: its menu's button
+    assert wait_for(lambda: app_name_shown(desktop), 10), (active_window(desktop), client_windows(desktop))
     desktop.act("pyautogui.click(125, 13)")
     # XTerm's app is Debian's debian-xterm.desktop (StartupWMClass=XTerm), as GNOME matches it: New Window, Show
     # Details, Quit
