@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +17,9 @@ from typer.testing import CliRunner
 from legato_gym import DesktopConfig
 from legato_gym.backends import BACKENDS, get_backend, resolve_backend
 from legato_gym.backends.osworld import OSWorldOptions, default_tasks, tasks_from_index
+from legato_gym.backends.osworld.audit import SESSION_WRITES
 from legato_gym.backends.osworld.remote import resolve_python
+from legato_gym.backends.osworld.session_helpers import PROCS_SCRIPT, is_session_helper
 from legato_gym.desktopenv import shim, supplements
 from legato_gym.desktopenv.venv import MARKER, REQUIREMENTS, VENV_ENV_VAR, check_venv, recorded_python
 from legato_gym.errors import ConfigError, MissingDependencyError
@@ -243,3 +248,31 @@ def test_backend_and_gym_id_are_registered() -> None:
     with pytest.warns(DeprecationWarning, match="get_backend"):  # the old tuple form, kept for one release
         cls, tasks_fn = get_backend("osworld")
     assert cls is unit.desktop_class and tasks_fn is default_tasks
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux's unshare (apt: util-linux)")
+def test_what_a_session_helper_starts_is_the_sessions_not_the_agents() -> None:
+    """The process probe, in a PID namespace whose init plays the VM's: tracker's extractor (activated: a child
+    of PID 1) runs GStreamer's plugin scanner, which the audit must not count as the episode's, while a process an
+    action started (a child of anything else) stays the episode's."""
+    spawned = "import json, sys; print(*json.loads(sys.stdin.read())['spawned'])"
+    tree = (
+        "bash -c 'exec -a /usr/libexec/tracker-extract-3 bash -c \"(exec -a gst-plugin-scanner sleep 30) & wait\"' & "
+        "bash -c '(exec -a agent-started sleep 30) & wait' & "
+        'sleep 0.5; out=$(python3 -c "$PROBE" "[]" list 0); echo "$out"; '
+        f'for p in $(echo "$out" | python3 -c "{spawned}"); do tr "\\0" " " < /proc/$p/cmdline; echo; done'
+    )
+    run = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "bash", "-c", tree],
+        env={**os.environ, "PROBE": PROCS_SCRIPT},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    if run.returncode and "Operation not permitted" in run.stderr:
+        pytest.skip(f"unshare cannot make a PID namespace here: {run.stderr.strip()}")
+    listing, *spawned_commands = run.stdout.strip().splitlines()
+    activated = json.loads(listing)["helpers"].values()
+    assert any(is_session_helper(command) for command in activated), activated
+    assert [command.strip() for command in spawned_commands] == ["gst-plugin-scanner 30"], run.stdout
+    assert ".cache/gstreamer-1.0" in SESSION_WRITES

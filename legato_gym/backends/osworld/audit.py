@@ -24,12 +24,14 @@ __all__ = ["Audit", "ResetAuditor", "audit_fast_resets"]
 #: compiles a shader when it first draws something new into Mesa's cache, and saves its application usage
 #: counts (``application_state``: kept in its memory, they order the overview's search results; see
 #: docs/osworld.md); Nautilus's tag database drops its ``.meta.isrunning`` lock when Nautilus exits idle; tracker's
-#: miner, which the session activates when files in home change (the restore changes them all), indexes them.
+#: miner, which the session activates when files in home change (the restore changes them all), indexes them,
+#: and its extractor's GStreamer builds its plugin registry the first time it reads a media file's metadata.
 SESSION_WRITES = (
     ".cache/mesa_shader_cache",
     ".local/share/gnome-shell/application_state",
     ".local/share/nautilus/tags/.meta.isrunning",
     ".cache/tracker3",
+    ".cache/gstreamer-1.0",
 )
 #: Differences between /home/user and the baseline tar the reset restored (empty: the same): files whose
 #: contents, sizes, modes or links differ, and paths the tar does not hold, bar :data:`SESSION_WRITES`.
@@ -72,10 +74,12 @@ class ResetAuditor:
         probe = impl._procs([], kill=False)
         activated = {int(pid): str(command) for pid, command in dict(probe.get("helpers") or {}).items()}
         # a helper the session activated after the reset's kill (the restore's file changes wake tracker) is the
-        # session's, as the next reset's kill would adopt it; anything else not of first boot is the episode's
+        # session's, as the next reset's kill would adopt it, and so is what such a helper started (tracker's
+        # extractor runs GStreamer's plugin scanner); anything else not of first boot is the episode's
+        spawned = set(probe.get("spawned") or ())
         extra = sorted(
             pid
-            for pid in set(probe["pids"]) - set(impl._baseline_pids)
+            for pid in set(probe["pids"]) - set(impl._baseline_pids) - spawned
             if not (pid in activated and is_session_helper(activated[pid]))
         )
         names = self._run(f"ps -o args= -p {','.join(map(str, extra))} || true", shell=True) if extra else ""

@@ -13,7 +13,9 @@ probe (:data:`PROCS_SCRIPT`, run in the VM) treats as the session's:
   again on demand;
 * an activated process still there after the kill, whose command line is a first-boot helper's or matches
   :data:`SESSION_HELPERS`, was **restarted by the session** (re-activated at once): it is adopted as a
-  first-boot process, not a survivor.
+  first-boot process, not a survivor;
+* what such a helper started (tracker's extractor runs GStreamer's plugin scanner) is the session's too: the
+  listing names it (``spawned``) and the audit leaves it out.
 
 Everything else is as before: every process not of first boot is killed, one that survives the kill or a
 first-boot process that is not a helper (the shell, the bus, the server) gone makes the reset unverified.
@@ -58,7 +60,8 @@ def is_session_helper(command: str) -> bool:
 
 
 #: The process probe: ``python3 -c PROCS_SCRIPT KEEP MODE TIMEOUT [HELPERS]``. ``list`` prints
-#: ``{"pids", "helpers"}`` (first-boot activated processes: pid -> command line); ``kill`` kills every process
+#: ``{"pids", "helpers", "spawned"}`` (activated processes: pid -> command line; processes a session helper
+#: started, such as the ``gst-plugin-scanner`` tracker's extractor runs); ``kill`` kills every process
 #: of the VM user not in KEEP (nor the probe's own ancestors) and prints ``{"killed", "survivors", "missing",
 #: "adopted", "exited"}`` (see the module docstring). Standard library only; runs with the VM's ``python3``.
 PROCS_SCRIPT = r"""
@@ -105,7 +108,15 @@ def activated(ppid):
 if not kill:
     now = procs()
     pids = sorted(set(now) - spare)
-    print(json.dumps({"pids": pids, "helpers": {p: now[p][1] for p in pids if activated(now[p][0])}}))
+    def of_helper(p, seen=0):
+        ppid = now[p][0] if p in now else 0
+        if ppid not in now or seen > 64:
+            return False
+        if activated(now[ppid][0]) and HELPERS.match(now[ppid][1]):
+            return True
+        return of_helper(ppid, seen + 1)
+    print(json.dumps({"pids": pids, "helpers": {p: now[p][1] for p in pids if activated(now[p][0])},
+                      "spawned": [p for p in pids if of_helper(p)]}))
     sys.exit(0)
 targets = set(procs()) - keep - spare
 for p in targets:
