@@ -64,6 +64,7 @@ WINDOW_ATOMS = (
     "_NET_WM_ALLOWED_ACTIONS", "_NET_WM_ACTION_MINIMIZE", "_NET_WM_ACTION_MAXIMIZE_HORZ", "_NET_WM_ACTION_MOVE",
     "_NET_WM_ACTION_RESIZE", "_NET_WM_ACTION_CLOSE", "_NET_WM_DESKTOP", "_NET_NUMBER_OF_DESKTOPS",
     "_NET_WM_MOVERESIZE", "_NET_MOVERESIZE_WINDOW", "_NET_CLOSE_WINDOW", "_NET_ACTIVE_WINDOW", "WM_CHANGE_STATE",
+    "_NET_WM_NAME", "_NET_REQUEST_FRAME_EXTENTS", "_NET_FRAME_EXTENTS",
 )  # fmt: skip
 #: EWMH's ``_NET_WM_MOVERESIZE`` directions: a resize and a move with the keyboard.
 SIZE_KEYBOARD, MOVE_KEYBOARD = 9, 10
@@ -498,6 +499,13 @@ class Panel:
         #: right-click there opens the window menu (:meth:`_grab_title`)
         self.titles: dict[int, int] = {}
         self.frames: dict[int, int] = {}  # each frame so watched to its client
+        #: the window manager's check window the panel asked for frame extents on :attr:`probe`, and the one it has
+        #: given a time after its start-up focus (:meth:`_wm_clock_set`)
+        self.wm_asked = 0
+        self.wm_clock = 0
+        self.probe = self.root.create_window(
+            -1, -1, 1, 1, 0, self.depth, override_redirect=True, event_mask=X.PropertyChangeMask
+        )  # never mapped
         self.menu_client = 0  # the window whose window menu is open
         self.menu_at = (0, 0)  # where it opened (the pointer, or the window's corner for alt+space)
         self.last_press = (0, 0)  # the time and the client of the last press on a title bar's blank button
@@ -1428,8 +1436,6 @@ class Panel:
         """Open ``client``'s window menu hanging from ``(x, y)``, its first row the keyboard's, as GNOME's."""
         self.menu_client, self.menu_at = client, (x, y)
         self._open_popover("window")
-        self.focus = next((i for i, r in enumerate(self.rows) if r["kind"] == "item"), -1)
-        self._draw_menu()
 
     def _keyboard_window_menu(self) -> None:
         """alt+space: the focused window's menu, hanging from its client's top left corner (under the title bar),
@@ -1879,6 +1885,8 @@ class Panel:
         else:
             self.expanded = ""
             self.rows = self._menu_rows(kind)
+            if kind == "window":  # drawn once, lit: a screenshot never catches it unlit
+                self.focus = next((i for i, r in enumerate(self.rows) if r["kind"] == "item"), -1)
             self._draw_menu()
             if kind == "system":
                 self._read_volume()
@@ -2161,6 +2169,9 @@ class Panel:
             if event.window.id in self.frames.values():
                 self.titles = {part: client for part, client in self.titles.items() if client != event.window.id}
                 self.frames = {frame: client for frame, client in self.frames.items() if client != event.window.id}
+        elif event.type == X.PropertyNotify and event.window.id == self.probe.id:
+            if event.atom == self.atoms["_NET_FRAME_EXTENTS"] and event.state == X.PropertyNewValue:
+                self._wm_answered()
         elif event.type == X.KeyPress and event.detail == self.terminal_code and self.terminal:
             self._launch(self.terminal)
         elif event.type == X.KeyPress and event.detail == self.space_code and not self.popover_kind:
@@ -2196,6 +2207,8 @@ class Panel:
                 self._app_name()
             if event.atom == self.atoms["_NET_WORKAREA"]:
                 self._work_area_set()
+            if event.atom == self.atoms["_NET_SUPPORTING_WM_CHECK"]:  # a window manager (re)started
+                self._wm_clock_set()
             if event.atom == self.atoms["_NET_CLIENT_LIST_STACKING"]:
                 self._restack()
         elif event.type == X.KeyRelease and event.detail == self.super_code:
@@ -2209,17 +2222,55 @@ class Panel:
         elif event.type == X.KeyPress and event.detail != self.super_code and self._overview_shown():
             self._overview_key(event)
 
-    def _wm_running(self) -> bool:
-        """Whether a window manager runs: its check window (``_NET_SUPPORTING_WM_CHECK``) exists. The root keeps
-        the property of the last one, killed with the last sandbox, whose window is gone."""
+    def _wm_check(self) -> int:
+        """The running window manager's check window (``_NET_SUPPORTING_WM_CHECK``), or 0 when none runs. The root
+        keeps the property of the last one, killed with the last sandbox, whose window is gone."""
         prop = self.root.get_full_property(self.atoms["_NET_SUPPORTING_WM_CHECK"], X.AnyPropertyType)
         if prop is None or not len(prop.value):
-            return False
+            return 0
         try:
             self.d.create_resource_object("window", int(prop.value[0])).get_geometry()
         except xerror.XError:
+            return 0
+        return int(prop.value[0])
+
+    def _wm_clock_set(self) -> bool:
+        """Whether the window manager has read a time later than its start-up focus; asked to as soon as it runs.
+
+        xfwm4 focuses its check window at the server's time as it starts (three times, a millisecond apart), then
+        each new window at the time of the last event it read. Until it reads an event later than its start, that
+        time is older than the focus's and the X server ignores the new focus: the first window opened after it
+        started (at each reset, or once the agent killed it) stayed unfocused, with no app's name on the bar and
+        grey title buttons, one time in 30. So once it runs, the panel asks it for frame extents (an unmapped
+        window's, :attr:`probe`), which it answers from its event loop, after its start; at the answer the panel
+        writes the work area anew (the same value: xfwm4 takes only its time), and is ready. Other window managers
+        (openbox, GNOME's) focus at the server's time: nothing to wait for."""
+        check = self._wm_check()
+        if not check:
             return False
-        return True
+        if check == self.wm_clock:
+            return True
+        try:
+            name = self.d.create_resource_object("window", check).get_full_property(
+                self.atoms["_NET_WM_NAME"], X.AnyPropertyType
+            )
+        except xerror.XError:
+            return False
+        if name is None or name.value != b"Xfwm4":
+            self.wm_clock = check
+            return True
+        if check != self.wm_asked:
+            self.wm_asked = check
+            self.probe.delete_property(self.atoms["_NET_FRAME_EXTENTS"])
+            self._ask_wm(self.probe.id, "_NET_REQUEST_FRAME_EXTENTS", [])
+        return False
+
+    def _wm_answered(self) -> None:
+        """The window manager answered from its event loop (:meth:`_wm_clock_set`): give it a time after its start."""
+        self.wm_clock = self.wm_asked
+        expected = [self.dock_w, self.bar_h, self.width - self.dock_w, self.height - self.bar_h]
+        self.root.change_property(self.atoms["_NET_WORKAREA"], XA_CARDINAL, 32, expected)
+        self.d.flush()
 
     def _work_area_set(self) -> bool:
         """Whether the work area is the VM's, once a window manager runs; published here when not.
@@ -2228,7 +2279,7 @@ class Panel:
         places windows) out of ``_NET_WORKAREA``, which the apps read to size and place their windows, and would
         put a window reserving them into the window list. GNOME Shell publishes the work area without the bar
         and the dock, so the panel, as the shell, does: again each time the window manager rewrites it."""
-        if not self._wm_running():
+        if not self._wm_check():
             return False
         self._keep_client_lists()
         prop = self.root.get_full_property(self.atoms["_NET_WORKAREA"], X.AnyPropertyType)
@@ -2278,7 +2329,7 @@ class Panel:
         while True:
             while self.d.pending_events():
                 self.handle(self.d.next_event())
-            if not ready and self._work_area_set():
+            if not ready and self._work_area_set() and self._wm_clock_set():
                 self.marker.touch()
                 ready = True
                 _give_back_memory()  # the pictures' decompressed buffers, sent to the X server and freed
