@@ -94,6 +94,8 @@ def test_ctrl_alt_t_opens_the_terminal_at_the_first_press_as_on_the_vm(desktop: 
 
 
 def test_top_bar_and_dock_take_the_vms_rows_and_columns(desktop: LocalDesktop) -> None:
+    desktop.reset(EMPTY)  # the screen an agent sees first: after the ready signal (the last test only reset)
+    desktop.wait_after_reset()
     screen = desktop.display.screenshot().astype(int)
     bar = screen[:27, 200:600]
     assert (np.abs(bar - 19) <= 2).all()  # the top bar: rows 0-26, near-black (19, 19, 19) as on the VM
