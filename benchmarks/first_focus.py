@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import struct
 import sys
 import threading
@@ -61,33 +62,14 @@ class FocusWatch:
                     event, data = rq.EventField(None).parse_binary_value(data, self._data.display, None, None)
                     self.seen.append(f"{at} {type(event).__name__} {event.window.id:#x} detail {event.detail}")
 
-        threading.Thread(target=self._data.record_enable_context, args=(context, heard), daemon=True).start()
+        def serve() -> None:
+            with contextlib.suppress(Exception):  # the X server ends with the desktop, and the recording with it
+                self._data.record_enable_context(context, heard)
+
+        threading.Thread(target=serve, daemon=True).start()
 
     def mark(self, what: str) -> None:
         self.seen.append(f"-- {what}")
-
-
-def _active(display_name: str) -> int:
-    from Xlib import X  # type: ignore[import-untyped]
-
-    from legato_gym.backends.local.xstate import open_display
-
-    screen = open_display(display_name)
-    try:
-        root = screen.screen().root
-        prop = root.get_full_property(screen.intern_atom("_NET_ACTIVE_WINDOW"), X.AnyPropertyType)
-        return int(prop.value[0]) if prop is not None and len(prop.value) else 0
-    finally:
-        screen.close()
-
-
-def _wait(check: Any, timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if check():
-            return True
-        time.sleep(0.05)
-    return bool(check())
 
 
 def main() -> None:
@@ -96,6 +78,9 @@ def main() -> None:
     parser.add_argument("--restart-every", type=int, default=4, help="every Nth try kills the window manager first")
     parser.add_argument("--watch", action="store_true", help="record focus requests and events (RECORD)")
     args = parser.parse_args()
+    sys.path.insert(0, str(ROOT / "tests" / "gym"))
+    from desktop_kit import active_window, wait_for
+
     from legato_gym import DesktopConfig
     from legato_gym.backends.local.desktop import LocalDesktop
     from legato_gym.backends.local.options import LocalOptions
@@ -116,7 +101,7 @@ def main() -> None:
             if watch is not None:
                 watch.mark(f"try {i}: xterm launched")
             desktop.client.post_json("/setup/launch", {"command": ["xterm", "-T", f"first-{i}"]})
-            focused = _wait(lambda: _active(desktop.display.name) != 0, 10)
+            focused = wait_for(lambda: active_window(desktop) != 0, 10)
             row = counts["after the window manager restarted" if restart else "after a reset"]
             row[0] += 1
             row[1] += 0 if focused else 1

@@ -27,3 +27,18 @@ def play(desktop: Any, task: Any, actions: list[str]) -> float:
         desktop.act(action)
     desktop.wait_before_eval()
     return float(desktop.evaluate())
+
+
+def active_window(desktop: Any) -> int:
+    """The root's ``_NET_ACTIVE_WINDOW`` on ``desktop``'s display (0: none)."""
+    from Xlib import X  # type: ignore[import-untyped]
+
+    from legato_gym.backends.local.xstate import open_display
+
+    screen = open_display(desktop.display.name)
+    try:
+        root = screen.screen().root
+        active = root.get_full_property(screen.intern_atom("_NET_ACTIVE_WINDOW"), X.AnyPropertyType)
+        return int(active.value[0]) if active is not None and len(active.value) else 0
+    finally:
+        screen.close()

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from desktop_kit import wait_for
+from desktop_kit import active_window, wait_for
 
 from legato_gym import DesktopConfig, Task
 from legato_gym.backends.local import LocalDesktop, LocalOptions, apps, vscode
@@ -716,19 +716,6 @@ def test_show_applications_and_the_overview_search_launch_inside(desktop: LocalD
     desktop.act("pyautogui.typewrite('xterm', interval=0.02); pyautogui.press('enter')")
     assert wait_for(lambda: frame_of(desktop, "XTerm") is None, 2)  # xterm is not in the grid: nothing opens
     desktop.act("pyautogui.press('escape')")
-
-
-def active_window(desktop: LocalDesktop) -> int:
-    """The root's ``_NET_ACTIVE_WINDOW`` (0: none)."""
-    from Xlib import X
-
-    screen = open_display(desktop.display.name)
-    try:
-        root = screen.screen().root
-        active = root.get_full_property(screen.intern_atom("_NET_ACTIVE_WINDOW"), X.AnyPropertyType)
-        return int(active.value[0]) if active is not None and len(active.value) else 0
-    finally:
-        screen.close()
 
 
 def wm_state(desktop: LocalDesktop) -> str:
