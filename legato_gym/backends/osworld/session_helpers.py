@@ -108,13 +108,14 @@ def activated(ppid):
 if not kill:
     now = procs()
     pids = sorted(set(now) - spare)
-    def of_helper(p, seen=0):
-        ppid = now[p][0] if p in now else 0
-        if ppid not in now or seen > 64:
-            return False
-        if activated(now[ppid][0]) and HELPERS.match(now[ppid][1]):
-            return True
-        return of_helper(ppid, seen + 1)
+    def of_helper(p):
+        for _ in range(64):  # up its ancestors to an activated session helper
+            p = now[p][0]
+            if p not in now:
+                return False
+            if activated(now[p][0]) and HELPERS.match(now[p][1]):
+                return True
+        return False
     print(json.dumps({"pids": pids, "helpers": {p: now[p][1] for p in pids if activated(now[p][0])},
                       "spawned": [p for p in pids if of_helper(p)]}))
     sys.exit(0)
